@@ -1,0 +1,22 @@
+// flick: one binary for the daemon, one-shot jobs, weight tools and benchmarks.
+#include <cstdio>
+
+#include "jobs/cli.h"
+
+namespace flick {
+// Each lives in the file that implements the subcommand.
+}  // namespace flick
+
+int main(int argc, char** argv) {
+  CLI::App app{"flick: headless batch renderer for video-generation and vision transformers"};
+  app.set_version_flag("--version", "flick 0.1.0");
+  app.require_subcommand(1);
+  flick::CliContext ctx;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 64;  // usage error
+  }
+  return ctx.exit_status;
+}

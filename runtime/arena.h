@@ -1,0 +1,41 @@
+// Arena: every activation buffer and cache of a plan is requested first, then
+// carved out of one 64-byte-aligned allocation. The job loop never allocates.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace flick {
+
+class Arena {
+ public:
+  using BufferId = int;
+
+  // Planning phase: record a buffer; returns its id.
+  BufferId request(std::string name, DType dtype, Shape shape);
+  // Allocate once. After this no more requests are accepted.
+  void finalize();
+  bool finalized() const { return finalized_; }
+
+  // The tensor for a planned buffer (valid after finalize()).
+  Tensor get(BufferId id) const;
+  const std::string& name(BufferId id) const { return entries_[static_cast<size_t>(id)].name; }
+  size_t bytes() const { return total_; }
+  int size() const { return static_cast<int>(entries_.size()); }
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    size_t offset;
+  };
+  std::vector<Entry> entries_;
+  size_t total_ = 0;
+  bool finalized_ = false;
+  HostBuffer memory_;
+};
+
+}  // namespace flick

@@ -1,0 +1,175 @@
+// The backend interface: the op set every model is written against. Each op
+// has a scalar reference in runtime/ref (the oracle of every test) and a fast
+// implementation in runtime/cpu (oneDNN + own AVX-512 kernels).
+//
+// Conventions:
+//  - Inputs and outputs are Tensor views owned by the caller (arena); ops never
+//    allocate on the hot path. Outputs are written, never resized.
+//  - Float ops accept F32 or BF16 inputs/outputs (mixed is fine) and compute
+//    in fp32; a BF16 output is rounded once, at the store, as PyTorch does.
+//  - Shapes are checked with FLICK_CHECK: a mismatch is a programmer bug,
+//    because pipelines validate jobs against their fixed shapes before compute.
+//  - Broadcasting follows PyTorch rules over trailing-aligned dims.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "runtime/tensor.h"
+
+namespace flick {
+
+// Precision a linear/conv layer runs in.
+enum class Precision { F32, BF16, INT8, FP8 };
+const char* precision_name(Precision p);
+
+// Activation fused after bias in linear/conv.
+enum class Activation { None, GeluErf, GeluTanh, Silu };
+
+// A linear layer's weight, prepared once at load for one backend.
+//   w:        [N, K] (PyTorch nn.Linear layout) in F32, BF16, F16, I8 or F8_E4M3
+//   w_scale:  for I8 / F8_E4M3 weights: F32 [N] (per output channel) or [1]
+//             (per tensor); dequantized weight = w * scale. Empty otherwise.
+//   bias:     F32 or BF16 [N], or empty.
+// precision: the compute precision. INT8 = W8A8: int8 weights with per-channel
+// scales, activations quantized per token (row) dynamically, i32 accumulation.
+// FP8 = E4M3 weights; the CPU converts them at pack time (to BF16).
+struct LinearDesc {
+  Tensor w;
+  Tensor w_scale;
+  Tensor bias;
+  Precision precision = Precision::BF16;
+};
+
+class PackedLinear {
+ public:
+  virtual ~PackedLinear() = default;
+  virtual int64_t in_features() const = 0;   // K
+  virtual int64_t out_features() const = 0;  // N
+  virtual Precision precision() const = 0;
+};
+
+// Convolution over NCHW (2d) or NCDHW (3d) activations.
+//   w: [O, I/groups, kh, kw] or [O, I/groups, kd, kh, kw]; bias [O] or empty.
+// Padding is symmetric zero padding per spatial dim (the VAE's causal temporal
+// padding is done by the caller, who passes padding[0] = 0 for time).
+struct ConvDesc {
+  Tensor w;
+  Tensor w_scale;  // as LinearDesc, for I8 / F8_E4M3 weights
+  Tensor bias;
+  int spatial_dims = 2;             // 2 or 3
+  std::array<int64_t, 3> stride{1, 1, 1};
+  std::array<int64_t, 3> padding{0, 0, 0};
+  std::array<int64_t, 3> dilation{1, 1, 1};
+  int64_t groups = 1;
+  Precision precision = Precision::BF16;
+};
+
+class PackedConv {
+ public:
+  virtual ~PackedConv() = default;
+  virtual const ConvDesc& desc() const = 0;
+};
+
+// Attention over [B, L, H, D] views (the layout of a [B, L, H*D] projection
+// reshaped), q: Lq, k/v: Lk, same H (no GQA) and D. out: [B, Lq, H, D].
+// Masks combine (all that are set apply):
+//   bias:        additive F32 [B or 1, H or 1, Lq, Lk]
+//   key_padding: U8 [B, Lk], 0 = masked out
+//   causal_block > 0: query i (at absolute position i + Lk - Lq) sees key j
+//                iff j / causal_block <= (i + Lk - Lq) / causal_block
+//                (block-causal over frames; causal_block = 1 is plain causal).
+// A query row whose keys are all masked produces zeros.
+struct AttentionParams {
+  float scale = 0.f;  // 0 = 1/sqrt(D)
+  Tensor bias;
+  Tensor key_padding;
+  int64_t causal_block = 0;
+};
+
+enum class ResizeMode { Nearest, Bilinear, Bicubic };
+
+enum class ReduceOp { Sum, Mean, Max, Min };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // ---- matmul family ----
+  virtual std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) = 0;
+  // y[M, N] = act(x[M, K] @ W^T + bias). x, y: F32 or BF16, rows may be strided.
+  virtual void linear(const Tensor& x, const PackedLinear& w, Tensor& y,
+                      Activation act = Activation::None) = 0;
+  // Plain batched matmul c[b] = a[b] @ b[b] (+ c if accumulate), F32/BF16,
+  // a: [Bt, M, K], b: [Bt, K, N], c: [Bt, M, N], any strides.
+  virtual void matmul(const Tensor& a, const Tensor& b, Tensor& c) = 0;
+
+  virtual std::unique_ptr<PackedConv> pack_conv(const ConvDesc& d) = 0;
+  // x: [N, C, H, W] or [N, C, D, H, W]; y has the output shape.
+  virtual void conv(const Tensor& x, const PackedConv& w, Tensor& y,
+                    Activation act = Activation::None) = 0;
+
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                         const AttentionParams& p) = 0;
+
+  // ---- normalisation (over the last dim unless stated) ----
+  // weight/bias may be empty (no affine). eps as in the module.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                          Tensor& y) = 0;
+  // y = x / sqrt(mean(x^2) + eps) * weight. For per-head RMS norm, pass a
+  // [..., H, D] view: the norm is over D.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) = 0;
+  // x: [N, C, *spatial]; groups divide C; weight/bias [C] or empty.
+  virtual void group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
+                          const Tensor& bias, float eps, Tensor& y) = 0;
+
+  // ---- position / activations / elementwise ----
+  // x, y: [B, L, H, D]; cos/sin: F32 [L, D/2]. Interleaved pairs:
+  // (x[2i], x[2i+1]) -> (x0*c - x1*s, x0*s + x1*c).
+  virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) = 0;
+  virtual void gelu(const Tensor& x, Tensor& y, bool tanh_approx) = 0;
+  virtual void silu(const Tensor& x, Tensor& y) = 0;
+  // y = x * (1 + scale) + shift; shift/scale broadcast against x.
+  virtual void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,
+                        Tensor& y) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // broadcast
+  virtual void mul(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // broadcast
+  // y = a + b * c (gated residual), broadcast.
+  virtual void mul_add(const Tensor& a, const Tensor& b, const Tensor& c, Tensor& y) = 0;
+  // y = x * alpha + beta.
+  virtual void affine(const Tensor& x, float alpha, float beta, Tensor& y) = 0;
+  virtual void softmax(const Tensor& x, Tensor& y) = 0;  // last dim
+
+  // ---- resampling ----
+  // x: [N, C, H, W] or [N, C, D, H, W]; integer scale factors per spatial dim
+  // given by y's shape.
+  virtual void upsample_nearest(const Tensor& x, Tensor& y) = 0;
+  // torch.nn.functional.interpolate over [N, C, H, W] to y's H, W.
+  // antialias as in PyTorch (bilinear/bicubic only, for downscaling).
+  virtual void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners,
+                      bool antialias) = 0;
+
+  // ---- data movement ----
+  // Copy any strided view into y (same shape), converting dtype with the
+  // PyTorch rules of runtime/dtype.h. Covers transpose (copy a permuted view)
+  // and slice (copy a sliced view).
+  virtual void copy(const Tensor& x, Tensor& y) = 0;
+  // Concatenate along dim into y.
+  virtual void concat(std::span<const Tensor> xs, int dim, Tensor& y) = 0;
+  // Reduce dim `dim` (y has that dim of size 1).
+  virtual void reduce(const Tensor& x, int dim, ReduceOp op, Tensor& y) = 0;
+
+  // ---- quantization ----
+  // Per-row (token) dynamic symmetric int8: scale[m] = max|x[m,:]| / 127,
+  // q = clamp(round_half_even(x / scale), -127, 127). x: [M, K] F32/BF16,
+  // q: I8 [M, K], scale: F32 [M]. A zero row gets scale 1 and q = 0.
+  virtual void quantize_rows_int8(const Tensor& x, Tensor& q, Tensor& scale) = 0;
+};
+
+// The scalar oracle (runtime/ref) and the fast CPU backend (runtime/cpu).
+std::unique_ptr<Backend> make_ref_backend();
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace flick
