@@ -1,0 +1,33 @@
+// What a job asks to be written ([output] of a job file), as plain data.
+// jobs/ parses TOML into it; io/ turns it into a FrameSink.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace flick {
+
+struct VideoSpec {
+  std::string file;            // relative to the output dir: "walk.mp4" / "walk.mkv"
+  std::string codec = "h264";  // h264 (MP4, yuv420p, BT.709) | ffv1 (MKV, lossless)
+  int crf = 18;                // h264 only, 0..51
+  double fps = 25.0;
+  std::string preset = "veryfast";
+};
+
+enum class FrameFormat { None, Png, Jpeg, Zst };
+
+struct FramesSpec {
+  FrameFormat format = FrameFormat::None;
+  int jpeg_quality = 92;  // 1..100
+  int png_level = 1;      // zlib level 0..9 (fast by default)
+};
+
+struct OutputSpec {
+  std::string dir;  // final directory; writers render into "<dir>.partial/"
+  std::optional<VideoSpec> video;
+  FramesSpec frames;
+  bool contact_sheet = false;
+};
+
+}  // namespace flick

@@ -1,0 +1,35 @@
+// A Pipeline is loaded once for fixed shapes, validates a job's inputs against
+// them before any compute, then streams frames into a FrameSink, reporting
+// progress and checking the stop token between blocks.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "io/frame.h"
+#include "runtime/status.h"
+
+namespace flick {
+
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  // Called once before the first frame.
+  virtual Status begin(int width, int height, double fps, int64_t total_frames) = 0;
+  virtual Status write(const FrameView& frame) = 0;
+  // Flush and close everything; after this the outputs are complete.
+  virtual Status finish() = 0;
+};
+
+struct RunContext {
+  // Set by SIGTERM handling: stop at the next block boundary and return
+  // interrupted().
+  const std::atomic<bool>* stop = nullptr;
+  // Called after each block (and it is where the daemon pings the watchdog).
+  std::function<void(int64_t frames_done, int64_t frames_total)> progress;
+
+  bool stop_requested() const { return stop != nullptr && stop->load(); }
+};
+
+}  // namespace flick
