@@ -29,8 +29,8 @@ inline constexpr int kMaxImageSide = 32768;
 
 // --- PNG ---------------------------------------------------------------------
 
-// Encodes RGB8 into `out` (cleared first). Fast settings: the Up filter and the
-// given zlib level (0..9).
+// Encodes RGB8 into `out` (cleared first) with the Sub filter at the given
+// zlib level (0: stored; 1: fastest, run-length matching; up to 9: smallest).
 Status encode_png(const FrameView& frame, int zlib_level, std::vector<uint8_t>* out);
 // `name` is only used in error messages.
 Expected<Frame> decode_png(const uint8_t* data, size_t size, const std::string& name);

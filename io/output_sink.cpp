@@ -90,13 +90,14 @@ class OutputSink final : public FrameSink {
     }
     const FrameFormat format = spec_.frames.format;
     if (format == FrameFormat::Png || format == FrameFormat::Jpeg) {
-      if (format == FrameFormat::Png) {
-        FLICK_TRY(encode_png(frame, spec_.frames.png_level, &encoded_));
-      } else {
-        FLICK_TRY(jpeg_->encode(frame, spec_.frames.jpeg_quality, &encoded_));
-      }
       const std::string name = frame_file_name(frames_, format);
-      FLICK_TRY(write_file_atomic(join_path(dir_, name), encoded_.data(), encoded_.size()));
+      const std::string path = join_path(dir_, name);
+      if (format == FrameFormat::Png) {
+        FLICK_TRY(encode_png(frame, spec_.frames.png_level, &encoded_).with_context(path));
+      } else {
+        FLICK_TRY(jpeg_->encode(frame, spec_.frames.jpeg_quality, &encoded_).with_context(path));
+      }
+      FLICK_TRY(write_file_atomic(path, encoded_.data(), encoded_.size()));
       outputs_.push_back({name, static_cast<int64_t>(encoded_.size())});
     }
     if (archive_) FLICK_TRY(archive_->write(frame));
