@@ -14,6 +14,9 @@ directory at run time (see mg2_refenv.py); none of it is stored in flick.
 
     /work/venv/bin/python tools/mg2_goldens.py [--mirror DIR] [--out tests/data/mg2]
 
+Needs torch, numpy, safetensors, einops, diffusers, tqdm and torchvision
+(pip install --no-deps is enough: only torchvision.transforms is imported).
+
 Numerics follow the reference: the DiT runs in bf16 (fp32 inside norms, f64
 RoPE / sinusoid / x0 conversion), the VAE encoder and CLIP in bf16, the
 streaming VAE decoder in fp16. Every DiT/encoder/CLIP/decoder golden is also
