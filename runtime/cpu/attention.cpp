@@ -2,6 +2,7 @@
 // when the host has it, else the portable blocked fp32 kernel below), and the
 // parallel loop over (batch, head, query tile) work items.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,32 +15,41 @@ namespace flick::cpu {
 namespace attention_detail {
 namespace {
 
-// ---- portable kernel: the same flash-style walk in plain fp32 loops that the
-// compiler vectorises for AVX2 ----
+// ---- portable kernel: the same flash-style walk in plain fp32 loops, written
+// so that GCC vectorises them for AVX2 (inner loops over keys or over head_dim,
+// four query rows per pass so each K/V element loaded serves four rows) ----
 
-constexpr int64_t kRows = 32;  // queries per tile
+constexpr int64_t kRows = 32;  // queries per tile (a multiple of kRowBlock)
 constexpr int64_t kCols = 64;  // keys per block
+constexpr int64_t kRowBlock = 4;
+constexpr float kLog2e = 1.44269504088896340736f;
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
+// Padded sizes: keys and head_dim rounded up to kLanes (zeros in the padding),
+// so the register tiles below never need a tail.
+constexpr int64_t kLanes = 16;
+int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
 struct PortableWorkspace {
-  float* kt;  // [D][Lk]: K transposed, so the Q.K^T inner loop runs over keys
-  float* v;   // [Lk][D]
-  float* q;   // [kRows][D]
+  float* kt;  // [D][padded(Lk)]: K transposed, so the Q.K^T inner loop runs over keys
+  float* v;   // [Lk][padded(D)]
+  float* q;   // [kRows][D], rows past the tile zero
+  float* o;   // [kRows][padded(D)]
   float* s;   // [kRows][kCols], scores then weights
-  float* o;   // [kRows][D]
   float* row_max;
   float* row_sum;
+  float* alpha;
 };
 
 size_t portable_scratch_bytes(const Problem& p) {
-  const size_t d = size_t(p.head_dim), lk = size_t(p.kv_len);
+  const size_t d = size_t(padded(p.head_dim)), lk = size_t(padded(p.kv_len));
   return align64(d * lk * 4) * 2 + align64(kRows * d * 4) * 2 + align64(kRows * kCols * 4) +
-         align64(kRows * 4) * 2;
+         align64(kRows * 4) * 3;
 }
 
 PortableWorkspace carve_portable(const Problem& p, void* scratch) {
-  const size_t d = size_t(p.head_dim), lk = size_t(p.kv_len);
+  const size_t d = size_t(padded(p.head_dim)), lk = size_t(padded(p.kv_len));
   char* at = static_cast<char*>(scratch);
   auto take = [&at](size_t bytes) {
     float* r = reinterpret_cast<float*>(at);
@@ -54,76 +64,173 @@ PortableWorkspace carve_portable(const Problem& p, void* scratch) {
   w.s = take(kRows * kCols * 4);
   w.row_max = take(kRows * 4);
   w.row_sum = take(kRows * 4);
+  w.alpha = take(kRows * 4);
   return w;
 }
 
-// Row (b, l, h) of an operand read as fp32 into dst[D].
+// Row (b, l, h) of an operand read as fp32 into dst[n].
 void load_row(const Operand& t, int64_t b, int64_t l, int64_t h, int64_t n, float* dst) {
   const int64_t base = b * t.stride[0] + l * t.stride[1] + h * t.stride[2];
   for (int64_t e = 0; e < n; ++e) dst[e] = load_as_f32(t.dtype, t.data, base + e * t.stride[3]);
 }
 
+// 2^x for x <= 0, branch-free so that loops over it vectorise: Cephes exp2f's
+// degree-6 polynomial on [-0.5, 0.5] times 2^round(x); x <= -127 gives 0.
+inline float exp2_nonpositive(float x) {
+  x = x < -127.f ? -127.f : x;
+  const float n = std::floor(x + 0.5f);
+  const float f = x - n;
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.f;
+  const int32_t biased = static_cast<int32_t>(n) + 127;  // 0 encodes +0
+  return p * std::bit_cast<float>(static_cast<uint32_t>(biased) << 23);
+}
+
+// 8 floats as a GCC vector: ISA-neutral source that the baseline flags turn
+// into AVX2 registers, so the tiles below stay in registers.
+using F8 = float __attribute__((vector_size(32)));
+F8 load8(const float* x) {
+  F8 v;
+  std::memcpy(&v, x, sizeof v);
+  return v;
+}
+void store8(float* x, F8 v) { std::memcpy(x, &v, sizeof v); }
+
+// S rows [r, r + 4) = Q K^T over keys [key0, key0 + n), in register tiles of
+// 4 rows x 16 keys accumulated over the whole head_dim.
+void portable_scores(const Problem& p, const PortableWorkspace& w, int64_t r, int64_t key0,
+                     int64_t n) {
+  const int64_t D = p.head_dim, ldk = padded(p.kv_len);
+  const float* q = w.q + r * D;
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    F8 acc[kRowBlock][2] = {};
+    const float* kt = w.kt + key0 + j0;
+    for (int64_t e = 0; e < D; ++e) {
+      const F8 k0 = load8(kt + e * ldk), k1 = load8(kt + e * ldk + 8);
+      for (int rr = 0; rr < kRowBlock; ++rr) {
+        const float qe = q[rr * D + e];
+        acc[rr][0] += qe * k0;
+        acc[rr][1] += qe * k1;
+      }
+    }
+    for (int rr = 0; rr < kRowBlock; ++rr) {
+      store8(w.s + (r + rr) * kCols + j0, acc[rr][0]);
+      store8(w.s + (r + rr) * kCols + j0 + 8, acc[rr][1]);
+    }
+  }
+}
+
+// Max and sum of x[0, n) in 8 independent lanes, so that GCC vectorises them
+// (a single running value would force strict left-to-right order).
+float max_of(const float* x, int64_t n) {
+  float lane[8];
+  std::fill(lane, lane + 8, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) lane[l] = std::max(lane[l], x[j + l]);
+  for (; j < n; ++j) lane[0] = std::max(lane[0], x[j]);
+  return *std::max_element(lane, lane + 8);
+}
+
+float sum_of(const float* x, int64_t n) {
+  float lane[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) lane[l] += x[j + l];
+  for (; j < n; ++j) lane[0] += x[j];
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// Scale, mask and online-softmax update of row r over keys [key0, key0 + n):
+// S row becomes P, alpha[r] the factor O's row must be rescaled by.
+void portable_softmax_row(const Problem& p, const PortableWorkspace& w, int64_t b, int64_t h,
+                          int64_t row0, int64_t r, int64_t key0, int64_t n) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t i = row0 + r;
+  const int64_t visible = attention_key_end(p, i) - key0;
+  float* s = w.s + r * kCols;
+  const float score_scale = p.scale * kLog2e;  // scores in log2 units
+  for (int64_t j = 0; j < n; ++j) s[j] *= score_scale;
+  if (p.bias) {
+    const float* bias = p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2];
+    for (int64_t j = 0; j < n; ++j) s[j] += kLog2e * bias[(key0 + j) * p.bias_stride[3]];
+  }
+  for (int64_t j = std::max<int64_t>(visible, 0); j < n; ++j) s[j] = neg_inf;
+  if (p.key_padding) {
+    const uint8_t* pad = p.key_padding + b * p.key_padding_stride[0];
+    for (int64_t j = 0; j < n; ++j)
+      if (pad[(key0 + j) * p.key_padding_stride[1]] == 0) s[j] = neg_inf;
+  }
+  const float new_max = std::max(w.row_max[r], max_of(s, n));
+  const float shift = new_max == neg_inf ? 0.f : new_max;  // keeps 2^(-inf - shift) = 0
+  for (int64_t j = 0; j < n; ++j) s[j] = exp2_nonpositive(s[j] - shift);
+  w.alpha[r] = exp2_nonpositive(w.row_max[r] - shift);
+  w.row_sum[r] = w.row_sum[r] * w.alpha[r] + sum_of(s, n);
+  w.row_max[r] = new_max;
+}
+
+// O rows [r, r + 4) = O * alpha + P V over keys [key0, key0 + n), in register
+// tiles of 4 rows x 16 head_dim lanes accumulated over the keys.
+void portable_accumulate(const Problem& p, const PortableWorkspace& w, int64_t r, int64_t key0,
+                         int64_t n) {
+  const int64_t ldv = padded(p.head_dim);
+  const float* s = w.s + r * kCols;
+  for (int64_t e0 = 0; e0 < ldv; e0 += kLanes) {
+    F8 acc[kRowBlock][2];
+    for (int rr = 0; rr < kRowBlock; ++rr) {
+      const float* o = w.o + (r + rr) * ldv + e0;
+      acc[rr][0] = load8(o) * w.alpha[r + rr];
+      acc[rr][1] = load8(o + 8) * w.alpha[r + rr];
+    }
+    const float* v = w.v + key0 * ldv + e0;
+    for (int64_t j = 0; j < n; ++j) {
+      const F8 v0 = load8(v + j * ldv), v1 = load8(v + j * ldv + 8);
+      for (int rr = 0; rr < kRowBlock; ++rr) {
+        const float pj = s[rr * kCols + j];
+        acc[rr][0] += pj * v0;
+        acc[rr][1] += pj * v1;
+      }
+    }
+    for (int rr = 0; rr < kRowBlock; ++rr) {
+      store8(w.o + (r + rr) * ldv + e0, acc[rr][0]);
+      store8(w.o + (r + rr) * ldv + e0 + 8, acc[rr][1]);
+    }
+  }
+}
+
 void portable_tile(const Problem& p, const PortableWorkspace& w, int64_t b, int64_t h,
                    int64_t row0) {
-  const int64_t D = p.head_dim, Lk = p.kv_len;
+  const int64_t D = p.head_dim;
   const int64_t rows = std::min(kRows, p.q_len - row0);
-  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t padded_rows = (rows + kRowBlock - 1) / kRowBlock * kRowBlock;
   int64_t tile_key_end = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    load_row(p.q, b, row0 + r, h, D, w.q + r * D);
-    tile_key_end = std::max(tile_key_end, attention_key_end(p, row0 + r));
-    w.row_max[r] = neg_inf;
+  for (int64_t r = 0; r < padded_rows; ++r) {
+    w.row_max[r] = -std::numeric_limits<float>::infinity();
     w.row_sum[r] = 0.f;
+    w.alpha[r] = 1.f;
+    if (r < rows) {
+      load_row(p.q, b, row0 + r, h, D, w.q + r * D);
+      tile_key_end = std::max(tile_key_end, attention_key_end(p, row0 + r));
+    } else {
+      std::fill(w.q + r * D, w.q + (r + 1) * D, 0.f);
+    }
   }
-  std::fill(w.o, w.o + rows * D, 0.f);
+  std::fill(w.o, w.o + padded_rows * padded(D), 0.f);
 
   for (int64_t key0 = 0; key0 < tile_key_end; key0 += kCols) {
     const int64_t n = std::min(kCols, tile_key_end - key0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = row0 + r;
-      float* s = w.s + r * kCols;
-      // S row = Q[r] . K^T over the block.
-      std::fill(s, s + n, 0.f);
-      for (int64_t e = 0; e < D; ++e) {
-        const float qe = w.q[r * D + e];
-        const float* kt = w.kt + e * Lk + key0;
-        for (int64_t j = 0; j < n; ++j) s[j] += qe * kt[j];
-      }
-      // Scale, mask, and the online-softmax update.
-      const int64_t visible = attention_key_end(p, i) - key0;
-      float block_max = neg_inf;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t key = key0 + j;
-        float x = s[j] * p.scale;
-        if (p.bias)
-          x += p.bias[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] +
-                      key * p.bias_stride[3]];
-        const bool masked =
-            j >= visible ||
-            (p.key_padding &&
-             p.key_padding[b * p.key_padding_stride[0] + key * p.key_padding_stride[1]] == 0);
-        s[j] = masked ? neg_inf : x;
-        block_max = std::max(block_max, s[j]);
-      }
-      const float new_max = std::max(w.row_max[r], block_max);
-      const float shift = new_max == neg_inf ? 0.f : new_max;
-      const float alpha = std::exp(w.row_max[r] - shift);
-      float sum = 0.f;
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - shift);  // exp(-inf) = 0 for masked keys
-        sum += s[j];
-      }
-      w.row_sum[r] = w.row_sum[r] * alpha + sum;
-      w.row_max[r] = new_max;
-      // O row = O * alpha + P V.
-      float* o = w.o + r * D;
-      for (int64_t e = 0; e < D; ++e) o[e] *= alpha;
-      for (int64_t j = 0; j < n; ++j) {
-        const float pj = s[j];
-        if (pj == 0.f) continue;
-        const float* vj = w.v + (key0 + j) * D;
-        for (int64_t e = 0; e < D; ++e) o[e] += pj * vj[e];
-      }
+    for (int64_t r = 0; r < padded_rows; r += kRowBlock) {
+      portable_scores(p, w, r, key0, n);
+      for (int64_t rr = r; rr < std::min(r + kRowBlock, rows); ++rr)
+        portable_softmax_row(p, w, b, h, row0, rr, key0, n);
+      for (int64_t rr = rows; rr < r + kRowBlock; ++rr)  // padding rows: P = 0
+        std::fill(w.s + rr * kCols, w.s + rr * kCols + n, 0.f);
+      portable_accumulate(p, w, r, key0, n);
     }
   }
 
@@ -133,23 +240,26 @@ void portable_tile(const Problem& p, const PortableWorkspace& w, int64_t b, int6
     char* dst = static_cast<char*>(p.out) +
                 (b * p.out_stride[0] + (row0 + r) * p.out_stride[1] + h * p.out_stride[2]) * esize;
     for (int64_t e = 0; e < D; ++e)
-      store_from_f32(p.out_dtype, dst, e * p.out_stride[3], w.o[r * D + e] * inv);
+      store_from_f32(p.out_dtype, dst, e * p.out_stride[3], w.o[r * padded(D) + e] * inv);
   }
 }
 
 void portable_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   const PortableWorkspace w = carve_portable(p, scratch);
   const int64_t tiles = (p.q_len + kRows - 1) / kRows;
-  int64_t packed = -1;
+  int64_t packed = -1;  // (b, h) whose K/V are in the workspace
   for (int64_t item = begin; item < end; ++item) {
     const int64_t bh = item / tiles, tile = item % tiles;
     const int64_t b = bh / p.heads, h = bh % p.heads;
     if (bh != packed) {
+      const int64_t D = p.head_dim, ldk = padded(p.kv_len), ldv = padded(D);
+      std::fill(w.kt, w.kt + D * ldk, 0.f);
+      std::fill(w.v, w.v + p.kv_len * ldv, 0.f);
       for (int64_t j = 0; j < p.kv_len; ++j) {
         const int64_t base = b * p.k.stride[0] + j * p.k.stride[1] + h * p.k.stride[2];
-        for (int64_t e = 0; e < p.head_dim; ++e)
-          w.kt[e * p.kv_len + j] = load_as_f32(p.k.dtype, p.k.data, base + e * p.k.stride[3]);
-        load_row(p.v, b, j, h, p.head_dim, w.v + j * p.head_dim);
+        for (int64_t e = 0; e < D; ++e)
+          w.kt[e * ldk + j] = load_as_f32(p.k.dtype, p.k.data, base + e * p.k.stride[3]);
+        load_row(p.v, b, j, h, D, w.v + j * ldv);
       }
       packed = bh;
     }

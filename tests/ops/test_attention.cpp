@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ void set(const Tensor& t, std::initializer_list<int64_t> idx, float value) {
 // rounded to the view's dtype.
 void fill_uniform(const Tensor& t, std::mt19937& rng, float amp) {
   std::uniform_real_distribution<float> dist(-amp, amp);
+  if (t.is_contiguous()) {
+    for (int64_t i = 0; i < t.numel(); ++i) store_from_f32(t.dtype, t.data, i, dist(rng));
+    return;
+  }
   for (int64_t a = 0; a < t.dim(0); ++a)
     for (int64_t b = 0; b < t.dim(1); ++b)
       for (int64_t c = 0; c < t.dim(2); ++c)
@@ -61,11 +66,12 @@ float max_abs(const Tensor& t) {
 // How far a kernel may be from the reference (which is exact up to its final
 // rounding), for values V with max |V| = vmax:
 //  - fp32 compute (F32 inputs, or the portable kernel): fp32 rounding of the
-//    scores, the exp polynomial (~2 ulp) and fp32 sums over up to a few
-//    thousand keys: 2e-5 * vmax.
+//    scores, the exp polynomial (~2 ulp) and fp32 sums over thousands of keys.
+//    Measured <= 2.5e-7 * vmax at 5280 keys; 5e-6 * vmax leaves 20x headroom.
 //  - bf16 products (BF16 inputs on the AVX-512 kernel): the inputs are exact
 //    in bf16, but P is rounded to bf16 (<= 2^-9 relative per weight) before
-//    P.V, which moves the weighted mean by at most 2^-9 * vmax.
+//    P.V, which moves the weighted mean by at most 2^-9 * vmax (measured
+//    1.3e-4 * vmax worst, 2.8e-5 rms: the roundings mostly cancel).
 //  - BF16 output: the reference and the kernel each round once; values an
 //    error apart can round to neighbouring bf16 numbers, one ulp <= 2^-7 |ref|.
 struct Tolerance {
@@ -74,7 +80,7 @@ struct Tolerance {
 
 Tolerance tolerance(const Kernel& kernel, bool bf16_inputs, DType out, float vmax) {
   Tolerance t;
-  t.abs = 2e-5f * vmax;
+  t.abs = 5e-6f * vmax;
   if (bf16_inputs && std::string(kernel.name) == "avx512") t.abs += std::ldexp(1.f, -9) * vmax;
   if (out == DType::BF16) t.rel = std::ldexp(1.f, -7);
   return t;
@@ -97,9 +103,9 @@ void expect_close(const Tensor& got, const Tensor& want, Tolerance tol, const st
           const double excess = std::isnan(err) ? INFINITY : err - allowed;
           if (excess > worst_excess) {
             worst_excess = excess;
-            worst = "[" + std::to_string(a) + "," + std::to_string(b) + "," + std::to_string(c) +
-                    "," + std::to_string(d) + "] got " + std::to_string(g) + " want " +
-                    std::to_string(w);
+            std::ostringstream os;
+            os << "[" << a << "," << b << "," << c << "," << d << "] got " << g << " want " << w;
+            worst = os.str();
           }
         }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " elements off, worst " << worst << " (abs tol "
@@ -375,8 +381,12 @@ TEST_P(AttentionMasks, FullyMaskedRowsGiveZeros) {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t d = 0; d < D; ++d) {
           ASSERT_EQ(get(got, {0, i, h, d}), 0.f) << kernel->name << " padded batch, row " << i;
-          if (i < 20) ASSERT_EQ(get(got, {1, i, h, d}), 0.f) << kernel->name << " row " << i;
-          if (h == 1 && i == 50) ASSERT_EQ(get(got, {1, i, h, d}), 0.f) << kernel->name;
+          if (i < 20) {
+            ASSERT_EQ(get(got, {1, i, h, d}), 0.f) << kernel->name << " row " << i;
+          }
+          if (h == 1 && i == 50) {
+            ASSERT_EQ(get(got, {1, i, h, d}), 0.f) << kernel->name;
+          }
         }
     expect_close(got, want, tolerance(*kernel, in == DType::BF16, DType::F32, max_abs(v)),
                  std::string("fully masked rows [") + kernel->name + "]");
@@ -418,7 +428,7 @@ void check_sampled_rows(int64_t Lq, int64_t Lk, DType in) {
                            ? cpu::attention_detail::kAvx512Kernel
                            : cpu::attention_detail::kPortableKernel;
   // First and last rows, tile edges of both kernels, and a few inner rows.
-  for (int64_t i : {int64_t(0), int64_t(31), int64_t(48), int64_t(1000), int64_t(1337), Lq - 1}) {
+  for (int64_t i : {int64_t(0), int64_t(31), int64_t(32), int64_t(191), int64_t(1337), Lq - 1}) {
     OwnedTensor want(in, {1, 1, H, D});
     ref::attention(q.t.slice(1, i, 1), k, v, want, {});  // no causal mask: rows are independent
     expect_close(got.t.slice(1, i, 1), want, tolerance(used, in == DType::BF16, in, vmax),
