@@ -36,10 +36,10 @@ namespace {
 // tile reads each packed K/V block (L3-resident for long windows) for many rows;
 // 192 rows ran 10-25 % faster than 48, 384 no faster. The 64-key blocks keep a
 // K/V block L1-sized; 128 was slower for fp32.
-constexpr int64_t kRows = 192;  // queries per tile (a multiple of kRowAlign)
-constexpr int64_t kCols = 64;   // keys per block (4 vectors of 16)
+constexpr int64_t kRows = 192;     // queries per tile (a multiple of kRowAlign)
+constexpr int64_t kCols = 64;      // keys per block (4 vectors of 16)
 constexpr int64_t kRowAlign = 12;  // rows are padded to a multiple of every row tile below
-constexpr int kQkRows = 6;  // S register tile: 6 rows x up to 4 vectors (24 accumulators)
+constexpr int kQkRows = 6;         // S register tile: 6 rows x up to 4 vectors (24 accumulators)
 constexpr float kLog2e = 1.44269504088896340736f;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -106,8 +106,8 @@ void tile_gemm(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb_u,
     const __m512 s = row_scale ? _mm512_set1_ps(row_scale[r]) : _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int j = 0; j < C; ++j)
-      acc[r][j] = row_scale ? _mm512_mul_ps(_mm512_load_ps(c + r * ldc + 16 * j), s)
-                            : _mm512_setzero_ps();
+      acc[r][j] =
+          row_scale ? _mm512_mul_ps(_mm512_load_ps(c + r * ldc + 16 * j), s) : _mm512_setzero_ps();
   }
   for (int64_t u = 0; u < units; ++u) {
     __m512i bv[C];
@@ -148,16 +148,16 @@ inline __mmask16 first_lanes(int64_t n) {
 
 // Per-thread workspace, carved from the driver's scratch.
 struct Workspace {
-  uint32_t* k;      // [ceil(Lk/16)][U][16] units
-  uint32_t* v;      // [ceil(Lk/kPerUnit)][Dv] units
-  uint32_t* q;      // [kRows][U] units
-  float* s;         // [kRows][kCols]
-  uint32_t* p;      // [kRows][kCols / kPerUnit] units
-  float* o;         // [kRows][Dv]
-  float* row_max;   // [kRows] running max of the log2-scaled scores
-  float* row_sum;   // [kRows][16] running sum of 2^(s - max), lane-wise
-  float* alpha;     // [kRows] rescale of O for the current block
-  int64_t* key_end; // [kRows] visible keys of each row
+  uint32_t* k;       // [ceil(Lk/16)][U][16] units
+  uint32_t* v;       // [ceil(Lk/kPerUnit)][Dv] units
+  uint32_t* q;       // [kRows][U] units
+  float* s;          // [kRows][kCols]
+  uint32_t* p;       // [kRows][kCols / kPerUnit] units
+  float* o;          // [kRows][Dv]
+  float* row_max;    // [kRows] running max of the log2-scaled scores
+  float* row_sum;    // [kRows][16] running sum of 2^(s - max), lane-wise
+  float* alpha;      // [kRows] rescale of O for the current block
+  int64_t* key_end;  // [kRows] visible keys of each row
 };
 
 template <class M>
@@ -207,8 +207,7 @@ Workspace carve(const Problem& p, void* scratch) {
 
 inline const char* element(const Operand& t, int64_t b, int64_t l, int64_t h) {
   return static_cast<const char*>(t.data) +
-         (b * t.stride[0] + l * t.stride[1] + h * t.stride[2]) *
-             (t.dtype == DType::F32 ? 4 : 2);
+         (b * t.stride[0] + l * t.stride[1] + h * t.stride[2]) * (t.dtype == DType::F32 ? 4 : 2);
 }
 
 // One row of Q or K (head_dim elements of `t`) as d.units units, written to
@@ -224,13 +223,14 @@ void pack_row(const Operand& t, const char* row, int64_t n, int64_t units, uint3
     } else {
       for (int64_t u = 0; u < pairs; ++u)
         dst[u * dst_stride] =
-            load_bf16(row, 2 * u * stride) | load_bf16(row, (2 * u + 1) * stride) << 16;
+            load_bf16(row, 2 * u * stride) | (load_bf16(row, (2 * u + 1) * stride) << 16);
     }
     if (pairs < units) dst[pairs * dst_stride] = load_bf16(row, (n - 1) * stride);
   } else if (t.dtype == DType::F32 && stride == 1) {
     for (int64_t u = 0; u < n; ++u) std::memcpy(dst + u * dst_stride, row + 4 * u, 4);
   } else {
-    for (int64_t u = 0; u < n; ++u) dst[u * dst_stride] = f32_bits(load_f32(t.dtype, row, u * stride));
+    for (int64_t u = 0; u < n; ++u)
+      dst[u * dst_stride] = f32_bits(load_f32(t.dtype, row, u * stride));
   }
 }
 
@@ -251,12 +251,12 @@ void pack_k(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint32_t* 
 // (zero past n), for e < round_up(n, 16).
 void interleave_bf16(const uint16_t* a, const uint16_t* b, int64_t n, uint32_t* dst) {
   // Word k of the result: a[k/2] for even k, b[k/2] for odd k (vpermt2w picks b at 32+).
-  alignas(64) static constexpr uint16_t kLo[32] = {
-      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr uint16_t kHi[32] = {
-      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
   for (int64_t e = 0; e < n; e += 32) {
     const int64_t left = n - e;
@@ -313,10 +313,18 @@ void scores(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t kvec0, i
       float* c = w.s + r * kCols + vec * 16;
       const int64_t ldk = d.units * 16;
       switch (n) {
-        case 1: tile_gemm<M, kQkRows, 1>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr); break;
-        case 2: tile_gemm<M, kQkRows, 2>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr); break;
-        case 3: tile_gemm<M, kQkRows, 3>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr); break;
-        default: tile_gemm<M, kQkRows, 4>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr); break;
+        case 1:
+          tile_gemm<M, kQkRows, 1>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
+        case 2:
+          tile_gemm<M, kQkRows, 2>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
+        case 3:
+          tile_gemm<M, kQkRows, 3>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
+        default:
+          tile_gemm<M, kQkRows, 4>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
       }
     }
   }
@@ -324,16 +332,17 @@ void scores(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t kvec0, i
 
 // O[rows][lanes of c vectors starting at vec0] = O * alpha + P V over `units` key units.
 template <class M, int R, int C>
-void pv_chunk(const Workspace& w, const Dims<M>& d, int64_t rows, const uint32_t* vb,
-              int64_t units, int64_t vec0) {
+void pv_chunk(const Workspace& w, const Dims<M>& d, int64_t rows, const uint32_t* vb, int64_t units,
+              int64_t vec0) {
   constexpr int64_t ldp = kCols / M::kPerUnit;
   for (int64_t r = 0; r < rows; r += R)
-    tile_gemm<M, R, C>(w.p + r * ldp, ldp, vb + vec0 * 16, d.dv, 16, units, w.o + r * d.dv + vec0 * 16,
-                       d.dv, w.alpha + r);
+    tile_gemm<M, R, C>(w.p + r * ldp, ldp, vb + vec0 * 16, d.dv, 16, units,
+                       w.o + r * d.dv + vec0 * 16, d.dv, w.alpha + r);
 }
 
 template <class M>
-void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t key0, int64_t nkeys) {
+void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t key0,
+                   int64_t nkeys) {
   const uint32_t* vb = w.v + (key0 / M::kPerUnit) * d.dv;
   const int64_t units = ceil_div(nkeys, M::kPerUnit);
   const int64_t nvec = d.dv / 16;
@@ -393,9 +402,8 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
   const __m512 old_max = _mm512_set1_ps(w.row_max[r]);
   const __m512 new_max = _mm512_max_ps(old_max, broadcast_max(vmax));
   // While nothing is visible the max is -inf; shifting by 0 keeps 2^(-inf) = 0.
-  const __m512 shift =
-      _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ), new_max,
-                           _mm512_setzero_ps());
+  const __m512 shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ),
+                                            new_max, _mm512_setzero_ps());
   const __m512 alpha = exp2_neg(_mm512_sub_ps(old_max, shift));
   __m512 sum = _mm512_setzero_ps();
   uint32_t* prow = w.p + r * (kCols / M::kPerUnit);

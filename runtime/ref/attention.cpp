@@ -51,8 +51,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                 "attention: key_padding must be U8 [B, Lk], got " + p.key_padding.str());
   }
   FLICK_CHECK(p.causal_block >= 0, "attention: negative causal_block");
-  const double scale = p.scale != 0.f ? static_cast<double>(p.scale)
-                                      : 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale =
+      p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
   std::vector<double> qrow(static_cast<size_t>(D)), acc(static_cast<size_t>(D));
@@ -67,9 +67,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
         for (int64_t j = 0; j < Lk; ++j) {
           double s = kNegInf;
           const bool padded =
-              has_padding &&
-              p.key_padding.ptr<uint8_t>()[b * p.key_padding.stride(0) +
-                                           j * p.key_padding.stride(1)] == 0;
+              has_padding && p.key_padding.ptr<uint8_t>()[b * p.key_padding.stride(0) +
+                                                          j * p.key_padding.stride(1)] == 0;
           if (j < key_end && !padded) {
             double dot = 0;
             for (int64_t d = 0; d < D; ++d)

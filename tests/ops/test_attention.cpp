@@ -240,9 +240,10 @@ class AttentionDtypes : public ::testing::TestWithParam<std::tuple<DType, DType>
 TEST_P(AttentionDtypes, MatchesReferenceOverShapes) {
   const auto [in, out] = GetParam();
   const SweepCase cases[] = {
-      {1, 1, 1, 1, 32},    {2, 7, 7, 2, 64},   {1, 33, 33, 3, 80},  {2, 5, 257, 2, 128},
+      {1, 1, 1, 1, 32},    {2, 7, 7, 2, 64},    {1, 33, 33, 3, 80},  {2, 5, 257, 2, 128},
       {1, 50, 7, 2, 128},  {1, 100, 33, 1, 64}, {2, 49, 130, 2, 32}, {1, 3, 6, 4, 64},
       {1, 97, 1, 1, 80},   {1, 1, 257, 1, 128}, {1, 8, 5, 1, 2},     {1, 13, 17, 1, 1},
+      {1, 20, 40, 1, 256},
   };
   std::mt19937 rng(3);
   for (const SweepCase& c : cases) {
@@ -396,6 +397,34 @@ TEST_P(AttentionMasks, FullyMaskedRowsGiveZeros) {
 INSTANTIATE_TEST_SUITE_P(, AttentionMasks, ::testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return dt(info.param); });
 
+// Inputs that are not all BF16 (F16, or a mix) take the fp32 path.
+TEST(Attention, F16AndMixedInputs) {
+  std::mt19937 rng(9);
+  const Shape qs{2, 30, 2, 64}, ks{2, 45, 2, 64};
+  OwnedTensor q16 = random4(DType::F16, qs, rng, 2.f);
+  OwnedTensor k16 = random4(DType::F16, ks, rng, 2.f);
+  OwnedTensor v16 = random4(DType::F16, ks, rng, 1.f);
+  check_against_ref(q16, k16, v16, DType::F32, {}, "F16 inputs");
+  OwnedTensor qb = random4(DType::BF16, qs, rng, 2.f);
+  OwnedTensor kf = random4(DType::F32, ks, rng, 2.f);
+  OwnedTensor vb = random4(DType::BF16, ks, rng, 1.f);
+  check_against_ref(qb, kf, vb, DType::BF16, {}, "BF16 q/v with F32 k");
+}
+
+// An empty key set leaves every row fully masked: zeros.
+TEST(Attention, NoKeysGiveZeros) {
+  std::mt19937 rng(10);
+  OwnedTensor q = random4(DType::BF16, {1, 5, 2, 32}, rng, 1.f);
+  OwnedTensor k(DType::BF16, {1, 0, 2, 32}), v(DType::BF16, {1, 0, 2, 32});
+  for (const Kernel* kernel : kernels()) {
+    OwnedTensor out(DType::F32, {1, 5, 2, 32});
+    std::fill(out.t.ptr<float>(), out.t.ptr<float>() + out.t.numel(), 1.f);
+    cpu::attention_detail::attention_with(*kernel, q, k, v, out, {});
+    for (int64_t i = 0; i < out.t.numel(); ++i)
+      ASSERT_EQ(out.t.ptr<float>()[i], 0.f) << kernel->name << " element " << i;
+  }
+}
+
 // The public entry point dispatches to a kernel that matches the reference.
 TEST(Attention, PublicEntryPointMatchesReference) {
   std::mt19937 rng(7);
@@ -431,15 +460,21 @@ void check_sampled_rows(int64_t Lq, int64_t Lk, DType in) {
   for (int64_t i : {int64_t(0), int64_t(31), int64_t(32), int64_t(191), int64_t(1337), Lq - 1}) {
     OwnedTensor want(in, {1, 1, H, D});
     ref::attention(q.t.slice(1, i, 1), k, v, want, {});  // no causal mask: rows are independent
-    expect_close(got.t.slice(1, i, 1), want, tolerance(used, in == DType::BF16, in, vmax),
-                 "row " + std::to_string(i) + " of " + std::to_string(Lq) + "x" +
-                     std::to_string(Lk));
+    expect_close(
+        got.t.slice(1, i, 1), want, tolerance(used, in == DType::BF16, in, vmax),
+        "row " + std::to_string(i) + " of " + std::to_string(Lq) + "x" + std::to_string(Lk));
   }
 }
 
-TEST(AttentionRealShape, SelfAttentionBf16SampledRows) { check_sampled_rows(2640, 5280, DType::BF16); }
-TEST(AttentionRealShape, CrossAttentionBf16SampledRows) { check_sampled_rows(2640, 257, DType::BF16); }
-TEST(AttentionRealShape, CrossAttentionF32SampledRows) { check_sampled_rows(2640, 257, DType::F32); }
+TEST(AttentionRealShape, SelfAttentionBf16SampledRows) {
+  check_sampled_rows(2640, 5280, DType::BF16);
+}
+TEST(AttentionRealShape, CrossAttentionBf16SampledRows) {
+  check_sampled_rows(2640, 257, DType::BF16);
+}
+TEST(AttentionRealShape, CrossAttentionF32SampledRows) {
+  check_sampled_rows(2640, 257, DType::F32);
+}
 
 }  // namespace
 }  // namespace flick
