@@ -480,7 +480,9 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, i
   }
 }
 
-// out[b, row0 + r, h, :] = O[r] / sum (zero for fully masked rows).
+// out[b, row0 + r, h, :] = O[r] / sum (zero for fully masked rows). BF16 stores
+// use vcvtneps2bf16: round to nearest even like c10, except that it flushes
+// denormals (|x| < 2^-126) to zero and keeps NaN payloads.
 template <class M>
 void store_rows(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b, int64_t h,
                 int64_t row0, int64_t rows) {
