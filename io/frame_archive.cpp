@@ -261,7 +261,7 @@ Expected<FrameArchiveReader> FrameArchiveReader::open(const std::string& path) {
   }
   const uint32_t width = get_le32(header + 16);
   const uint32_t height = get_le32(header + 20);
-  if (get_le32(header + 24) != kPixelRgb24) {
+  if (get_le32(header + 24) != kPixelRgb24 || get_le32(header + 28) != 0) {
     return corrupt("unsupported pixel format " + std::to_string(get_le32(header + 24)));
   }
   if (width == 0 || height == 0 || width > 65535 || height > 65535 ||

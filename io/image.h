@@ -24,8 +24,9 @@ struct ImageInfo {
   int height = 0;
 };
 
-// Images larger than this on either side are refused before any allocation.
+// Larger images are refused from their header, before any allocation.
 inline constexpr int kMaxImageSide = 32768;
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 27;  // 400 MB as RGB8
 
 // --- PNG ---------------------------------------------------------------------
 

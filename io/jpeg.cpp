@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 
 namespace flick {
@@ -39,10 +39,11 @@ Expected<JpegHeader> parse_header(tjhandle h, const uint8_t* data, size_t size,
     return invalid_input(name + ": invalid JPEG: " + tj_message(h));
   }
   if (hdr.width <= 0 || hdr.height <= 0 || hdr.width > kMaxImageSide ||
-      hdr.height > kMaxImageSide) {
+      hdr.height > kMaxImageSide || int64_t{hdr.width} * hdr.height > kMaxImagePixels) {
     return invalid_input(name + ": JPEG size " + std::to_string(hdr.width) + "x" +
-                         std::to_string(hdr.height) + " is out of range (1.." +
-                         std::to_string(kMaxImageSide) + ")");
+                         std::to_string(hdr.height) + " is out of range (sides 1.." +
+                         std::to_string(kMaxImageSide) + ", at most " +
+                         std::to_string(kMaxImagePixels) + " pixels)");
   }
   if (hdr.colorspace == TJCS_CMYK || hdr.colorspace == TJCS_YCCK) {
     return invalid_input(name + ": CMYK JPEGs are not supported; convert to RGB");

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <new>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 
 namespace flick {
@@ -136,6 +136,11 @@ bool png_decode_impl(PngSource* src, PngReadTarget* target, PngError* err) {
   const png_uint_32 width = png_get_image_width(png, info);
   const png_uint_32 height = png_get_image_height(png, info);
   target->info = {ImageFormat::kPng, static_cast<int>(width), static_cast<int>(height)};
+  if (int64_t{width} * height > kMaxImagePixels) {
+    std::snprintf(err->message, sizeof(err->message), "%ux%u pixels is too large", width, height);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
   if (target->header_only) {
     png_destroy_read_struct(&png, &info, nullptr);
     return true;

@@ -43,6 +43,24 @@ def write_png16(path, samples, color_type):
     path.write_bytes(data)
 
 
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+         (0, 1, 1, 2)]  # (x0, y0, dx, dy) of the seven passes
+
+
+def write_png_adam7(path, rgb):
+    """An Adam7-interlaced 8-bit RGB PNG (Pillow cannot write interlaced)."""
+    h, w = rgb.shape[:2]
+    raw = b""
+    for x0, y0, dx, dy in ADAM7:
+        sub = rgb[y0::dy, x0::dx]
+        if sub.size:
+            raw += b"".join(b"\x00" + row.tobytes() for row in sub)
+    data = (b"\x89PNG\r\n\x1a\n" +
+            png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 1)) +
+            png_chunk(b"IDAT", zlib.compress(raw)) + png_chunk(b"IEND", b""))
+    path.write_bytes(data)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     rgb = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
@@ -50,6 +68,9 @@ def main():
     alpha = rng.integers(0, 256, (H, W), dtype=np.uint8)
 
     save("rgb8", Image.fromarray(rgb, "RGB"), rgb)
+    write_png_adam7(OUT / "rgb8_interlaced.png", rgb)
+    (OUT / "rgb8_interlaced.rgb").write_bytes(rgb.tobytes())
+    assert (pillow_rgb(OUT / "rgb8_interlaced.png") == rgb).all()
     save("gray8", Image.fromarray(gray, "L"), np.repeat(gray[..., None], 3, axis=2))
     rgba = np.dstack([rgb, alpha])
     save("rgba8", Image.fromarray(rgba, "RGBA"), rgb)  # alpha dropped, not composited

@@ -3,7 +3,7 @@
 
 #include <fstream>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/frame_archive.h"
 #include "io_test_util.h"
 
@@ -221,6 +221,37 @@ TEST_F(CorruptArchive, SeekTableDamage) {
   const size_t entry1 = data.size() - 9 - 5 * 12;  // frame 0's entry
   data[entry1 + 4] ^= 1;                           // its decompressed size
   EXPECT_TRUE(mentions(check(data), "frame 0"));
+}
+
+// Any single damaged byte either makes open/read fail or leaves every frame
+// intact (e.g. a changed fps or an equivalent zstd header field): corrupt
+// pixels never come out silently.
+TEST_F(CorruptArchive, NoSilentCorruptionFromAnyByteFlip) {
+  uint32_t s = 99;
+  int detected = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    s = s * 1664525u + 1013904223u;
+    const size_t pos = trial < int(good_.size()) && trial < 64 ? trial : s % good_.size();
+    auto data = good_;
+    data[pos] ^= static_cast<uint8_t>(1u << (s >> 29));
+    const std::string path = dir_.file("flip.zst");
+    write_bytes(path, data);
+    auto r = FrameArchiveReader::open(path);
+    if (!r.ok()) {
+      ++detected;
+      continue;
+    }
+    Frame out;
+    for (int64_t i = 0; i < r->info().frame_count; ++i) {
+      Status st = r->read_frame(i, &out);
+      if (!st.ok()) {
+        ++detected;
+        break;
+      }
+      ASSERT_EQ(out.rgb, frames_[i].rgb) << "flip at byte " << pos << " went unnoticed";
+    }
+  }
+  EXPECT_GT(detected, 300);
 }
 
 TEST(FrameArchive, RejectsBadParameters) {

@@ -1,8 +1,9 @@
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <fstream>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 #include "io_test_util.h"
 
@@ -58,8 +59,8 @@ TEST(Png, EncodesStridedViews) {
 // Files written by Pillow (and a hand-rolled 16-bit writer) in every layout;
 // the oracle is Pillow's convert("RGB") (16-bit: the high byte).
 TEST(Png, ReadsEveryLayoutAsRgb8) {
-  for (const char* name : {"rgb8", "gray8", "rgba8", "gray_alpha8", "gray1", "palette",
-                           "palette_trns", "rgb16", "gray_alpha16"}) {
+  for (const char* name : {"rgb8", "rgb8_interlaced", "gray8", "rgba8", "gray_alpha8", "gray1",
+                           "palette", "palette_trns", "rgb16", "gray_alpha16"}) {
     SCOPED_TRACE(name);
     auto frame = read_png(fixture(std::string(name) + ".png"));
     ASSERT_TRUE(frame.ok()) << frame.status().message();
@@ -102,6 +103,29 @@ TEST(Png, ErrorsNameTheFile) {
   auto corrupt = read_image(flipped);
   ASSERT_FALSE(corrupt.ok());
   EXPECT_NE(corrupt.status().message().find("flipped.png"), std::string::npos);
+}
+
+// A header promising 30000x30000 pixels (2.7 GB as RGB8) is refused before
+// anything is allocated.
+TEST(Png, HugeHeaderIsRefused) {
+  TempDir dir;
+  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  auto chunk = [&](std::vector<uint8_t> type_and_data) {
+    const uint32_t n = static_cast<uint32_t>(type_and_data.size() - 4);
+    const uint32_t crc = crc32(0, type_and_data.data(), type_and_data.size());
+    for (int s = 24; s >= 0; s -= 8) png.push_back(static_cast<uint8_t>(n >> s));
+    png.insert(png.end(), type_and_data.begin(), type_and_data.end());
+    for (int s = 24; s >= 0; s -= 8) png.push_back(static_cast<uint8_t>(crc >> s));
+  };
+  chunk({'I', 'H', 'D', 'R', 0, 0, 0x75, 0x30, 0, 0, 0x75, 0x30, 8, 2, 0, 0, 0});
+  chunk({'I', 'D', 'A', 'T'});
+  chunk({'I', 'E', 'N', 'D'});
+  write_bytes(dir.file("huge.png"), png.data(), png.size());
+  auto info = read_image_info(dir.file("huge.png"));
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.status().message().find("too large"), std::string::npos)
+      << info.status().message();
+  EXPECT_NE(info.status().message().find("huge.png"), std::string::npos);
 }
 
 TEST(Jpeg, RoundTripPsnrAtQuality95) {
