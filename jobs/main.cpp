@@ -5,6 +5,7 @@
 
 namespace flick {
 // Each lives in the file that implements the subcommand.
+void register_job_commands(CLI::App& app, CliContext& ctx);  // jobs/commands.cpp
 }  // namespace flick
 
 int main(int argc, char** argv) {
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "flick 0.1.0");
   app.require_subcommand(1);
   flick::CliContext ctx;
+  flick::register_job_commands(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
