@@ -133,7 +133,7 @@ std::string format_utc(int64_t unix_ns) {
   const int ms = static_cast<int>((unix_ns / 1000000) % 1000);
   tm t;
   gmtime_r(&secs, &t);
-  char buf[40];
+  char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.tm_year + 1900,
                 t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ms);
   return buf;

@@ -39,6 +39,43 @@ std::string format_number(double v) {
   return s.str();
 }
 
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// The dotted key a line of TOML text assigns or opens ("input.fps" for
+// "fps = ..." under "[input]"), or "" when it cannot be told.
+std::string key_on_line(std::string_view text, int line) {
+  std::vector<std::string_view> lines;
+  for (size_t i = 0; i <= text.size();) {
+    const size_t j = std::min(text.find('\n', i), text.size());
+    lines.push_back(text.substr(i, j - i));
+    i = j + 1;
+  }
+  if (line < 1 || line > static_cast<int>(lines.size())) return "";
+  auto header = [](std::string_view l) -> std::optional<std::string> {
+    l = trim(l);
+    if (l.empty() || l.front() != '[') return std::nullopt;
+    const size_t close = l.find(']');
+    if (close == std::string_view::npos)
+      return std::string(trim(l.substr(l.find_first_not_of('['))));
+    return std::string(trim(l.substr(l.find_first_not_of('['), close - l.find_first_not_of('['))));
+  };
+  const std::string_view at = lines[static_cast<size_t>(line - 1)];
+  if (auto h = header(at)) return *h;
+  const size_t eq = at.find('=');
+  if (eq == std::string_view::npos) return "";
+  const std::string_view key = trim(at.substr(0, eq));
+  if (key.empty() || key.find_first_of("{}[]") != std::string_view::npos) return "";
+  for (int i = line - 2; i >= 0; --i) {
+    if (auto h = header(lines[static_cast<size_t>(i)])) return *h + "." + std::string(key);
+  }
+  return std::string(key);
+}
+
 }  // namespace
 
 const char* toml_type_words(toml::value_t t) {
@@ -58,6 +95,13 @@ const char* toml_type_words(toml::value_t t) {
   return "a value";
 }
 
+void Diagnostics::add(Diagnostic d) {
+  all_.push_back(std::move(d));
+  std::stable_sort(all_.begin(), all_.end(), [](const Diagnostic& a, const Diagnostic& b) {
+    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+  });
+}
+
 void Diagnostics::error_at(const toml::value& v, std::string key, const std::string& what,
                            const std::string& comment, std::vector<std::string> hints,
                            StatusCode code) {
@@ -70,7 +114,7 @@ void Diagnostics::error_at(const toml::value& v, std::string key, const std::str
   d.message = toml::format_error("[error] " + what, v, comment, std::move(hints),
                                  /*colorize=*/false);
   d.key = std::move(key);
-  all_.push_back(std::move(d));
+  add(std::move(d));
 }
 
 void Diagnostics::error_in_file(std::string key, const std::string& what, StatusCode code) {
@@ -79,10 +123,10 @@ void Diagnostics::error_in_file(std::string key, const std::string& what, Status
   d.file = file_;
   d.message = "[error] " + what + "\n --> " + file_;
   d.key = std::move(key);
-  all_.push_back(std::move(d));
+  add(std::move(d));
 }
 
-void Diagnostics::syntax_error(const toml::syntax_error& e) {
+void Diagnostics::syntax_error(const toml::syntax_error& e, std::string_view text) {
   Diagnostic d;
   d.file = file_;
   d.line = static_cast<int>(e.location().line());
@@ -94,7 +138,8 @@ void Diagnostics::syntax_error(const toml::syntax_error& e) {
     if (colon != std::string::npos)
       d.message = "[error] syntax error: " + d.message.substr(colon + 2);
   }
-  all_.push_back(std::move(d));
+  d.key = key_on_line(text, d.line);
+  add(std::move(d));
 }
 
 Status Diagnostics::status() const {
@@ -116,7 +161,7 @@ std::optional<toml::value> parse_toml(std::string_view text, Diagnostics& diag) 
   try {
     return toml::parse(in, diag.file());
   } catch (const toml::syntax_error& e) {
-    diag.syntax_error(e);
+    diag.syntax_error(e, text);
   } catch (const std::exception& e) {
     // toml11 reports some malformed input (invalid UTF-8 and the like) with
     // other exception types; never let them escape.
@@ -166,7 +211,10 @@ void TableReader::error(std::string_view key, const std::string& what, const std
                         std::vector<std::string> hints, StatusCode code) {
   const toml::value* v = value(key);
   FLICK_CHECK(v != nullptr, "error() on a missing key");
-  diag_->error_at(*v, key_path(key), key_path(key) + ": " + what, comment, std::move(hints), code);
+  // Messages from path checks already start with the key.
+  const std::string prefix = key_path(key) + ": ";
+  const std::string text = what.rfind(prefix, 0) == 0 ? what : prefix + what;
+  diag_->error_at(*v, key_path(key), text, comment, std::move(hints), code);
 }
 
 std::optional<std::string> TableReader::string(std::string_view key, Need need,
@@ -192,7 +240,12 @@ std::optional<std::string> TableReader::string(std::string_view key, Need need,
 std::optional<size_t> TableReader::choice(std::string_view key, Need need,
                                           std::initializer_list<std::string_view> choices) {
   std::vector<std::string> quoted;
-  for (std::string_view c : choices) quoted.push_back("\"" + std::string(c) + "\"");
+  for (std::string_view c : choices) {
+    std::string q = "\"";  // (not "\"" + std::string: GCC 12 warns falsely on that)
+    q.append(c);
+    q += '"';
+    quoted.push_back(std::move(q));
+  }
   const std::string expected = "one of " + join(quoted, ", ");
   const std::optional<std::string> s = string(key, need, expected);
   if (!s) return std::nullopt;

@@ -39,8 +39,9 @@ class Diagnostics {
   const std::string& file() const { return file_; }
   bool ok() const { return all_.empty(); }
   const std::vector<Diagnostic>& all() const { return all_; }
+  // In file order (errors without a position first).
   const Diagnostic& first() const { return all_.front(); }
-  void add(Diagnostic d) { all_.push_back(std::move(d)); }
+  void add(Diagnostic d);
 
   // An error at a value: formatted by toml11 with the source line underlined.
   void error_at(const toml::value& v, std::string key, const std::string& what,
@@ -49,8 +50,9 @@ class Diagnostics {
   // An error with no position in the file.
   void error_in_file(std::string key, const std::string& what,
                      StatusCode code = StatusCode::kInvalidInput);
-  // A syntax error thrown by toml::parse.
-  void syntax_error(const toml::syntax_error& e);
+  // A syntax error thrown by toml::parse; `text` is the document, to name
+  // the key on the error's line (best effort: a syntax error may have no key).
+  void syntax_error(const toml::syntax_error& e, std::string_view text);
 
   // Every message joined; the code is invalid_input when any error is
   // permanent (retrying cannot fix a file that is also malformed), otherwise
