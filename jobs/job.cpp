@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "io/output_sink.h"
+
 namespace flick {
 namespace {
 
@@ -65,11 +67,17 @@ void parse_frames(TableReader& f, OutputSpec* out) {
     }
     spec.jpeg_quality = static_cast<int>(*q);
   }
-  if (auto level = f.integer("level", Need::kOptional, 0, 9)) {
-    if (format && spec.format != FrameFormat::Png) {
-      f.error("level", "level (zlib 0-9) applies to png frames only", "not used here");
+  if (auto level = f.integer("level", Need::kOptional, 0, 19)) {
+    if (spec.format == FrameFormat::Png && *level <= 9) {
+      spec.png_level = static_cast<int>(*level);
+    } else if (spec.format == FrameFormat::Zst && *level >= 1) {
+      spec.zstd_level = static_cast<int>(*level);
+    } else if (format) {
+      f.error("level", "level is the zlib level 0-9 of png frames or the zstd level 1-19 of zst",
+              spec.format == FrameFormat::Png || spec.format == FrameFormat::Zst
+                  ? "out of range for this format"
+                  : "not used by this format");
     }
-    spec.png_level = static_cast<int>(*level);
   }
   f.check_unknown_keys();
   out->frames = spec;
@@ -100,6 +108,12 @@ void parse_output(TableReader& out, const DaemonConfig& config, Job* job) {
     out.diagnostics().error_at(out.toml(), out.path(),
                                "[output] writes nothing: set video, frames or contact_sheet",
                                "nothing to write");
+  }
+  if (out.diagnostics().ok()) {
+    // The writers' own checks (names that would clash, ranges) as a last word.
+    if (Status s = validate_output_spec(job->output); !s.ok()) {
+      out.diagnostics().error_at(out.toml(), out.path(), s.message(), "these outputs");
+    }
   }
 }
 

@@ -8,7 +8,7 @@
 //   [output]
 //   dir    = "/srv/render/out/shot-12"
 //   video  = { file = "shot.mp4", codec = "h264", crf = 20, fps = 25, preset = "veryfast" }
-//   frames = { format = "png" }   # png (level) | jpeg (quality) | zst | none
+//   frames = { format = "png" }   # png (level 0-9) | jpeg (quality) | zst (level 1-19) | none
 //   contact_sheet = true
 #pragma once
 

@@ -297,6 +297,15 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   Expected<std::optional<JobStatus>> ledger_read = spool_.read_status(SpoolDir::kActive, job.id);
   const std::optional<JobStatus> ledger =
       ledger_read.ok() ? std::move(*ledger_read) : std::optional<JobStatus>();
+  if (ledger && !ledger->job_sha256.empty() && ledger->job_sha256 != c.sha256) {
+    return quarantine(c, job.error_at("id",
+                                      "duplicate id \"" + job.id +
+                                          "\": a different job with this id is waiting for a "
+                                          "retry (" + spool_.path(SpoolDir::kActive, job.id) +
+                                          kStatusSuffix + ")",
+                                      "id already used"),
+                      /*owns_ledger=*/false);
+  }
   const int previous_attempts = ledger ? ledger->attempts : 0;
   const std::string final_path = job.output_dir.final_path();
   const std::string partial_name = job.output_dir.leaf + ".partial";
@@ -474,14 +483,14 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   return r;
 }
 
-JobResult Worker::quarantine(Claim& c, const Diagnostic& why) {
+JobResult Worker::quarantine(Claim& c, const Diagnostic& why, bool owns_ledger) {
   const Status status(why.code, why.message);
   log_warning("job " + c.display + ": invalid, " +
               (options_.foreground ? std::string("not run") : "quarantined") + "\n" + why.message);
   if (options_.foreground) {
     if (c.dir == SpoolDir::kActive) {
       ::unlinkat(spool_.fd(SpoolDir::kActive), c.name.c_str(), 0);
-      warn_if_error(spool_.remove_status(SpoolDir::kActive, c.stem));
+      if (owns_ledger) warn_if_error(spool_.remove_status(SpoolDir::kActive, c.stem));
     }
     return {Outcome::kQuarantined, c.stem, status};
   }
@@ -516,7 +525,9 @@ JobResult Worker::quarantine(Claim& c, const Diagnostic& why) {
   if (err != 0 && err != ENOENT) {
     log_warning("moving " + c.display + " to quarantine/: " + std::strerror(err));
   }
-  if (c.dir == SpoolDir::kActive) warn_if_error(spool_.remove_status(SpoolDir::kActive, c.stem));
+  if (c.dir == SpoolDir::kActive && owns_ledger) {
+    warn_if_error(spool_.remove_status(SpoolDir::kActive, c.stem));
+  }
   return {Outcome::kQuarantined, c.stem, status};
 }
 
@@ -572,6 +583,15 @@ JobResult Worker::requeue(Claim& c, const std::string& id, int attempts, int del
     ledger.state = JobState::kQueued;
     ledger.attempts = attempts;
     ledger.error = runtime_diagnostic(c.display, why);
+    // Keep what proves which output directory is this job's own: the next
+    // attempt may find it renamed into place by this one.
+    Expected<std::optional<JobStatus>> old = spool_.read_status(SpoolDir::kActive, id);
+    if (old.ok() && old->has_value()) {
+      ledger.pipeline = (*old)->pipeline;
+      ledger.output_dir = (*old)->output_dir;
+      ledger.partial_dev = (*old)->partial_dev;
+      ledger.partial_ino = (*old)->partial_ino;
+    }
     Status s = spool_.write_status(SpoolDir::kActive, id, ledger, true, false);
     if (!s.ok()) log_warning(s.message());
   }

@@ -83,7 +83,9 @@ class Worker {
 
   JobResult claim_and_run(Claim& c);
   JobResult run_claimed(Claim& c, Job& job);
-  JobResult quarantine(Claim& c, const Diagnostic& why);
+  // owns_ledger=false: the ledger active/<id>.status.toml belongs to another
+  // job with the same id and stays.
+  JobResult quarantine(Claim& c, const Diagnostic& why, bool owns_ledger = true);
   JobResult fail(Claim& c, const std::string& id, const Status& why, int attempts,
                  const std::string& pipeline);
   JobResult retry_or_fail(Claim& c, Job& job, const Status& why, int attempts);
