@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/frame.h"
 #include "runtime/status.h"
 

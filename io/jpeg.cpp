@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 
 namespace flick {

@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "io/contact_sheet.h"
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/frame_archive.h"
 #include "io/image.h"
 #include "io/video.h"

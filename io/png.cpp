@@ -8,7 +8,7 @@
 #include <cstring>
 #include <new>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 
 namespace flick {

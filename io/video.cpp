@@ -14,7 +14,7 @@ extern "C" {
 #include <mutex>
 #include <vector>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "runtime/log.h"
 
 namespace flick {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "runtime/weights/atomic_file.h"
+#include "runtime/file_util.h"
 
 namespace flick {
 namespace {
@@ -313,7 +313,8 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsT
   FLICK_TRY(out.write(len, 8));
   FLICK_TRY(out.write(text.data(), text.size()));
   for (const Planned& p : plan) FLICK_TRY(out.write(p.t->data, p.nbytes));
-  return out.commit();
+  FLICK_TRY(out.commit());
+  return fsync_dir(parent_dir(path));  // the rename is durable only once its directory is
 }
 
 }  // namespace flick

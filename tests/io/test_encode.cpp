@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "av_decode.h"
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/frame_archive.h"
 #include "io/image.h"
 #include "io/output_sink.h"

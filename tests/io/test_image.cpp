@@ -3,7 +3,7 @@
 
 #include <fstream>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 #include "io_test_util.h"
 

@@ -4,7 +4,7 @@
 
 #include "av_decode.h"
 #include "io/contact_sheet.h"
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/frame_archive.h"
 #include "io/image.h"
 #include "io/output_sink.h"

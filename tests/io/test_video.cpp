@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "av_decode.h"
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/video.h"
 #include "io_test_util.h"
 

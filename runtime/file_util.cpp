@@ -1,4 +1,4 @@
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
