@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 #include "runtime/log.h"
 #include "runtime/threads.h"

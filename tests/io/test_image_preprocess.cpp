@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "io/file_util.h"
+#include "runtime/file_util.h"
 #include "io/image.h"
 #include "io/image_preprocess.h"
 #include "io_test_util.h"
