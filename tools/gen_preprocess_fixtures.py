@@ -10,6 +10,8 @@ reproduces (synthetic_rgb below and in the test), so only outputs are stored:
   synthetic_97x61.png        the formula's 97x61 image (proves both sides agree)
   resize/<filter>_<in>_<out>.png
                              Image.resize((w, h), filter) of synthetic(in)
+  resize_random.txt          300 random shapes and filters: a weighted hash
+                             of each Image.resize result
   pipeline.txt               per case: input size, seed, crop box, FNV-1a 64 of
                              the 640x352 RGB8 resize and of the [3,352,640]
                              bf16 tensor (little-endian bytes)
@@ -93,17 +95,62 @@ RESIZE_CASES = [
     (13, 7, 1, 1),
     (1, 1, 5, 3),
     (5, 1, 2, 9),
+    # Pillow 13's pass order: vertical first iff the height shrinks by more
+    # than twice as many pixels as the width (31 - 20 > 2 * 5), not at the tie.
+    (30, 31, 25, 20),
+    (30, 30, 25, 20),
+    (20, 60, 40, 10),
 ]
+RANDOM_RESIZES = 300
 RESIZE_SEED = 7
 
 
+def weighted_hash(a):
+    """sum(byte[i] * (2i + 1) * 0x9E3779B97F4A7C15) mod 2^64: every single-byte
+    change alters it (odd weights), cheap in numpy and in C++."""
+    b = a.reshape(-1).astype(np.uint64)
+    i = np.arange(b.size, dtype=np.uint64)
+    w = (i * np.uint64(2) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    return int(np.sum(b * w, dtype=np.uint64))
+
+
 def write_resize():
-    (OUT / "resize").mkdir(parents=True, exist_ok=True)
+    d = OUT / "resize"
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.iterdir():
+        old.unlink()
     for (iw, ih, ow, oh) in RESIZE_CASES:
         src = Image.fromarray(synthetic_rgb(iw, ih, RESIZE_SEED), "RGB")
         for name, f in FILTERS.items():
             dst = src.resize((ow, oh), f)
-            dst.save(OUT / "resize" / f"{name}_{iw}x{ih}_{ow}x{oh}.png", optimize=True)
+            dst.save(d / f"{name}_{iw}x{ih}_{ow}x{oh}.png", optimize=True)
+
+    # Random shapes: small both ways, large factors down and up, and shapes
+    # around the pass-order tie.
+    rng = np.random.default_rng(2024)
+    lines = ["# in_w in_h out_w out_h filter(0 box .. 4 lanczos) seed weighted_hash"]
+    names = list(FILTERS)
+    for k in range(RANDOM_RESIZES):
+        kind = k % 4
+        if kind == 0:
+            iw, ih, ow, oh = (int(v) for v in rng.integers(1, 160, 4))
+        elif kind == 1:
+            iw, ih = (int(v) for v in rng.integers(100, 600, 2))
+            ow, oh = (int(v) for v in rng.integers(1, 60, 2))
+        elif kind == 2:
+            iw, ih = (int(v) for v in rng.integers(1, 30, 2))
+            ow, oh = (int(v) for v in rng.integers(60, 200, 2))
+        else:
+            iw = int(rng.integers(10, 150))
+            ow = int(rng.integers(1, iw))
+            oh = int(rng.integers(1, 100))
+            ih = oh + 2 * (iw - ow) + int(rng.integers(-1, 2))
+        f = int(rng.integers(0, 5))
+        seed = int(rng.integers(0, 1 << 16))
+        out = np.asarray(Image.fromarray(synthetic_rgb(iw, ih, seed), "RGB").resize(
+            (ow, oh), FILTERS[names[f]]))
+        lines.append(f"{iw} {ih} {ow} {oh} {f} {seed} {weighted_hash(out)}")
+    (OUT / "resize_random.txt").write_text("\n".join(lines) + "\n")
 
 
 # --- the Matrix-Game 2.0 start-image pipeline ----------------------------------
