@@ -244,16 +244,17 @@ void scan_png(const uint8_t* data, size_t size, Metadata* meta) {
     const uint32_t crc = be32(body + length);
     pos += 12 + length;
     if (std::memcmp(type, "IEND", 4) == 0) break;
-    if (crc != crc32(crc32(0, type, 4), body, static_cast<uInt>(length))) continue;
-    const Bytes chunk = bytes_of(body, length);
-    if (std::memcmp(type, "eXIf", 4) == 0) {
-      meta->exif.emplace(chunk);
-      continue;
-    }
+    const bool exif = std::memcmp(type, "eXIf", 4) == 0;
     const bool text = std::memcmp(type, "tEXt", 4) == 0;
     const bool ztext = std::memcmp(type, "zTXt", 4) == 0;
     const bool itext = std::memcmp(type, "iTXt", 4) == 0;
-    if (!text && !ztext && !itext) continue;
+    if (!exif && !text && !ztext && !itext) continue;
+    if (crc != crc32(crc32(0, type, 4), body, static_cast<uInt>(length))) continue;
+    const Bytes chunk = bytes_of(body, length);
+    if (exif) {
+      meta->exif.emplace(chunk);
+      continue;
+    }
     const size_t nul = chunk.find('\0');
     if (nul == Bytes::npos) continue;
     const Bytes key = chunk.substr(0, nul);

@@ -16,6 +16,9 @@ reproduces (synthetic_rgb below and in the test), so only outputs are stored:
                              the 640x352 RGB8 resize and of the [3,352,640]
                              bf16 tensor (little-endian bytes)
   pipeline_<case>_rows.png   rows 0, 1, 175, 176, 350, 351 of that resize
+  start_*.jpg, start_*.png   whole files (4:2:0 JPEG, RGBA PNG, with EXIF
+                             orientation); pipeline_files.txt: the same two
+                             hashes for the reference run from the file
   normalize.txt              hex bits of ToTensor + Normalize for every u8
                              value: f32 and bf16, for mean/std 0.5 and ImageNet
   exif/*.jpg, exif/*.png     files with EXIF / XMP orientation, well-formed and
@@ -220,6 +223,36 @@ def write_pipeline():
         Image.fromarray(resized[SAMPLE_ROWS], "RGB").save(OUT / f"pipeline_{name}_rows.png",
                                                           optimize=True)
     (OUT / "pipeline.txt").write_text("\n".join(lines) + "\n")
+
+
+def reference_start_image(path):
+    """Matrix-Game-2/inference.py from the file on: load_image, _resizecrop,
+    frame_process, .to(bfloat16). Returns (RGB8 after the resize, bf16 bytes)."""
+    image, _ = resizecrop(load_image(str(path)), 352, 640)
+    resized = np.asarray(RESIZE_ONLY(image))
+    tensor = FRAME_PROCESS(image).to(torch.bfloat16)
+    return resized, tensor.contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
+
+
+def write_pipeline_files():
+    """Whole files through the reference: a 4:2:0 JPEG with odd sizes and
+    EXIF orientation 6 (portrait after rotation), an RGBA PNG with orientation
+    3 in an eXIf chunk (alpha dropped)."""
+    jpeg = io.BytesIO()
+    Image.fromarray(synthetic_rgb(203, 150, 12), "RGB").save(
+        jpeg, "JPEG", quality=90, subsampling=2)
+    jpeg = jpeg.getvalue()
+    jpeg = jpeg[:2] + exif_app1(tiff([(ORI, 3, 1, short_field(6))])) + jpeg[2:]
+    (OUT / "start_420_orientation6.jpg").write_bytes(jpeg)
+    rgba = np.dstack([synthetic_rgb(150, 90, 13), synthetic_rgb(150, 90, 14)[..., :1]])
+    png = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(png, "PNG", exif=tiff([(ORI, 3, 1, short_field(3))]))
+    (OUT / "start_rgba_orientation3.png").write_bytes(png.getvalue())
+    lines = ["# file rgb_fnv1a64 (640x352 RGB8 after the resize) bf16_fnv1a64 ([3,352,640])"]
+    for name in ("start_420_orientation6.jpg", "start_rgba_orientation3.png"):
+        resized, bf16 = reference_start_image(OUT / name)
+        lines.append(f"{name} {fnv1a64(resized.tobytes()):016x} {fnv1a64(bf16):016x}")
+    (OUT / "pipeline_files.txt").write_text("\n".join(lines) + "\n")
 
 
 # --- ToTensor + Normalize --------------------------------------------------------
@@ -496,6 +529,7 @@ def main():
     Image.fromarray(synthetic_rgb(97, 61, 1), "RGB").save(OUT / "synthetic_97x61.png")
     write_resize()
     write_pipeline()
+    write_pipeline_files()
     write_normalize()
     write_exif()
 

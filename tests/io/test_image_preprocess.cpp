@@ -217,6 +217,33 @@ TEST(Mg2Preprocess, CropResizeAndBf16TensorEqualTheReference) {
   }
 }
 
+TEST(Mg2Preprocess, WholeFilesEqualTheReference) {
+  // load_image (JPEG 4:2:0 / RGBA PNG decode, EXIF rotation) through the
+  // bf16 tensor, as Matrix-Game-2/inference.py runs it.
+  const auto lines = fixture_lines("pipeline_files.txt");
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& line : lines) {
+    std::istringstream in(line);
+    std::string file, rgb_hash, bf16_hash;
+    in >> file >> rgb_hash >> bf16_hash;
+    SCOPED_TRACE(file);
+    auto image = load_image_rgb(fixture(file));
+    ASSERT_TRUE(image.ok()) << image.status().message();
+    auto cropped = center_crop_to_aspect(image->view(), 640, 352);
+    ASSERT_TRUE(cropped.ok()) << cropped.status().message();
+    const Frame resized = pil_resize(cropped->view(), 640, 352, PilFilter::kBilinear);
+    OwnedTensor tensor(DType::BF16, Shape{3, 352, 640});
+    to_normalized_chw(resized.view(), {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}, tensor);
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(fnv1a64(resized.rgb.data(), resized.rgb.size())));
+    EXPECT_EQ(hex, rgb_hash);
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(fnv1a64(tensor.t.data, tensor.t.nbytes())));
+    EXPECT_EQ(hex, bf16_hash);
+  }
+}
+
 TEST(Mg2Preprocess, CropBoxRoundsHalfToEven) {
   // Python's round() of the float box (values from the reference formula):
   // 97x62 keeps 53 rows, box (0, 4.5, 97, 57.5) -> 54 rows.
