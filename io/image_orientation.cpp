@@ -24,13 +24,15 @@ uint32_t be32(const uint8_t* p) {
 
 // --- TIFF IFD0 ------------------------------------------------------------------
 
-// Multi-byte reads in the byte order the TIFF header names.
+// Multi-byte reads in the byte order the TIFF header names. Callers check
+// bounds against the blob first (user data); the FLICK_CHECK guards that.
 struct TiffReader {
   const uint8_t* data;
   size_t size;
   bool big_endian;
 
   uint64_t get(size_t offset, int nbytes) const {
+    FLICK_CHECK(offset <= size && size - offset >= static_cast<size_t>(nbytes));
     uint64_t v = 0;
     for (int i = 0; i < nbytes; ++i) {
       const int shift = 8 * (big_endian ? nbytes - 1 - i : i);
