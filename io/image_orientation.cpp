@@ -24,13 +24,15 @@ uint32_t be32(const uint8_t* p) {
 
 // --- TIFF IFD0 ------------------------------------------------------------------
 
-// Multi-byte reads in the byte order the TIFF header names.
+// Multi-byte reads in the byte order the TIFF header names. Callers check
+// bounds against the blob first (user data); the FLICK_CHECK guards that.
 struct TiffReader {
   const uint8_t* data;
   size_t size;
   bool big_endian;
 
   uint64_t get(size_t offset, int nbytes) const {
+    FLICK_CHECK(offset <= size && size - offset >= static_cast<size_t>(nbytes));
     uint64_t v = 0;
     for (int i = 0; i < nbytes; ++i) {
       const int shift = 8 * (big_endian ? nbytes - 1 - i : i);
@@ -244,16 +246,17 @@ void scan_png(const uint8_t* data, size_t size, Metadata* meta) {
     const uint32_t crc = be32(body + length);
     pos += 12 + length;
     if (std::memcmp(type, "IEND", 4) == 0) break;
-    if (crc != crc32(crc32(0, type, 4), body, static_cast<uInt>(length))) continue;
-    const Bytes chunk = bytes_of(body, length);
-    if (std::memcmp(type, "eXIf", 4) == 0) {
-      meta->exif.emplace(chunk);
-      continue;
-    }
+    const bool exif = std::memcmp(type, "eXIf", 4) == 0;
     const bool text = std::memcmp(type, "tEXt", 4) == 0;
     const bool ztext = std::memcmp(type, "zTXt", 4) == 0;
     const bool itext = std::memcmp(type, "iTXt", 4) == 0;
-    if (!text && !ztext && !itext) continue;
+    if (!exif && !text && !ztext && !itext) continue;
+    if (crc != crc32(crc32(0, type, 4), body, static_cast<uInt>(length))) continue;
+    const Bytes chunk = bytes_of(body, length);
+    if (exif) {
+      meta->exif.emplace(chunk);
+      continue;
+    }
     const size_t nul = chunk.find('\0');
     if (nul == Bytes::npos) continue;
     const Bytes key = chunk.substr(0, nul);

@@ -61,9 +61,13 @@ enum class PilFilter { kBox, kBilinear, kHamming, kBicubic, kLanczos };
 // Image.resize((width, height), filter) of an RGB image, bit for bit: the
 // separable, antialiased convolution of Pillow's Resample.c (filter support
 // widened by the scale factor when shrinking, taps normalised to sum 1 and
-// quantised to 22-bit fixed point, rounded and clipped to uint8), horizontal
-// pass first. An axis whose size does not change is not filtered, and equal
-// sizes return a copy, as in Pillow. FLICK_CHECKs width, height >= 1.
+// quantised to 22-bit fixed point, rounded and clipped to uint8 after each
+// pass). An axis whose size does not change is not filtered, and equal sizes
+// return a copy, as in Pillow. The pass order is Pillow 13's: vertical first
+// when the height shrinks by more than twice as many pixels as the width,
+// else horizontal first. (Pillow <= 12 always went horizontal first; the two
+// agree on every resize that keeps an aspect ratio below 2:1 tall, such as
+// Matrix-Game's 640:352 crop-then-resize.) FLICK_CHECKs width, height >= 1.
 Frame pil_resize(const FrameView& src, int width, int height, PilFilter filter);
 
 // torchvision ToTensor + Normalize(mean, std): out[c, y, x] =

@@ -10,10 +10,15 @@ reproduces (synthetic_rgb below and in the test), so only outputs are stored:
   synthetic_97x61.png        the formula's 97x61 image (proves both sides agree)
   resize/<filter>_<in>_<out>.png
                              Image.resize((w, h), filter) of synthetic(in)
+  resize_random.txt          300 random shapes and filters: a weighted hash
+                             of each Image.resize result
   pipeline.txt               per case: input size, seed, crop box, FNV-1a 64 of
                              the 640x352 RGB8 resize and of the [3,352,640]
                              bf16 tensor (little-endian bytes)
   pipeline_<case>_rows.png   rows 0, 1, 175, 176, 350, 351 of that resize
+  start_*.jpg, start_*.png   whole files (4:2:0 JPEG, RGBA PNG, with EXIF
+                             orientation); pipeline_files.txt: the same two
+                             hashes for the reference run from the file
   normalize.txt              hex bits of ToTensor + Normalize for every u8
                              value: f32 and bf16, for mean/std 0.5 and ImageNet
   exif/*.jpg, exif/*.png     files with EXIF / XMP orientation, well-formed and
@@ -93,17 +98,62 @@ RESIZE_CASES = [
     (13, 7, 1, 1),
     (1, 1, 5, 3),
     (5, 1, 2, 9),
+    # Pillow 13's pass order: vertical first iff the height shrinks by more
+    # than twice as many pixels as the width (31 - 20 > 2 * 5), not at the tie.
+    (30, 31, 25, 20),
+    (30, 30, 25, 20),
+    (20, 60, 40, 10),
 ]
+RANDOM_RESIZES = 300
 RESIZE_SEED = 7
 
 
+def weighted_hash(a):
+    """sum(byte[i] * (2i + 1) * 0x9E3779B97F4A7C15) mod 2^64: every single-byte
+    change alters it (odd weights), cheap in numpy and in C++."""
+    b = a.reshape(-1).astype(np.uint64)
+    i = np.arange(b.size, dtype=np.uint64)
+    w = (i * np.uint64(2) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    return int(np.sum(b * w, dtype=np.uint64))
+
+
 def write_resize():
-    (OUT / "resize").mkdir(parents=True, exist_ok=True)
+    d = OUT / "resize"
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.iterdir():
+        old.unlink()
     for (iw, ih, ow, oh) in RESIZE_CASES:
         src = Image.fromarray(synthetic_rgb(iw, ih, RESIZE_SEED), "RGB")
         for name, f in FILTERS.items():
             dst = src.resize((ow, oh), f)
-            dst.save(OUT / "resize" / f"{name}_{iw}x{ih}_{ow}x{oh}.png", optimize=True)
+            dst.save(d / f"{name}_{iw}x{ih}_{ow}x{oh}.png", optimize=True)
+
+    # Random shapes: small both ways, large factors down and up, and shapes
+    # around the pass-order tie.
+    rng = np.random.default_rng(2024)
+    lines = ["# in_w in_h out_w out_h filter(0 box .. 4 lanczos) seed weighted_hash"]
+    names = list(FILTERS)
+    for k in range(RANDOM_RESIZES):
+        kind = k % 4
+        if kind == 0:
+            iw, ih, ow, oh = (int(v) for v in rng.integers(1, 160, 4))
+        elif kind == 1:
+            iw, ih = (int(v) for v in rng.integers(100, 600, 2))
+            ow, oh = (int(v) for v in rng.integers(1, 60, 2))
+        elif kind == 2:
+            iw, ih = (int(v) for v in rng.integers(1, 30, 2))
+            ow, oh = (int(v) for v in rng.integers(60, 200, 2))
+        else:
+            iw = int(rng.integers(10, 150))
+            ow = int(rng.integers(1, iw))
+            oh = int(rng.integers(1, 100))
+            ih = oh + 2 * (iw - ow) + int(rng.integers(-1, 2))
+        f = int(rng.integers(0, 5))
+        seed = int(rng.integers(0, 1 << 16))
+        out = np.asarray(Image.fromarray(synthetic_rgb(iw, ih, seed), "RGB").resize(
+            (ow, oh), FILTERS[names[f]]))
+        lines.append(f"{iw} {ih} {ow} {oh} {f} {seed} {weighted_hash(out)}")
+    (OUT / "resize_random.txt").write_text("\n".join(lines) + "\n")
 
 
 # --- the Matrix-Game 2.0 start-image pipeline ----------------------------------
@@ -173,6 +223,36 @@ def write_pipeline():
         Image.fromarray(resized[SAMPLE_ROWS], "RGB").save(OUT / f"pipeline_{name}_rows.png",
                                                           optimize=True)
     (OUT / "pipeline.txt").write_text("\n".join(lines) + "\n")
+
+
+def reference_start_image(path):
+    """Matrix-Game-2/inference.py from the file on: load_image, _resizecrop,
+    frame_process, .to(bfloat16). Returns (RGB8 after the resize, bf16 bytes)."""
+    image, _ = resizecrop(load_image(str(path)), 352, 640)
+    resized = np.asarray(RESIZE_ONLY(image))
+    tensor = FRAME_PROCESS(image).to(torch.bfloat16)
+    return resized, tensor.contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
+
+
+def write_pipeline_files():
+    """Whole files through the reference: a 4:2:0 JPEG with odd sizes and
+    EXIF orientation 6 (portrait after rotation), an RGBA PNG with orientation
+    3 in an eXIf chunk (alpha dropped)."""
+    jpeg = io.BytesIO()
+    Image.fromarray(synthetic_rgb(203, 150, 12), "RGB").save(
+        jpeg, "JPEG", quality=90, subsampling=2)
+    jpeg = jpeg.getvalue()
+    jpeg = jpeg[:2] + exif_app1(tiff([(ORI, 3, 1, short_field(6))])) + jpeg[2:]
+    (OUT / "start_420_orientation6.jpg").write_bytes(jpeg)
+    rgba = np.dstack([synthetic_rgb(150, 90, 13), synthetic_rgb(150, 90, 14)[..., :1]])
+    png = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(png, "PNG", exif=tiff([(ORI, 3, 1, short_field(3))]))
+    (OUT / "start_rgba_orientation3.png").write_bytes(png.getvalue())
+    lines = ["# file rgb_fnv1a64 (640x352 RGB8 after the resize) bf16_fnv1a64 ([3,352,640])"]
+    for name in ("start_420_orientation6.jpg", "start_rgba_orientation3.png"):
+        resized, bf16 = reference_start_image(OUT / name)
+        lines.append(f"{name} {fnv1a64(resized.tobytes()):016x} {fnv1a64(bf16):016x}")
+    (OUT / "pipeline_files.txt").write_text("\n".join(lines) + "\n")
 
 
 # --- ToTensor + Normalize --------------------------------------------------------
@@ -449,6 +529,7 @@ def main():
     Image.fromarray(synthetic_rgb(97, 61, 1), "RGB").save(OUT / "synthetic_97x61.png")
     write_resize()
     write_pipeline()
+    write_pipeline_files()
     write_normalize()
     write_exif()
 

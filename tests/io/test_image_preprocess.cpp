@@ -108,10 +108,12 @@ TEST(PilResize, EqualsPillowForEveryFilterAndShape) {
   struct Case {
     int iw, ih, ow, oh;
   };
-  // Down, up, mixed, a single axis, a large factor, degenerate sizes.
-  const Case cases[] = {{97, 61, 40, 23}, {31, 19, 97, 61}, {97, 61, 30, 90},
-                        {97, 61, 97, 30}, {97, 61, 50, 61}, {700, 400, 64, 37},
-                        {13, 7, 1, 1},    {1, 1, 5, 3},     {5, 1, 2, 9}};
+  // Down, up, mixed, a single axis, a large factor, degenerate sizes, then
+  // Pillow 13's pass order: vertical first (31 - 20 > 2 * (30 - 25)), the
+  // tie (horizontal first), width up and height down (vertical first).
+  const Case cases[] = {{97, 61, 40, 23}, {31, 19, 97, 61},   {97, 61, 30, 90}, {97, 61, 97, 30},
+                        {97, 61, 50, 61}, {700, 400, 64, 37}, {13, 7, 1, 1},    {1, 1, 5, 3},
+                        {5, 1, 2, 9},     {30, 31, 25, 20},   {30, 30, 25, 20}, {20, 60, 40, 10}};
   for (const Case& k : cases) {
     const Frame src = synthetic_rgb(k.iw, k.ih, 7);
     for (const NamedFilter& f : kFilters) {
@@ -124,6 +126,36 @@ TEST(PilResize, EqualsPillowForEveryFilterAndShape) {
                 "");
     }
   }
+}
+
+// tools/gen_preprocess_fixtures.py weighted_hash: sum of byte[i] * (2i + 1) *
+// 0x9E3779B97F4A7C15 mod 2^64; odd weights, so any single changed byte shows.
+uint64_t weighted_hash(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    h += bytes[i] * ((uint64_t{i} * 2 + 1) * 0x9E3779B97F4A7C15ull);
+  }
+  return h;
+}
+
+TEST(PilResize, EqualsPillowOnRandomShapes) {
+  const auto lines = fixture_lines("resize_random.txt");
+  ASSERT_EQ(lines.size(), 300u);
+  int mismatches = 0;
+  for (const std::string& line : lines) {
+    std::istringstream in(line);
+    int iw, ih, ow, oh, f;
+    uint32_t seed;
+    uint64_t want;
+    in >> iw >> ih >> ow >> oh >> f >> seed >> want;
+    ASSERT_TRUE(!in.fail() && f >= 0 && f < 5) << line;
+    const Frame out = pil_resize(synthetic_rgb(iw, ih, seed).view(), ow, oh, kFilters[f].filter);
+    if (weighted_hash(out.rgb) != want) {
+      ++mismatches;
+      ADD_FAILURE() << kFilters[f].name << " " << iw << "x" << ih << " -> " << ow << "x" << oh;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST(PilResize, ReadsStridedViewsAndCopiesEqualSizes) {
@@ -182,6 +214,33 @@ TEST(Mg2Preprocess, CropResizeAndBf16TensorEqualTheReference) {
     std::snprintf(hex, sizeof(hex), "%016llx",
                   static_cast<unsigned long long>(fnv1a64(image.t.data, image.t.nbytes())));
     EXPECT_EQ(hex, bf16_hash) << "bf16 tensor differs";
+  }
+}
+
+TEST(Mg2Preprocess, WholeFilesEqualTheReference) {
+  // load_image (JPEG 4:2:0 / RGBA PNG decode, EXIF rotation) through the
+  // bf16 tensor, as Matrix-Game-2/inference.py runs it.
+  const auto lines = fixture_lines("pipeline_files.txt");
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& line : lines) {
+    std::istringstream in(line);
+    std::string file, rgb_hash, bf16_hash;
+    in >> file >> rgb_hash >> bf16_hash;
+    SCOPED_TRACE(file);
+    auto image = load_image_rgb(fixture(file));
+    ASSERT_TRUE(image.ok()) << image.status().message();
+    auto cropped = center_crop_to_aspect(image->view(), 640, 352);
+    ASSERT_TRUE(cropped.ok()) << cropped.status().message();
+    const Frame resized = pil_resize(cropped->view(), 640, 352, PilFilter::kBilinear);
+    OwnedTensor tensor(DType::BF16, Shape{3, 352, 640});
+    to_normalized_chw(resized.view(), {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}, tensor);
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(fnv1a64(resized.rgb.data(), resized.rgb.size())));
+    EXPECT_EQ(hex, rgb_hash);
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  static_cast<unsigned long long>(fnv1a64(tensor.t.data, tensor.t.nbytes())));
+    EXPECT_EQ(hex, bf16_hash);
   }
 }
 
