@@ -71,14 +71,16 @@ void action_rms_norm_bf16(std::span<const uint16_t> x, int64_t dim, std::span<ui
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* xr = x.data() + r * dim;
     // x.pow(2) rounds each square to bf16; mean accumulates in fp32 and
-    // rounds once; + eps and rsqrt each round to bf16.
+    // rounds once; + eps rounds; torch's bf16 rsqrt is 1 / sqrt with the
+    // square root itself rounded to bf16 first (c10::BFloat16 arithmetic),
+    // which differs from bf16(1/sqrt(x)) in the last bit now and then.
     float sum = 0.0f;
     for (int64_t d = 0; d < dim; ++d) {
       const float v = bf16_to_f32(xr[d]);
       sum += round_bf16(v * v);
     }
     const float mean = round_bf16(sum / static_cast<float>(dim));
-    const float inv = round_bf16(1.0f / std::sqrt(round_bf16(mean + eps)));
+    const float inv = round_bf16(1.0f / round_bf16(std::sqrt(round_bf16(mean + eps))));
     for (int64_t d = 0; d < dim; ++d) {
       out[r * dim + d] = f32_to_bf16(bf16_to_f32(xr[d]) * inv);
     }

@@ -6,7 +6,8 @@
 //   identity (cos 1, sin 0). out = x*cos + rot(x)*sin in fp32, rot(x0, x1) =
 //   (-x1, x0), then bf16.
 // - RMSNorm: x * rsqrt(mean(x^2) + 1e-6) in bf16 arithmetic (every op
-//   rounds to bf16), the stored weight ignored as the reference ignores it.
+//   rounds to bf16, rsqrt as bf16(1 / bf16(sqrt))), the stored weight ignored as the reference
+//   ignores it.
 #pragma once
 
 #include <cstdint>

@@ -34,8 +34,8 @@ Status gather_action_window(std::span<const T> track, int64_t channels, int64_t 
   const int64_t last = action_window_frame(latent, kActionWindowFrames - 1);
   if (last >= raw_frames) {
     return invalid_input("action track has " + std::to_string(raw_frames) +
-                                    " raw frames; latent frame " + std::to_string(latent) +
-                                    " needs " + std::to_string(last + 1));
+                         " raw frames; latent frame " + std::to_string(latent) + " needs " +
+                         std::to_string(last + 1));
   }
   for (int k = 0; k < kActionWindowFrames; ++k) {
     const T* row = track.data() + action_window_frame(latent, k) * channels;

@@ -33,7 +33,7 @@ void renoise_impl(std::span<const T> x0, std::span<const T> noise, float sigma_n
   const float keep = 1.0f - sigma_next;
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t f = 0; f < frames; ++f) {
-      const T* xr = x0.data() + (c * frames + f) * hw;  // x0[c, f]
+      const T* xr = x0.data() + (c * frames + f) * hw;       // x0[c, f]
       const T* nr = noise.data() + (f * channels + c) * hw;  // noise[f, c]
       T* o = out.data() + (c * frames + f) * hw;
       for (int64_t i = 0; i < hw; ++i) {
@@ -47,24 +47,15 @@ void renoise_impl(std::span<const T> x0, std::span<const T> noise, float sigma_n
 
 }  // namespace
 
-std::vector<float> torch_linspace_f32(float start, float end, int64_t steps, int vector_width) {
-  FLICK_CHECK(steps >= 2 && vector_width >= 1);
+std::vector<float> torch_linspace_f32(float start, float end, int64_t steps) {
+  FLICK_CHECK(steps >= 2);
   const float step = (end - start) / static_cast<float>(steps - 1);
   const int64_t halfway = steps / 2;
-  // cpu_serial_kernel_vec runs two vectors per iteration, then a scalar tail.
-  const int64_t vec_end = steps / (2 * vector_width) * (2 * vector_width);
   std::vector<float> out(static_cast<size_t>(steps));
-  auto scalar_at = [&](int64_t idx) {
-    return idx < halfway ? start + step * static_cast<float>(idx)
-                         : end - step * static_cast<float>(steps - idx - 1);
-  };
-  for (int64_t v = 0; v < vec_end; v += vector_width) {
-    const float base = scalar_at(v);  // the vector's first element, as above
-    for (int i = 0; i < vector_width; ++i) {
-      out[v + i] = i == 0 ? base : base + static_cast<float>(i) * step;
-    }
+  for (int64_t idx = 0; idx < steps; ++idx) {
+    out[idx] = idx < halfway ? std::fma(step, static_cast<float>(idx), start)
+                             : std::fma(-step, static_cast<float>(steps - idx - 1), end);
   }
-  for (int64_t idx = vec_end; idx < steps; ++idx) out[idx] = scalar_at(idx);
   return out;
 }
 

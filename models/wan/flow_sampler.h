@@ -21,11 +21,11 @@ struct FlowSchedule {
 FlowSchedule make_flow_schedule(float shift = 5.0f);
 
 // torch.linspace(start, end, steps) in fp32, element for element as ATen's
-// CPU kernel computes it: the first half counts up from start, the second
-// half down from end, and the vectorised loop builds each SIMD vector as
-// base + i * step from its first index. `vector_width` is that kernel's
-// float lanes (16 on an AVX-512 host, which made the goldens; 8 on AVX2).
-std::vector<float> torch_linspace_f32(float start, float end, int64_t steps, int vector_width = 16);
+// CPU kernel computes it (a scalar loop since torch 2.1): the first half
+// counts up from start, the second half down from end, each element one
+// fused multiply-add (the compiler contracts start + step * idx in torch's
+// build; verified bit for bit against torch 2.15's sigmas).
+std::vector<float> torch_linspace_f32(float start, float end, int64_t steps);
 
 // warp_denoising_step: cat(timesteps, [0])[1000 - step] for each listed step
 // (e.g. [1000, 666, 333] -> grid indices 0, 334, 667). Returns the fp32 times

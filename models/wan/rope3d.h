@@ -36,8 +36,8 @@ class Rope3d {
   // latent frames start at absolute index start_frame. out may alias x.
   // Each output is bf16(float(re)) with re = a*c - b*d, im = a*d + b*c in
   // f64 (torch's complex128 multiply: two products, one add, no FMA).
-  void apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t h, int64_t w,
-                  int64_t heads, int64_t start_frame, std::span<uint16_t> out) const;
+  void apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t h, int64_t w, int64_t heads,
+                  int64_t start_frame, std::span<uint16_t> out) const;
 
   // Per-token tables for the backend's `rope` op (F32 cos/sin [tokens,
   // head_dim/2], the f64 values rounded to fp32). The op

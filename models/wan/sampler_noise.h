@@ -19,8 +19,8 @@ namespace flick::wan {
 class SamplerNoise {
  public:
   // Draws the initial noise at once, so the re-noise draws follow it.
-  SamplerNoise(uint64_t seed, int64_t latents, int64_t h, int64_t w,
-               int64_t block_frames = 3, int64_t channels = 16);
+  SamplerNoise(uint64_t seed, int64_t latents, int64_t h, int64_t w, int64_t block_frames = 3,
+               int64_t channels = 16);
 
   // [channels, latents, h, w] fp32.
   const std::vector<float>& initial() const { return initial_; }

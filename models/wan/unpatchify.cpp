@@ -5,8 +5,7 @@
 namespace flick::wan {
 
 template <typename T>
-void unpatchify(std::span<const T> tokens, int64_t frames, int64_t h, int64_t w,
-                std::span<T> out) {
+void unpatchify(std::span<const T> tokens, int64_t frames, int64_t h, int64_t w, std::span<T> out) {
   const size_t n = static_cast<size_t>(frames * h * w * kPatchDim);
   FLICK_CHECK(frames > 0 && h > 0 && w > 0 && tokens.size() == n && out.size() == n);
   const int64_t oh = h * kPatchH, ow = w * kPatchW;

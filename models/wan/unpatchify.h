@@ -15,8 +15,7 @@ inline constexpr int kPatchDim = kLatentChannels * kPatchH * kPatchW;  // 64
 
 // Pure permutation; T is the element type (bf16 bits or float).
 template <typename T>
-void unpatchify(std::span<const T> tokens, int64_t frames, int64_t h, int64_t w,
-                std::span<T> out);
+void unpatchify(std::span<const T> tokens, int64_t frames, int64_t h, int64_t w, std::span<T> out);
 
 extern template void unpatchify<uint16_t>(std::span<const uint16_t>, int64_t, int64_t, int64_t,
                                           std::span<uint16_t>);

@@ -125,8 +125,7 @@ TEST(WanFlowSchedule, TablesMatchTorchBitForBit) {
 
 TEST(WanFlowSchedule, WarpedStepsAndSigmaLookup) {
   const FlowSchedule s = make_flow_schedule();
-  for (const auto& [preset, steps] :
-       std::vector<std::pair<std::string, std::vector<int>>>{
+  for (const auto& [preset, steps] : std::vector<std::pair<std::string, std::vector<int>>>{
            {"universal_gta", {1000, 666, 333}}, {"templerun", {1000, 750, 500, 250}}}) {
     SCOPED_TRACE(preset);
     const std::vector<float> t = warped_step_times(s, steps);
@@ -260,7 +259,8 @@ TEST(WanRope3d, SplitFollowsHeadDim) {
 }
 
 TEST(WanRope3d, TableRowsMatchReference) {
-  for (const auto& [name, hd] : std::vector<std::pair<std::string, int>>{{"full", 128}, {"tiny", 32}}) {
+  for (const auto& [name, hd] :
+       std::vector<std::pair<std::string, int>>{{"full", 128}, {"tiny", 32}}) {
     SCOPED_TRACE(name);
     const Rope3d rope(hd);
     const std::vector<int64_t> rows = constants().i64("rope." + name + ".rows");
@@ -340,7 +340,7 @@ TEST(WanActionWindow, KeyboardAndMouseWindows) {
                                                       win.begin() + (f + 1) * out.size())),
                 0u);
     }
-    if (m.name == "templerun") continue;  // no mouse
+    if (m.name == "templerun") continue;                     // no mouse
     const std::vector<float> mouse = p.f32("inputs.mouse");  // [1, T, 2]
     std::vector<uint16_t> mouse_bf(mouse.size());
     for (size_t i = 0; i < mouse.size(); ++i) mouse_bf[i] = f32_to_bf16(mouse[i]);
@@ -364,26 +364,39 @@ TEST(WanActionWindow, ShortTrackIsAnError) {
   EXPECT_NE(s.message().find("8 raw frames"), std::string::npos) << s.message();
 }
 
+int64_t ulp_distance(float a, float b) {
+  auto key = [](float v) {
+    const int32_t i = static_cast<int32_t>(f32_bits(v));
+    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i : static_cast<int64_t>(i);
+  };
+  return std::llabs(key(a) - key(b));
+}
+
 TEST(WanActionRope, TableMatchesReference) {
   const std::vector<int64_t> rows = constants().i64("action_rope.rows");
   const std::vector<float> rc = constants().f32("action_rope.cos");
   const std::vector<float> rs = constants().f32("action_rope.sin");
   std::vector<float> c(64), s(64);
-  size_t exact_small = 0, small = 0;
-  float max_err = 0;
+  int64_t max_ulp = 0;
+  size_t differ = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     action_rope_row(rows[r], c, s);
     for (int d = 0; d < 64; ++d) {
-      const bool same = c[d] == rc[r * 64 + d] && s[d] == rs[r * 64 + d];
-      max_err = std::max({max_err, std::fabs(c[d] - rc[r * 64 + d]), std::fabs(s[d] - rs[r * 64 + d])});
-      if (rows[r] < 16) small++, exact_small += same;
+      const int64_t u =
+          std::max(ulp_distance(c[d], rc[r * 64 + d]), ulp_distance(s[d], rs[r * 64 + d]));
+      max_ulp = std::max(max_ulp, u);
+      differ += u != 0;
+      if (d >= kActionRopeTimeDims) {
+        EXPECT_EQ(u, 0) << "identity dims are exact";
+      }
     }
   }
-  // Rows 0-15 (every position the tiny run uses) agree exactly; angles up to
-  // 7499 rad may differ by an fp32 ulp or two between libm and torch's
-  // vectorised sin/cos.
-  EXPECT_EQ(exact_small, small);
-  EXPECT_LT(max_err, 2.5e-7f);
+  // The angles are exact; torch evaluates fp32 cos/sin with SLEEF's 1-ulp
+  // vectorised kernels, we with libm (correctly rounded in practice), so a
+  // value may sit one ulp apart. The RoPE outputs used by the model are
+  // compared bit-exact below.
+  EXPECT_LE(max_ulp, 1);
+  EXPECT_LT(differ, rows.size() * 8 / 4) << "most entries agree exactly";
 }
 
 TEST(WanActionRope, ApplyOnQueriesAndKeysBitExact) {
