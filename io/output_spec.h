@@ -11,7 +11,7 @@ struct VideoSpec {
   std::string file;            // relative to the output dir: "walk.mp4" / "walk.mkv"
   std::string codec = "h264";  // h264 (MP4, yuv420p, BT.709) | ffv1 (MKV, lossless)
   int crf = 18;                // h264 only, 0..51
-  double fps = 25.0;
+  double fps = 0;              // 0: the frame rate the pipeline produces (FrameSink::begin)
   std::string preset = "veryfast";
 };
 
@@ -21,6 +21,7 @@ struct FramesSpec {
   FrameFormat format = FrameFormat::None;
   int jpeg_quality = 92;  // 1..100
   int png_level = 1;      // zlib level 0..9 (fast by default)
+  int zstd_level = 3;     // zst only, 1..19
 };
 
 struct OutputSpec {

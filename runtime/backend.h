@@ -81,6 +81,8 @@ class PackedConv {
 //                iff j / causal_block <= (i + Lk - Lq) / causal_block
 //                (block-causal over frames; causal_block = 1 is plain causal).
 // A query row whose keys are all masked produces zeros.
+// out may alias q (each query row is read before its output is written) but
+// must not overlap k or v.
 struct AttentionParams {
   float scale = 0.f;  // 0 = 1/sqrt(D)
   Tensor bias;

@@ -8,19 +8,10 @@
 #include <string>
 
 #include "io/frame.h"
+#include "io/frame_sink.h"
 #include "runtime/status.h"
 
 namespace flick {
-
-class FrameSink {
- public:
-  virtual ~FrameSink() = default;
-  // Called once before the first frame.
-  virtual Status begin(int width, int height, double fps, int64_t total_frames) = 0;
-  virtual Status write(const FrameView& frame) = 0;
-  // Flush and close everything; after this the outputs are complete.
-  virtual Status finish() = 0;
-};
 
 struct RunContext {
   // Set by SIGTERM handling: stop at the next block boundary and return

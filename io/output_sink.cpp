@@ -1,0 +1,189 @@
+#include "io/output_sink.h"
+
+#include <cstdio>
+#include <optional>
+
+#include "io/contact_sheet.h"
+#include "runtime/file_util.h"
+#include "io/frame_archive.h"
+#include "io/image.h"
+#include "io/video.h"
+
+namespace flick {
+namespace {
+
+// The contact sheet is one small image: compress it well.
+constexpr int kContactSheetPngLevel = 6;
+
+class OutputSink final : public FrameSink {
+ public:
+  OutputSink(OutputSpec spec, std::string dir) : spec_(std::move(spec)), dir_(std::move(dir)) {}
+
+  Status begin(int width, int height, double fps, int64_t total_frames) override {
+    FLICK_CHECK(!begun_, "begin called twice");
+    begun_ = true;
+    width_ = width;
+    height_ = height;
+    return remember(open_writers(fps, total_frames));
+  }
+
+  Status write(const FrameView& frame) override {
+    FLICK_CHECK(begun_ && !finished_, "write outside begin/finish");
+    if (!failed_.ok()) return failed_;
+    return remember(write_frame(frame));
+  }
+
+  Status finish() override {
+    FLICK_CHECK(begun_ && !finished_, "finish outside begin or twice");
+    if (!failed_.ok()) return failed_;
+    finished_ = true;
+    return remember(finish_all());
+  }
+
+  std::vector<OutputFile> outputs() const override { return outputs_; }
+
+ private:
+  Status remember(Status s) {
+    if (!s.ok() && failed_.ok()) failed_ = s;
+    return s;
+  }
+
+  Status open_writers(double fps, int64_t total_frames) {
+    if (width_ <= 0 || height_ <= 0) {
+      return invalid_input("frame size " + std::to_string(width_) + "x" + std::to_string(height_) +
+                           " is invalid");
+    }
+    if (spec_.video) {
+      VideoSpec video = *spec_.video;
+      if (video.fps <= 0) video.fps = fps;
+      FLICK_ASSIGN_OR_RETURN(
+          video_, VideoWriter::create(join_path(dir_, video.file), video, width_, height_));
+    }
+    switch (spec_.frames.format) {
+      case FrameFormat::Zst: {
+        FLICK_ASSIGN_OR_RETURN(
+            archive_, FrameArchiveWriter::create(join_path(dir_, kFrameArchiveName), width_,
+                                                 height_, fps, spec_.frames.zstd_level));
+        break;
+      }
+      case FrameFormat::Jpeg: {
+        FLICK_ASSIGN_OR_RETURN(JpegEncoder enc, JpegEncoder::create());
+        jpeg_.emplace(std::move(enc));
+        break;
+      }
+      case FrameFormat::Png:
+      case FrameFormat::None: break;
+    }
+    if (spec_.contact_sheet) {
+      FLICK_ASSIGN_OR_RETURN(ContactSheet sheet,
+                             ContactSheet::create(width_, height_, total_frames));
+      sheet_.emplace(std::move(sheet));
+    }
+    return ok_status();
+  }
+
+  Status write_frame(const FrameView& frame) {
+    if (frame.width != width_ || frame.height != height_) {
+      return invalid_input("frame " + std::to_string(frames_) + " is " +
+                           std::to_string(frame.width) + "x" + std::to_string(frame.height) +
+                           ", expected " + std::to_string(width_) + "x" + std::to_string(height_));
+    }
+    const FrameFormat format = spec_.frames.format;
+    if (format == FrameFormat::Png || format == FrameFormat::Jpeg) {
+      const std::string name = frame_file_name(frames_, format);
+      const std::string path = join_path(dir_, name);
+      if (format == FrameFormat::Png) {
+        FLICK_TRY(encode_png(frame, spec_.frames.png_level, &encoded_).with_context(path));
+      } else {
+        FLICK_TRY(jpeg_->encode(frame, spec_.frames.jpeg_quality, &encoded_).with_context(path));
+      }
+      FLICK_TRY(write_file_atomic(path, encoded_.data(), encoded_.size()));
+      outputs_.push_back({name, static_cast<int64_t>(encoded_.size())});
+    }
+    if (archive_) FLICK_TRY(archive_->write(frame));
+    if (video_) FLICK_TRY(video_->write(frame));
+    if (sheet_) FLICK_TRY(sheet_->add(frame));
+    ++frames_;
+    return ok_status();
+  }
+
+  Status finish_all() {
+    if (archive_) {
+      FLICK_TRY(archive_->finish());
+      FLICK_TRY(record(kFrameArchiveName));
+    }
+    if (video_) {
+      FLICK_TRY(video_->finish());
+      FLICK_TRY(record(spec_.video->file));
+    }
+    if (sheet_ && frames_ > 0) {
+      Frame sheet = sheet_->render();
+      FLICK_TRY(write_png(join_path(dir_, kContactSheetName), sheet.view(), kContactSheetPngLevel));
+      FLICK_TRY(record(kContactSheetName));
+    }
+    return fsync_dir(dir_);
+  }
+
+  Status record(const std::string& name) {
+    FLICK_ASSIGN_OR_RETURN(int64_t bytes, file_size(join_path(dir_, name)));
+    outputs_.push_back({name, bytes});
+    return ok_status();
+  }
+
+  const OutputSpec spec_;
+  const std::string dir_;
+  bool begun_ = false;
+  bool finished_ = false;
+  Status failed_;  // the first error; every later call returns it
+  int width_ = 0, height_ = 0;
+  int64_t frames_ = 0;
+  std::unique_ptr<VideoWriter> video_;
+  std::unique_ptr<FrameArchiveWriter> archive_;
+  std::optional<JpegEncoder> jpeg_;
+  std::optional<ContactSheet> sheet_;
+  std::vector<uint8_t> encoded_;  // reused PNG / JPEG buffer
+  std::vector<OutputFile> outputs_;
+};
+
+}  // namespace
+
+std::string frame_file_name(int64_t index, FrameFormat format) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "frame_%06lld.%s", static_cast<long long>(index),
+                format == FrameFormat::Jpeg ? "jpg" : "png");
+  return buf;
+}
+
+Status validate_output_spec(const OutputSpec& spec) {
+  const FramesSpec& f = spec.frames;
+  if (f.format == FrameFormat::Jpeg && (f.jpeg_quality < 1 || f.jpeg_quality > 100)) {
+    return invalid_input("output.frames.quality must be 1..100, got " +
+                         std::to_string(f.jpeg_quality));
+  }
+  if (f.format == FrameFormat::Png && (f.png_level < 0 || f.png_level > 9)) {
+    return invalid_input("output.frames.level must be 0..9 (zlib), got " +
+                         std::to_string(f.png_level));
+  }
+  if (f.format == FrameFormat::Zst && (f.zstd_level < 1 || f.zstd_level > 19)) {
+    return invalid_input("output.frames.level must be 1..19 (zstd), got " +
+                         std::to_string(f.zstd_level));
+  }
+  if (spec.video) {
+    FLICK_TRY(validate_video_spec(*spec.video).with_context("output"));
+    const std::string& name = spec.video->file;
+    if (name == kContactSheetName || name == kFrameArchiveName || name.rfind("frame_", 0) == 0) {
+      return invalid_input("output.video.file \"" + name +
+                           "\" clashes with the names of the frame / contact sheet outputs");
+    }
+  }
+  return ok_status();
+}
+
+Expected<std::unique_ptr<FrameSink>> make_output_sink(const OutputSpec& spec,
+                                                      const std::string& dir) {
+  FLICK_TRY(validate_output_spec(spec));
+  FLICK_TRY(ensure_dir(dir));
+  return std::unique_ptr<FrameSink>(new OutputSink(spec, dir));
+}
+
+}  // namespace flick

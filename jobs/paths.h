@@ -1,0 +1,56 @@
+// Path confinement: every input a job names must resolve (symlinks followed)
+// to a file under one of the configured input roots, and every output
+// directory under an output root. ".." is refused outright, so a path means
+// what it says; a symlink that leads outside the roots is refused with the
+// place it leads to.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace flick {
+
+struct Root {
+  std::string configured;  // as written in the config (normalized)
+  std::string canonical;   // realpath of it
+};
+
+// Normalizes an absolute path lexically: "//" and "/./" collapse, a trailing
+// '/' goes. Refuses relative paths and ".." components. `what` names the
+// path in messages ("input.frames").
+Expected<std::string> normalize_absolute(const std::string& path, const std::string& what);
+
+// True when canonical `path` is `root` or below it.
+bool is_within(const std::string& path, const std::string& root);
+
+// Makes a Root from a configured directory, which must exist.
+Expected<Root> make_root(const std::string& dir, const std::string& what);
+
+// The canonical path of an existing input `path` under one of `roots`.
+// Missing files are not_found; anything outside the roots is invalid_input.
+Expected<std::string> resolve_input(const std::string& path, const std::vector<Root>& roots,
+                                    const std::string& what);
+
+struct OutputDir {
+  std::string requested;            // normalized path as the job wrote it
+  std::string base;                 // canonical deepest existing ancestor (under a root)
+  std::vector<std::string> create;  // components to create below `base`, the leaf excluded
+  std::string leaf;                 // the output directory's own name
+  // Canonical path of the output directory and of its ".partial" twin.
+  std::string final_path() const;
+  std::string partial_path() const;
+  std::string parent_path() const;
+};
+
+// Checks an output directory: absolute, no "..", its deepest existing
+// ancestor resolves under an output root, and (if it exists) it is not a
+// symlink. It does not have to exist.
+Expected<OutputDir> resolve_output_dir(const std::string& dir, const std::vector<Root>& roots,
+                                       const std::string& what);
+
+// "a, b" listing of roots for messages.
+std::string describe_roots(const std::vector<Root>& roots);
+
+}  // namespace flick

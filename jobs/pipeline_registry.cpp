@@ -1,0 +1,31 @@
+#include "jobs/pipeline_registry.h"
+
+namespace flick {
+namespace {
+
+constexpr PipelineKind kKinds[] = {
+    {"encode", "frames (a PNG/JPEG glob or a .zst frame archive) to video and frames, no weights",
+     &create_encode_pipeline},
+};
+
+}  // namespace
+
+std::span<const PipelineKind> pipeline_kinds() { return kKinds; }
+
+const PipelineKind* find_pipeline_kind(std::string_view name) {
+  for (const PipelineKind& k : kKinds) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+std::string pipeline_kind_names() {
+  std::string out;
+  for (const PipelineKind& k : kKinds) {
+    if (!out.empty()) out += ", ";
+    out += k.name;
+  }
+  return out;
+}
+
+}  // namespace flick

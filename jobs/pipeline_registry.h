@@ -1,0 +1,63 @@
+// Pipeline kinds the daemon can run, and the interface a kind implements.
+//
+// A [[pipeline]] entry of the config names a kind; the kind reads its own
+// keys from that entry (weights, precision, ...) and becomes a
+// PipelineInstance. For each job naming that instance, the kind reads the
+// job's kind-specific tables ([input], [actions], ...) into a PreparedJob,
+// which the runner streams into the output sink.
+//
+// Adding a kind: one file kind_<name>.cpp implementing PipelineInstance and a
+// factory, plus one line in the table in pipeline_registry.cpp.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "jobs/toml_reader.h"
+#include "models/pipelines/pipeline.h"
+
+namespace flick {
+
+struct DaemonConfig;
+
+// A job's kind-specific part, checked and ready to run.
+class PreparedJob {
+ public:
+  virtual ~PreparedJob() = default;
+  // One line for logs and status files ("120 frames from /in/shot/*.png").
+  virtual std::string summary() const = 0;
+  virtual Status run(FrameSink& sink, const RunContext& ctx) = 0;
+};
+
+class PipelineInstance {
+ public:
+  virtual ~PipelineInstance() = default;
+  // Heavy work done once before the first job (weights, plans). serve, drain
+  // and run call it before READY; validate does not.
+  virtual Status load() = 0;
+  // Reads the job's kind-specific tables from the job's top-level reader
+  // (`job`), checking every key and path; on any error records it in the
+  // reader's diagnostics and returns nullptr. Cheap: no compute.
+  virtual std::unique_ptr<PreparedJob> prepare(TableReader& job,
+                                               const DaemonConfig& config) const = 0;
+};
+
+struct PipelineKind {
+  std::string_view name;
+  std::string_view description;
+  // Reads the kind's own keys from its [[pipeline]] entry (`name` and `kind`
+  // were read already); records errors in the reader and returns nullptr.
+  std::unique_ptr<PipelineInstance> (*create)(TableReader& entry);
+};
+
+std::span<const PipelineKind> pipeline_kinds();
+const PipelineKind* find_pipeline_kind(std::string_view name);
+// "encode, matrix-game-2" for messages.
+std::string pipeline_kind_names();
+
+// The factories, one per kind file.
+std::unique_ptr<PipelineInstance> create_encode_pipeline(TableReader& entry);
+
+}  // namespace flick

@@ -1,0 +1,595 @@
+// Flash-style attention for AVX-512 (+BF16): per (batch, head, tile of kRows
+// queries), walk the keys in blocks of kCols with an online softmax (running
+// max and sum in fp32), O accumulated in fp32.
+//
+// Both products are one register-tiled micro-kernel over 32-bit "units"
+// broadcast from A against 16-lane vectors of B:
+//   bf16 inputs: a unit is a bf16 pair along the reduction dim and the
+//                multiply-add is vdpbf16ps (two bf16 products, fp32 sum);
+//   otherwise:   a unit is one fp32 and the multiply-add is vfmadd231ps.
+// S = Q K^T: lanes over keys, units over head_dim; K packed [Lk/16][U][16].
+// O += P V:  lanes over head_dim, units over keys;  V packed [Lk/u][Dv], each
+//            entry a unit of consecutive keys for one d.
+// K and V are packed once per (batch, head) a thread visits, so the inner
+// loops stream contiguous, aligned memory.
+//
+// Error of the bf16 path beyond fp32 accumulation order: P is rounded to bf16
+// (relative error <= 2^-9 per weight, as FlashAttention does with half
+// inputs) while the normaliser sums the fp32 P, so each output element is off
+// by at most 2^-9 * max_j |V[j]| (typically far less: the roundings average).
+//
+// See attention_kernels.h for why this file avoids inline functions of other
+// headers: everything here is in an anonymous namespace or intrinsics.
+// GCC 12 reports the intrinsics' deliberately undefined pass-through operand
+// (_mm512_undefined_ps) as maybe-uninitialized once they are inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "runtime/cpu/attention_kernels.h"
+
+namespace flick::cpu::attention_detail {
+namespace {
+
+// Tile sizes, measured on the real shape (2640 x 5280 x 12 x 128): a tall query
+// tile reads each packed K/V block (L3-resident for long windows) for many rows;
+// 192 rows ran 10-25 % faster than 48, 384 no faster. The 64-key blocks keep a
+// K/V block L1-sized; 128 was slower for fp32.
+constexpr int64_t kRows = 192;     // queries per tile (a multiple of kRowAlign)
+constexpr int64_t kCols = 64;      // keys per block (4 vectors of 16)
+constexpr int64_t kRowAlign = 12;  // rows are padded to a multiple of every row tile below
+constexpr int kQkRows = 6;         // S register tile: 6 rows x up to 4 vectors (24 accumulators)
+constexpr float kLog2e = 1.44269504088896340736f;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// ---- element access (local copies; see the header comment) ----
+
+inline float bf16_bits_to_f32(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Element idx of an F32, BF16 or F16 buffer as fp32 (exact).
+inline float load_f32(DType t, const void* data, int64_t idx) {
+  switch (t) {
+    case DType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(data)[idx]);
+    case DType::F16: return _cvtsh_ss(static_cast<const uint16_t*>(data)[idx]);
+    default: return static_cast<const float*>(data)[idx];
+  }
+}
+
+// bf16 bits of element idx: the bf16 kernel only runs on BF16 inputs.
+inline uint32_t load_bf16(const void* data, int64_t idx) {
+  return static_cast<const uint16_t*>(data)[idx];
+}
+
+// ---- the two arithmetic flavours ----
+
+struct Bf16Math {
+  static constexpr int64_t kPerUnit = 2;  // reduction elements per 32-bit unit
+  static __m512 madd(__m512 acc, __m512i a, __m512i b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+  }
+};
+
+struct F32Math {
+  static constexpr int64_t kPerUnit = 1;
+  static __m512 madd(__m512 acc, __m512i a, __m512i b) {
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), acc);
+  }
+};
+
+// c[R][16*C] (=|+= row_scale * c) = a[R][units] x b[units][16*C].
+// a: broadcast units, row stride lda. b: vector j of unit u at b + u*ldb_u + j*ldb_c
+// (64-byte aligned). c: fp32, row stride ldc (64-byte aligned rows). Without
+// row_scale, c is overwritten; with it, c = c * row_scale[r] + a.b.
+template <class M, int R, int C>
+void tile_gemm(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb_u, int64_t ldb_c,
+               int64_t units, float* c, int64_t ldc, const float* row_scale) {
+  __m512 acc[R][C];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 s = row_scale ? _mm512_set1_ps(row_scale[r]) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int j = 0; j < C; ++j)
+      acc[r][j] =
+          row_scale ? _mm512_mul_ps(_mm512_load_ps(c + r * ldc + 16 * j), s) : _mm512_setzero_ps();
+  }
+  for (int64_t u = 0; u < units; ++u) {
+    __m512i bv[C];
+#pragma GCC unroll 16
+    for (int j = 0; j < C; ++j) bv[j] = _mm512_load_si512(b + u * ldb_u + j * ldb_c);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r * lda + u]));
+#pragma GCC unroll 16
+      for (int j = 0; j < C; ++j) acc[r][j] = M::madd(acc[r][j], av, bv[j]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < C; ++j) _mm512_store_ps(c + r * ldc + 16 * j, acc[r][j]);
+}
+
+// 2^x for x <= 0 (x = -inf allowed): Cephes exp2f's degree-6 polynomial on
+// [-0.5, 0.5] (about 2 ulp), scaled by 2^round(x).
+inline __m512 exp2_neg(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));  // 2^-200 scales to 0; avoids inf - inf
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// Per-thread workspace, carved from the driver's scratch.
+struct Workspace {
+  uint32_t* k;       // [ceil(Lk/16)][U][16] units
+  uint32_t* v;       // [ceil(Lk/kPerUnit)][Dv] units
+  uint32_t* q;       // [kRows][U] units
+  float* s;          // [kRows][kCols]
+  uint32_t* p;       // [kRows][kCols / kPerUnit] units
+  float* o;          // [kRows][Dv]
+  float* row_max;    // [kRows] running max of the log2-scaled scores
+  float* row_sum;    // [kRows][16] running sum of 2^(s - max), lane-wise
+  float* alpha;      // [kRows] rescale of O for the current block
+  int64_t* key_end;  // [kRows] visible keys of each row
+};
+
+template <class M>
+struct Dims {
+  int64_t units;   // U: head_dim in units (Q.K^T reduction)
+  int64_t dv;      // head_dim rounded up to a vector (P.V lanes)
+  int64_t kvecs;   // ceil(Lk / 16)
+  int64_t vunits;  // ceil(Lk / kPerUnit)
+  explicit Dims(const Problem& p)
+      : units(ceil_div(p.head_dim, M::kPerUnit)),
+        dv(round_up(p.head_dim, 16)),
+        kvecs(ceil_div(p.kv_len, 16)),
+        vunits(ceil_div(p.kv_len, M::kPerUnit)) {}
+};
+
+template <class M>
+size_t scratch_bytes_for(const Problem& p) {
+  const Dims<M> d(p);
+  return align64(size_t(d.kvecs * 16 * d.units) * 4) + align64(size_t(d.vunits * d.dv) * 4) +
+         align64(size_t(kRows * d.units) * 4) + align64(size_t(kRows * kCols) * 4) +
+         align64(size_t(kRows * kCols / M::kPerUnit) * 4) + align64(size_t(kRows * d.dv) * 4) +
+         2 * align64(kRows * 4) + align64(kRows * 64) + align64(kRows * 8);
+}
+
+template <class M>
+Workspace carve(const Problem& p, void* scratch) {
+  const Dims<M> d(p);
+  char* at = static_cast<char*>(scratch);
+  auto take = [&at](size_t bytes) {
+    char* r = at;
+    at += align64(bytes);
+    return r;
+  };
+  Workspace w;
+  w.k = reinterpret_cast<uint32_t*>(take(size_t(d.kvecs * 16 * d.units) * 4));
+  w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
+  w.q = reinterpret_cast<uint32_t*>(take(size_t(kRows * d.units) * 4));
+  w.s = reinterpret_cast<float*>(take(size_t(kRows * kCols) * 4));
+  w.p = reinterpret_cast<uint32_t*>(take(size_t(kRows * kCols / M::kPerUnit) * 4));
+  w.o = reinterpret_cast<float*>(take(size_t(kRows * d.dv) * 4));
+  w.row_max = reinterpret_cast<float*>(take(kRows * 4));
+  w.row_sum = reinterpret_cast<float*>(take(kRows * 64));
+  w.alpha = reinterpret_cast<float*>(take(kRows * 4));
+  w.key_end = reinterpret_cast<int64_t*>(take(kRows * 8));
+  return w;
+}
+
+inline const char* element(const Operand& t, int64_t b, int64_t l, int64_t h) {
+  return static_cast<const char*>(t.data) +
+         (b * t.stride[0] + l * t.stride[1] + h * t.stride[2]) * (t.dtype == DType::F32 ? 4 : 2);
+}
+
+// One row of Q or K (head_dim elements of `t`) as d.units units, written to
+// dst[u * dst_stride]; the odd tail of a bf16 pair is zero.
+template <class M>
+void pack_row(const Operand& t, const char* row, int64_t n, int64_t units, uint32_t* dst,
+              int64_t dst_stride) {
+  const int64_t stride = t.stride[3];
+  if constexpr (M::kPerUnit == 2) {
+    const int64_t pairs = n / 2;
+    if (stride == 1) {
+      for (int64_t u = 0; u < pairs; ++u) std::memcpy(dst + u * dst_stride, row + 4 * u, 4);
+    } else {
+      for (int64_t u = 0; u < pairs; ++u)
+        dst[u * dst_stride] =
+            load_bf16(row, 2 * u * stride) | (load_bf16(row, (2 * u + 1) * stride) << 16);
+    }
+    if (pairs < units) dst[pairs * dst_stride] = load_bf16(row, (n - 1) * stride);
+  } else if (t.dtype == DType::F32 && stride == 1) {
+    for (int64_t u = 0; u < n; ++u) std::memcpy(dst + u * dst_stride, row + 4 * u, 4);
+  } else {
+    for (int64_t u = 0; u < n; ++u)
+      dst[u * dst_stride] = f32_bits(load_f32(t.dtype, row, u * stride));
+  }
+}
+
+// K of (b, h) -> [ceil(Lk/16)][U][16] units (keys past Lk are zero).
+template <class M>
+void pack_k(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint32_t* dst) {
+  for (int64_t j = 0; j < d.kvecs * 16; ++j) {
+    uint32_t* col = dst + (j / 16) * d.units * 16 + j % 16;
+    if (j < p.kv_len) {
+      pack_row<M>(p.k, element(p.k, b, j, h), p.head_dim, d.units, col, 16);
+    } else {
+      for (int64_t u = 0; u < d.units; ++u) col[u * 16] = 0;
+    }
+  }
+}
+
+// Interleaves two contiguous bf16 rows: dst[e] = a[e] | b[e] << 16 for e < n
+// (zero past n), for e < round_up(n, 16).
+void interleave_bf16(const uint16_t* a, const uint16_t* b, int64_t n, uint32_t* dst) {
+  // Word k of the result: a[k/2] for even k, b[k/2] for odd k (vpermt2w picks b at 32+).
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
+  for (int64_t e = 0; e < n; e += 32) {
+    const int64_t left = n - e;
+    const __mmask32 m = left >= 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1;
+    const __m512i va = _mm512_maskz_loadu_epi16(m, a + e);
+    const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + e) : _mm512_setzero_si512();
+    _mm512_store_si512(dst + e, _mm512_permutex2var_epi16(va, lo_idx, vb));
+    if (left > 16) _mm512_store_si512(dst + e + 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
+  }
+}
+
+// V of (b, h) -> [ceil(Lk/kPerUnit)][Dv] units; unit (ju, d) holds V[ju*kPerUnit + e, d]
+// for e < kPerUnit (zero past Lk and past head_dim).
+template <class M>
+void pack_v(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint32_t* dst) {
+  const Operand& v = p.v;
+  const int64_t D = p.head_dim;
+  if constexpr (M::kPerUnit == 2) {
+    if (v.stride[3] == 1) {
+      for (int64_t ju = 0; ju < d.vunits; ++ju) {
+        const int64_t j = 2 * ju;
+        const auto* r0 = reinterpret_cast<const uint16_t*>(element(v, b, j, h));
+        const auto* r1 =
+            j + 1 < p.kv_len ? reinterpret_cast<const uint16_t*>(element(v, b, j + 1, h)) : nullptr;
+        interleave_bf16(r0, r1, D, dst + ju * d.dv);
+      }
+      return;
+    }
+  }
+  std::memset(dst, 0, size_t(d.vunits * d.dv) * 4);
+  for (int64_t j = 0; j < p.kv_len; ++j) {
+    const char* row = element(v, b, j, h);
+    uint32_t* out = dst + (j / M::kPerUnit) * d.dv;
+    if constexpr (M::kPerUnit == 2) {
+      const int shift = static_cast<int>(j % 2) * 16;
+      for (int64_t e = 0; e < D; ++e) out[e] |= load_bf16(row, e * v.stride[3]) << shift;
+    } else if (v.dtype == DType::F32 && v.stride[3] == 1) {
+      std::memcpy(out, row, size_t(D) * 4);
+    } else {
+      for (int64_t e = 0; e < D; ++e) out[e] = f32_bits(load_f32(v.dtype, row, e * v.stride[3]));
+    }
+  }
+}
+
+// S[rows][0, 16*nvec) = Q K^T over key vectors [kvec0, kvec0 + nvec), in
+// register tiles of kQkRows rows x up to 4 key vectors.
+template <class M>
+void scores(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t kvec0, int64_t nvec) {
+  for (int64_t vec = 0; vec < nvec; vec += 4) {
+    const uint32_t* kb = w.k + (kvec0 + vec) * d.units * 16;
+    const int64_t n = min64(4, nvec - vec);
+    for (int64_t r = 0; r < rows; r += kQkRows) {
+      const uint32_t* a = w.q + r * d.units;
+      float* c = w.s + r * kCols + vec * 16;
+      const int64_t ldk = d.units * 16;
+      switch (n) {
+        case 1:
+          tile_gemm<M, kQkRows, 1>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
+        case 2:
+          tile_gemm<M, kQkRows, 2>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
+        case 3:
+          tile_gemm<M, kQkRows, 3>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
+        default:
+          tile_gemm<M, kQkRows, 4>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          break;
+      }
+    }
+  }
+}
+
+// O[rows][lanes of c vectors starting at vec0] = O * alpha + P V over `units` key units.
+template <class M, int R, int C>
+void pv_chunk(const Workspace& w, const Dims<M>& d, int64_t rows, const uint32_t* vb, int64_t units,
+              int64_t vec0) {
+  constexpr int64_t ldp = kCols / M::kPerUnit;
+  for (int64_t r = 0; r < rows; r += R)
+    tile_gemm<M, R, C>(w.p + r * ldp, ldp, vb + vec0 * 16, d.dv, 16, units,
+                       w.o + r * d.dv + vec0 * 16, d.dv, w.alpha + r);
+}
+
+template <class M>
+void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t key0,
+                   int64_t nkeys) {
+  const uint32_t* vb = w.v + (key0 / M::kPerUnit) * d.dv;
+  const int64_t units = ceil_div(nkeys, M::kPerUnit);
+  const int64_t nvec = d.dv / 16;
+  int64_t vec = 0;
+  // Chunks of 4 vectors keep a 16 KB slice of the V block in L1 across all row groups.
+  for (; vec + 4 <= nvec; vec += 4) pv_chunk<M, 6, 4>(w, d, rows, vb, units, vec);
+  if (vec + 2 <= nvec) pv_chunk<M, 12, 2>(w, d, rows, vb, units, vec), vec += 2;
+  if (vec < nvec) pv_chunk<M, 12, 1>(w, d, rows, vb, units, vec);
+}
+
+// Max / sum of the 16 lanes, broadcast to all lanes.
+inline __m512 broadcast_max(__m512 v) {
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // swap 256-bit halves
+  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // swap 128-bit quarters
+  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
+  return _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
+}
+inline __m512 broadcast_sum(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+  return _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+}
+
+// Online-softmax step of one row over one key block of NV vectors: turns the
+// row of S into P (as units), updates the running max and (lane-wise) sum, and
+// sets alpha, the factor the row of O must be rescaled by. kMasked: some lanes
+// are masked (by causality, key padding or the end of the keys); valid[c] says
+// which. NV is a template argument so that the vectors stay in registers.
+template <class M, bool kMasked, int NV>
+void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
+                 int64_t key0, const __mmask16* valid) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const __m512 score_scale = _mm512_set1_ps(p.scale * kLog2e);
+  __m512 t[NV];
+  __m512 vmax = neg_inf;
+#pragma GCC unroll 4
+  for (int c = 0; c < NV; ++c) {
+    __m512 x = _mm512_mul_ps(_mm512_load_ps(w.s + r * kCols + 16 * c), score_scale);
+    if (bias_row) {
+      const int64_t j = key0 + 16 * c;
+      const __mmask16 m = kMasked ? valid[c] : __mmask16(0xFFFF);
+      __m512 bias;
+      if (p.bias_stride[3] == 1) {
+        bias = _mm512_maskz_loadu_ps(m, bias_row + j);
+      } else {
+        alignas(64) float tmp[16] = {};
+        for (int64_t l = 0; l < 16; ++l)
+          if (m >> l & 1) tmp[l] = bias_row[(j + l) * p.bias_stride[3]];
+        bias = _mm512_load_ps(tmp);
+      }
+      x = _mm512_fmadd_ps(bias, _mm512_set1_ps(kLog2e), x);
+    }
+    t[c] = kMasked ? _mm512_mask_blend_ps(valid[c], neg_inf, x) : x;
+    vmax = _mm512_max_ps(vmax, t[c]);
+  }
+  const __m512 old_max = _mm512_set1_ps(w.row_max[r]);
+  const __m512 new_max = _mm512_max_ps(old_max, broadcast_max(vmax));
+  // While nothing is visible the max is -inf; shifting by 0 keeps 2^(-inf) = 0.
+  const __m512 shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ),
+                                            new_max, _mm512_setzero_ps());
+  const __m512 alpha = exp2_neg(_mm512_sub_ps(old_max, shift));
+  __m512 sum = _mm512_setzero_ps();
+  uint32_t* prow = w.p + r * (kCols / M::kPerUnit);
+#pragma GCC unroll 4
+  for (int c = 0; c < NV; ++c) {
+    __m512 pc = exp2_neg(_mm512_sub_ps(t[c], shift));
+    if (kMasked) pc = _mm512_maskz_mov_ps(valid[c], pc);
+    sum = _mm512_add_ps(sum, pc);
+    t[c] = pc;
+  }
+  if constexpr (M::kPerUnit == 2) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; c += 2) {
+      const __m512 hi = c + 1 < NV ? t[c + 1] : _mm512_setzero_ps();
+      _mm512_store_si512(prow + 8 * c, (__m512i)_mm512_cvtne2ps_pbh(hi, t[c]));
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) _mm512_store_ps(reinterpret_cast<float*>(prow) + 16 * c, t[c]);
+  }
+  w.alpha[r] = _mm512_cvtss_f32(alpha);
+  w.row_max[r] = _mm512_cvtss_f32(new_max);
+  float* row_sum = w.row_sum + 16 * r;
+  _mm512_store_ps(row_sum, _mm512_fmadd_ps(_mm512_load_ps(row_sum), alpha, sum));
+}
+
+template <class M, bool kMasked>
+void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
+                 int64_t key0, int64_t nvec, const __mmask16* valid) {
+  static_assert(kCols == 64, "softmax_row dispatches 1 to 4 vectors");
+  switch (nvec) {
+    case 1: softmax_row<M, kMasked, 1>(p, w, r, bias_row, key0, valid); break;
+    case 2: softmax_row<M, kMasked, 2>(p, w, r, bias_row, key0, valid); break;
+    case 3: softmax_row<M, kMasked, 3>(p, w, r, bias_row, key0, valid); break;
+    default: softmax_row<M, kMasked, 4>(p, w, r, bias_row, key0, valid); break;
+  }
+}
+
+// The online-softmax step of every row of the tile over keys [key0, key0 + 16 * nvec).
+template <class M>
+void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, int64_t row0,
+                   int64_t rows, int64_t key0, int64_t nvec) {
+  __mmask16 padding[kCols / 16];
+  bool any_padded = false;
+  for (int64_t c = 0; c < nvec; ++c) {
+    padding[c] = 0xFFFF;
+    if (!p.key_padding) continue;
+    for (int64_t l = 0; l < 16; ++l) {
+      const int64_t j = key0 + 16 * c + l;
+      if (j < p.kv_len &&
+          p.key_padding[b * p.key_padding_stride[0] + j * p.key_padding_stride[1]] == 0)
+        padding[c] = static_cast<__mmask16>(padding[c] & ~(1u << l));
+    }
+    any_padded |= padding[c] != 0xFFFF;
+  }
+  const int64_t block_end = key0 + 16 * nvec;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t visible = w.key_end[r] - key0;
+    if (visible <= 0) {  // the block lies past the row's causal end
+      std::memset(w.p + r * (kCols / M::kPerUnit), 0, size_t(nvec * 16 / M::kPerUnit) * 4);
+      w.alpha[r] = 1.f;
+      continue;
+    }
+    const float* bias_row = p.bias ? p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] +
+                                         (row0 + r) * p.bias_stride[2]
+                                   : nullptr;
+    if (!any_padded && w.key_end[r] >= block_end) {
+      softmax_row<M, false>(p, w, r, bias_row, key0, nvec, nullptr);
+    } else {
+      __mmask16 valid[kCols / 16];
+      for (int64_t c = 0; c < nvec; ++c) valid[c] = first_lanes(visible - 16 * c) & padding[c];
+      softmax_row<M, true>(p, w, r, bias_row, key0, nvec, valid);
+    }
+  }
+}
+
+// out[b, row0 + r, h, :] = O[r] / sum (zero for fully masked rows). BF16 stores
+// use vcvtneps2bf16: round to nearest even like c10, except that it flushes
+// denormals (|x| < 2^-126) to zero and keeps NaN payloads.
+template <class M>
+void store_rows(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b, int64_t h,
+                int64_t row0, int64_t rows) {
+  const int64_t D = p.head_dim;
+  const int64_t esize = p.out_dtype == DType::F32 ? 4 : 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float sum = _mm512_cvtss_f32(broadcast_sum(_mm512_load_ps(w.row_sum + 16 * r)));
+    const __m512 inv = _mm512_set1_ps(sum > 0.f ? 1.f / sum : 0.f);
+    char* dst = static_cast<char*>(p.out) +
+                (b * p.out_stride[0] + (row0 + r) * p.out_stride[1] + h * p.out_stride[2]) * esize;
+    const float* o = w.o + r * d.dv;
+    for (int64_t e = 0; e < D; e += 16) {
+      const __mmask16 m = first_lanes(D - e);
+      const __m512 y = _mm512_mul_ps(_mm512_load_ps(o + e), inv);
+      if (p.out_stride[3] == 1) {
+        if (p.out_dtype == DType::F32)
+          _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst) + e, m, y);
+        else
+          _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(dst) + e, m,
+                                   (__m256i)_mm512_cvtneps_pbh(y));
+      } else {
+        alignas(64) float tmp[16];
+        alignas(32) uint16_t tmp16[16];
+        _mm512_store_ps(tmp, y);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp16), (__m256i)_mm512_cvtneps_pbh(y));
+        for (int64_t l = 0; l < 16 && e + l < D; ++l) {
+          const int64_t at = (e + l) * p.out_stride[3];
+          if (p.out_dtype == DType::F32)
+            reinterpret_cast<float*>(dst)[at] = tmp[l];
+          else
+            reinterpret_cast<uint16_t*>(dst)[at] = tmp16[l];
+        }
+      }
+    }
+  }
+}
+
+template <class M>
+void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b, int64_t h,
+              int64_t row0) {
+  const int64_t rows = min64(kRows, p.q_len - row0);
+  const int64_t padded_rows = round_up(rows, kRowAlign);
+  // Q rows as units; padding rows are zero (their P rows stay zero too).
+  for (int64_t r = 0; r < padded_rows; ++r) {
+    uint32_t* dst = w.q + r * d.units;
+    if (r >= rows) {
+      std::memset(dst, 0, size_t(d.units) * 4);
+      std::memset(w.p + r * (kCols / M::kPerUnit), 0, size_t(kCols / M::kPerUnit) * 4);
+      w.alpha[r] = 1.f;
+      continue;
+    }
+    pack_row<M>(p.q, element(p.q, b, row0 + r, h), p.head_dim, d.units, dst, 1);
+  }
+  int64_t tile_key_end = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    w.key_end[r] = attention_key_end(p, row0 + r);
+    tile_key_end = max64(tile_key_end, w.key_end[r]);
+    w.row_max[r] = -__builtin_inff();
+    _mm512_store_ps(w.row_sum + 16 * r, _mm512_setzero_ps());
+  }
+  std::memset(w.o, 0, size_t(padded_rows * d.dv) * 4);
+
+  for (int64_t key0 = 0; key0 < tile_key_end; key0 += kCols) {
+    const int64_t nkeys = min64(kCols, tile_key_end - key0);
+    const int64_t nvec = ceil_div(nkeys, 16);
+    scores<M>(w, d, padded_rows, key0 / 16, nvec);
+    softmax_block<M>(p, w, b, h, row0, rows, key0, nvec);
+    accumulate_pv<M>(w, d, padded_rows, key0, nkeys);
+  }
+  store_rows<M>(p, w, d, b, h, row0, rows);
+}
+
+template <class M>
+void run_items(const Problem& p, int64_t begin, int64_t end, void* scratch) {
+  const Dims<M> d(p);
+  const Workspace w = carve<M>(p, scratch);
+  const int64_t tiles = ceil_div(p.q_len, kRows);
+  int64_t packed = -1;  // (b, h) whose K/V are in the workspace
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t bh = item / tiles;
+    // Alternate first and last tiles so that contiguous ranges of items carry
+    // similar causal work.
+    const int64_t n = item % tiles;
+    const int64_t tile = n % 2 == 0 ? n / 2 : tiles - 1 - n / 2;
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    if (bh != packed) {
+      pack_k<M>(p, b, h, d, w.k);
+      pack_v<M>(p, b, h, d, w.v);
+      packed = bh;
+    }
+    run_tile<M>(p, w, d, b, h, tile * kRows);
+  }
+}
+
+size_t avx512_scratch_bytes(const Problem& p) {
+  return p.bf16_inputs ? scratch_bytes_for<Bf16Math>(p) : scratch_bytes_for<F32Math>(p);
+}
+
+void avx512_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
+  if (p.bf16_inputs)
+    run_items<Bf16Math>(p, begin, end, scratch);
+  else
+    run_items<F32Math>(p, begin, end, scratch);
+}
+
+}  // namespace
+
+const Kernel kAvx512Kernel = {"avx512", kRows, avx512_scratch_bytes, avx512_run};
+
+}  // namespace flick::cpu::attention_detail

@@ -1,0 +1,83 @@
+// Internal to the CPU attention op (runtime/cpu/attention*.cpp and its tests).
+//
+// cpu::attention resolves its Tensor arguments into a Problem (raw pointers
+// and element strides), picks a kernel and runs the work items of that kernel
+// -- one per (batch, head, query tile) -- over the thread pool. A kernel owns
+// its numerics; the driver owns threads and per-thread scratch.
+//
+// The AVX-512 kernel lives in attention_avx512.cpp, a translation unit built
+// with AVX-512 flags. To keep AVX-512 code from leaking into code that runs on
+// AVX2-only hosts through the linker's choice among identical inline
+// definitions, that file calls no inline function of another header and
+// exposes only the plain functions below; shared helpers here are `static`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/backend.h"
+
+namespace flick::cpu::attention_detail {
+
+// A 4-d [B, L, H, D] operand: base pointer and element strides.
+struct Operand {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t stride[4] = {0, 0, 0, 0};
+};
+
+struct Problem {
+  int64_t batch = 0, q_len = 0, kv_len = 0, heads = 0, head_dim = 0;
+  float scale = 0;  // resolved: never 0
+  Operand q, k, v;
+  // out: [B, Lq, H, D], F32 or BF16.
+  void* out = nullptr;
+  DType out_dtype = DType::F32;
+  int64_t out_stride[4] = {0, 0, 0, 0};
+  // Optional additive F32 bias [B|1, H|1, Lq, Lk]; broadcast dims have stride 0.
+  const float* bias = nullptr;
+  int64_t bias_stride[4] = {0, 0, 0, 0};
+  // Optional U8 key padding [B, Lk]; 0 = masked.
+  const uint8_t* key_padding = nullptr;
+  int64_t key_padding_stride[2] = {0, 0};
+  int64_t causal_block = 0;
+  // Inputs all BF16: the kernel may use bf16 products (vdpbf16ps). Otherwise
+  // it computes in fp32 throughout.
+  bool bf16_inputs = false;
+};
+
+// Keys [0, end) that query row i may see: Lk, or less under block-causal
+// masking, where key j is visible iff floor(j / cb) <= floor((i + Lk - Lq) / cb).
+static inline int64_t attention_key_end(const Problem& p, int64_t i) {
+  const int64_t cb = p.causal_block;
+  if (cb <= 0) return p.kv_len;
+  const int64_t pos = i + p.kv_len - p.q_len;
+  const int64_t block = pos >= 0 ? pos / cb : -((-pos + cb - 1) / cb);
+  const int64_t end = (block + 1) * cb;
+  return end < 0 ? 0 : (end > p.kv_len ? p.kv_len : end);
+}
+
+// A kernel processes work items [begin, end) of the B * H * ceil(Lq /
+// tile_rows) items, item = (b * H + h) * tiles + tile, with a per-thread
+// scratch of scratch_bytes(p) bytes (64-byte aligned).
+struct Kernel {
+  const char* name;
+  int64_t tile_rows;
+  size_t (*scratch_bytes)(const Problem& p);
+  void (*run)(const Problem& p, int64_t begin, int64_t end, void* scratch);
+};
+
+// Flash-style AVX-512 kernel: bf16 inputs through vdpbf16ps (P rounded to
+// bf16 for the P.V product), anything else through fp32 FMA.
+extern const Kernel kAvx512Kernel;
+// Blocked fp32 kernel for hosts without AVX-512 BF16 (compiled for AVX2).
+extern const Kernel kPortableKernel;
+
+// True when the host runs kAvx512Kernel (AVX-512 F/BW/VL/DQ + BF16).
+bool avx512_bf16_supported();
+
+// cpu::attention with a chosen kernel (tests run both paths).
+void attention_with(const Kernel& kernel, const Tensor& q, const Tensor& k, const Tensor& v,
+                    Tensor& out, const AttentionParams& p);
+
+}  // namespace flick::cpu::attention_detail
