@@ -23,6 +23,23 @@ void strided_move(const Tensor& x, int64_t ox, int64_t sx, const Tensor& y, int6
   for (int64_t i = 0; i < n; ++i) dst[i * sy] = src[i * sx];
 }
 
+// An [na, nb] tile (na, nb <= kTile) of same-size elements,
+// dst[a * da + b * db] = src[a * sa + b * sb], staged through a local buffer:
+// read along a (x's unit-stride dim), written along b (y's inner dim), so
+// both sides stream whole cache lines whatever the strides alias to.
+constexpr int64_t kTile = 32;
+template <class T>
+void move_tile(const Tensor& x, int64_t ox, int64_t sa, int64_t sb, const Tensor& y, int64_t oy,
+               int64_t da, int64_t db, int64_t na, int64_t nb) {
+  const T* src = reinterpret_cast<const T*>(byte_ptr(x, ox));
+  T* dst = reinterpret_cast<T*>(byte_ptr(y, oy));
+  T buf[kTile][kTile];
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t a = 0; a < na; ++a) buf[b][a] = src[a * sa + b * sb];
+  for (int64_t a = 0; a < na; ++a)
+    for (int64_t b = 0; b < nb; ++b) dst[a * da + b * db] = buf[b][a];
+}
+
 // n elements from x (offset ox, stride sx) to y, converting dtype.
 void copy_run(const EltwiseKernels& k, const Tensor& x, int64_t ox, int64_t sx, const Tensor& y,
               int64_t oy, int64_t sy, int64_t n) {
@@ -81,7 +98,6 @@ void copy(const Tensor& x, Tensor& y) {
         std::max<int64_t>(1, 16384 / std::min(inner, detail::kRun)));
     return;
   }
-  constexpr int64_t kTile = 32;
   const int64_t na = c.shape[tdim];
   outer[tdim] = 1;  // the tile loops walk tdim and the inner dim
   outer.ndim = last;
@@ -93,10 +109,19 @@ void copy(const Tensor& x, Tensor& y) {
           const int64_t row = t / (ta * tb), a0 = t / tb % ta * kTile, b0 = t % tb * kTile;
           const int64_t ox = flick::detail::offset_of(row, outer, sx);
           const int64_t oy = flick::detail::offset_of(row, outer, sy);
-          const int64_t nb = std::min(kTile, inner - b0);
-          for (int64_t a = a0; a < std::min(a0 + kTile, na); ++a)
-            copy_run(k, x, ox + a * sx[static_cast<size_t>(tdim)] + b0 * sx[last], sx[last], y,
-                     oy + a * sy[static_cast<size_t>(tdim)] + b0 * sy[last], sy[last], nb);
+          const int64_t nb = std::min(kTile, inner - b0), nt = std::min(kTile, na - a0);
+          const int64_t xa = sx[static_cast<size_t>(tdim)], ya = sy[static_cast<size_t>(tdim)];
+          const int64_t xo = ox + a0 * xa + b0 * sx[last], yo = oy + a0 * ya + b0 * sy[last];
+          if (x.dtype == y.dtype) {
+            switch (dtype_size(x.dtype)) {
+              case 1: move_tile<uint8_t>(x, xo, xa, sx[last], y, yo, ya, sy[last], nt, nb); break;
+              case 2: move_tile<uint16_t>(x, xo, xa, sx[last], y, yo, ya, sy[last], nt, nb); break;
+              default: move_tile<uint32_t>(x, xo, xa, sx[last], y, yo, ya, sy[last], nt, nb);
+            }
+            continue;
+          }
+          for (int64_t a = 0; a < nt; ++a)
+            copy_run(k, x, xo + a * xa, sx[last], y, yo + a * ya, sy[last], nb);
         }
       },
       16384 / (kTile * kTile));

@@ -50,6 +50,16 @@ struct EltwiseKernels {
   // y = (x - mean) * rstd * w[i] (+ b[i] if b); w non-null.
   void (*normalize)(const float* x, int64_t n, float mean, float rstd, const float* w,
                     const float* b, float* y);
+  // Norms over the rows of a [rows, cols] block (row stride ld), vectorised
+  // across columns: the layout of a norm over the channels of NC* activations.
+  // out[c] = sum_k v with v = x[k, c] - center[c] (center null: x[k, c]),
+  // squared if `square`; in double lanes.
+  void (*col_sums)(const float* x, int64_t rows, int64_t cols, int64_t ld, const float* center,
+                   bool square, double* out);
+  // y[k, c] = (x[k, c] - mean[c]) * scale[c] * w[k] + b[k]; w / b null for 1 / 0.
+  void (*col_normalize)(const float* x, int64_t rows, int64_t cols, int64_t ldx,
+                        const float* mean, const float* scale, const float* w, const float* b,
+                        float* y, int64_t ldy);
   // y = softmax(x) over n >= 1 elements (max subtracted); y may alias x.
   void (*softmax)(const float* x, float* y, int64_t n);
   // Interleaved pairs: (x[2i], x[2i+1]) -> (x0 c - x1 s, x0 s + x1 c), c = cos[i], s = sin[i].

@@ -83,6 +83,11 @@ inline double reduce_add(Vd a) {
   const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
   return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
+inline Vd load_d(const double* p) { return {_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
+inline void store(double* p, Vd a) {
+  _mm256_storeu_pd(p, a.lo);
+  _mm256_storeu_pd(p + 4, a.hi);
+}
 inline float reduce_max(Vf a) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));

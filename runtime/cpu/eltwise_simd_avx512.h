@@ -67,6 +67,11 @@ inline Vd add_wide(Vd a, Vf v) {
           _mm512_add_pd(a.hi, _mm512_cvtps_pd(h))};
 }
 inline double reduce_add(Vd a) { return _mm512_reduce_add_pd(_mm512_add_pd(a.lo, a.hi)); }
+inline Vd load_d(const double* p) { return {_mm512_loadu_pd(p), _mm512_loadu_pd(p + 8)}; }
+inline void store(double* p, Vd a) {
+  _mm512_storeu_pd(p, a.lo);
+  _mm512_storeu_pd(p + 8, a.hi);
+}
 inline float reduce_max(Vf a) { return _mm512_reduce_max_ps(a.v); }
 inline float reduce_min(Vf a) { return _mm512_reduce_min_ps(a.v); }
 

@@ -199,6 +199,59 @@ TEST(CpuNorm, PerHeadStridedAndInPlace) {
         norm_tol(qv, row_stats(qv, 128, 1e-6, true), per_element(w, qv.size(), 1, 128, 1),
                  std::vector<double>(qv.size(), 0)),
         "rms_norm per head in place", &q);
+  // Norms over the channels of NC(D)HW tensors, viewed as [N, (D,) H, W, C]:
+  // x and y both channel-strided (the vectorised-across-pixels path), odd
+  // pixel counts, in place, and a contiguous output.
+  struct ChannelCase {
+    Shape nchw;
+    DType in, out;
+  };
+  const ChannelCase cc[] = {{{1, 96, 9, 23}, DType::F32, DType::F32},
+                            {{2, 384, 3, 5}, DType::BF16, DType::BF16},
+                            {{1, 33, 130}, DType::F16, DType::F32},
+                            {{1, 16, 2, 7, 9}, DType::F32, DType::BF16}};
+  for (const ChannelCase& c : cc)
+    for (int rms = 0; rms < 2; ++rms) {
+      const int nd = c.nchw.ndim;
+      std::vector<int> to_last(static_cast<size_t>(nd));  // [N, C, *] -> [N, *, C]
+      to_last[0] = 0;
+      for (int d = 1; d < nd - 1; ++d) to_last[size_t(d)] = d + 1;
+      to_last[size_t(nd - 1)] = 1;
+      Shape vs;
+      vs.ndim = nd;
+      for (int d = 0; d < nd; ++d) vs[d] = c.nchw[to_last[size_t(d)]];
+      std::vector<int> storage(static_cast<size_t>(nd));  // storage order of the view's dims: N, C, *
+      storage[0] = 0;
+      storage[1] = nd - 1;
+      for (int d = 2; d < nd; ++d) storage[size_t(d)] = d - 1;
+      ft::StridedTensor xv = ft::make_permuted(c.in, vs, storage);
+      ft::fill(xv.t, ft::values(ft::random_tensor(DType::F32, vs, 11, 1.5, 0.25)));
+      const int64_t C = vs[-1];
+      OwnedTensor w = ft::random_tensor(DType::F32, {C}, 12, 0.3, 1.0);
+      OwnedTensor b = ft::random_tensor(DType::F32, {C}, 13, 0.2);
+      const auto vals = ft::values(xv);
+      const auto tol =
+          norm_tol(vals, row_stats(vals, C, 1e-6, rms != 0), per_element(w, vals.size(), 1, C, 1),
+                   per_element(rms ? Tensor{} : b.t, vals.size(), 1, C, 0));
+      auto ref_op = [&](Tensor& y) {
+        if (rms)
+          ref::rms_norm(xv, w, 1e-6f, y);
+        else
+          ref::layer_norm(xv, w, b, 1e-6f, y);
+      };
+      auto cpu_op = [&](Tensor& y) {
+        if (rms)
+          cpu::rms_norm(xv, w, 1e-6f, y);
+        else
+          cpu::layer_norm(xv, w, b, 1e-6f, y);
+      };
+      const std::string what = std::string(rms ? "rms" : "layer") + "_norm over channels " +
+                               c.nchw.str() + " " + std::string(dtype_name(c.in));
+      ft::StridedTensor yv = ft::make_permuted(c.out, vs, storage);
+      check(ref_op, cpu_op, vs, c.out, tol, what, &yv.t);
+      check(ref_op, cpu_op, vs, c.out, tol, what + " contiguous out");
+      if (c.in == c.out) check(ref_op, cpu_op, vs, c.out, tol, what + " in place", &xv.t);
+    }
   // Layer norm over the channels of an NCHW tensor: a [N, H, W, C] permuted view.
   OwnedTensor x = ft::random_tensor(DType::F32, {2, 24, 5, 7}, 5, 1.0, 0.5);
   Tensor xp = x.t.permute({0, 2, 3, 1});
