@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the torch-computed fixtures of the op tests to tests/data/ops/.
 
-  /work/venv/bin/python tools/gen_op_fixtures.py [--out tests/data/ops]
+  python3 tools/gen_op_fixtures.py [--out tests/data/ops]   (needs torch, safetensors)
 
 Files (safetensors; each case is a tensor group "<case>.<name>" plus a
 "__metadata__" entry "<case>" -> "key=value ..." with the op parameters):
@@ -14,8 +14,10 @@ Resize outputs are computed in F32 only: torch's CPU generic resize kernel
 rounds its interpolation weights to bf16 for bf16 tensors, which CUDA and
 torch's own channels-last CPU kernel do not; flick follows the fp32-weight
 path, so a BF16 resize is checked against the F32 fixture rounded once.
-Everything runs on the CPU with deterministic generators; rerunning the
-script reproduces the files bit for bit for a given torch version.
+Everything runs on the CPU, single-threaded, with deterministic generators;
+rerunning the script reproduces the same tensors for a given torch version
+(only the order of the metadata in the header may change). The committed
+files were made with torch 2.15.0 on x86-64.
 """
 import argparse
 import os

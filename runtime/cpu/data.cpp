@@ -1,4 +1,5 @@
 // CPU copy (any strided view, with dtype conversion), concat and reductions.
+#include <algorithm>
 #include <cstring>
 #include <string>
 

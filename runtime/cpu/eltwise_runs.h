@@ -4,6 +4,7 @@
 // per-thread scratch buffer) and results are written back the same way.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -92,6 +93,7 @@ void for_each_run(const char* op, Tensor& y, const std::array<const Tensor*, N>&
     check_float(*in[k], op);
     st[k + 1] = flick::detail::broadcast_strides(*in[k], y.shape, op);
   }
+  if (y.numel() == 0) return;
   const Collapsed<N + 1> c = collapse(y.shape, st);
   const int last = c.shape.ndim - 1;
   const int64_t inner = c.shape[last];
@@ -138,6 +140,7 @@ void for_each_row(const char* op, const Tensor& x, Tensor& y, Fn fn) {
   check_float(y, op);
   FLICK_CHECK(x.shape == y.shape && x.ndim() >= 1,
               std::string(op) + ": input " + x.str() + " vs output " + y.str());
+  if (x.numel() == 0) return;
   const Shape rows = flick::detail::outer_shape(x.shape);
   const int64_t n = x.dim(-1);
   const EltwiseKernels& kern = eltwise_kernels();

@@ -2,6 +2,7 @@
 // double block totals (two passes: mean, then the mean squared deviation, as
 // robust as PyTorch's Welford), the normalisation in fp32, one rounding at
 // the store.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -39,7 +40,7 @@ float inv_sqrt(double v, float eps) {
 // gathering every row. Returns false when x / y have no such dim.
 bool channel_norm(const EltwiseKernels& k, const Tensor& x, Tensor& y, const float* w,
                   const float* b, float eps, bool rms) {
-  if (x.stride(-1) == 1 && y.stride(-1) == 1) return false;
+  if (x.numel() == 0 || (x.stride(-1) == 1 && y.stride(-1) == 1)) return false;
   const int last = x.ndim() - 1;
   int cdim = -1;
   for (int d = 0; d < last; ++d)
@@ -150,6 +151,7 @@ void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Ten
     st[1][static_cast<size_t>(d - 2)] = y.stride(d);
   }
   const int64_t S = spatial.numel();
+  if (x.numel() == 0) return;
   const auto c = detail::collapse(spatial, st);
   if (S > 1 && (c.shape.ndim != 1 || c.strides[0][0] != 1 || c.strides[1][0] != 1)) {
     ref::group_norm(x, groups, weight, bias, eps, y);  // rare layouts: the strided oracle

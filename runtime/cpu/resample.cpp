@@ -3,6 +3,7 @@
 // FMAs over whole rows; indices and weights are PyTorch's (resample.h).
 #include "runtime/ref/resample.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -1,4 +1,5 @@
 // Reference data movement (copy, concat) and reductions, element by element.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>

@@ -2,10 +2,12 @@
 // at a time in double precision over any strides, rounded once at the store.
 // Double makes these the oracle: every result is the exact function of the
 // stored inputs, correctly rounded up to a rare double-rounding tie.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "runtime/ref/data_iter.h"
 #include "runtime/ref/ops.h"

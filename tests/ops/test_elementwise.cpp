@@ -484,12 +484,35 @@ TEST(CpuEltwise, StridedAndInPlace) {
               tol, "add strided", &y.t);
     check_cpu([&](Tensor& o) { ref::add(a, b, o); }, [&](Tensor& o) { cpu::add(a, b, o); }, s, dt,
               tol, "add in place", &a.t);
+    // Activations of a transposed view into a padded output.
+    ft::StridedTensor gy = ft::make_padded(dt, {37, 6, 4}, 2);
+    const Tensor at = a.t.permute({2, 1, 0});
+    const auto atv = ft::values(at);
+    check_cpu([&](Tensor& o) { ref::gelu(at, o, true); },
+              [&](Tensor& o) { cpu::gelu(at, o, true); }, at.shape, dt,
+              [&](size_t i, double e) {
+                return 8 * u * std::fabs(e) * (1 + std::fabs(tanh_arg2(atv[i])));
+              },
+              "gelu strided", &gy.t);
     OwnedTensor g = ft::random_tensor(dt, {5, 9, 64}, 3, 2.0);
     const auto gv = ft::values(g);
     check_cpu([&](Tensor& o) { ref::silu(g, o); }, [&](Tensor& o) { cpu::silu(g, o); }, g.t.shape,
               dt, [&](size_t, double e) { return 10 * u * std::fabs(e); }, "silu in place", &g.t);
     (void)gv;
   }
+}
+
+// Zero-element tensors must not reach a work-size division or a kernel.
+TEST(CpuEltwise, EmptyTensorsAreNoOps) {
+  OwnedTensor x(DType::F32, {0, 7}), y(DType::F32, {0, 7}), w(DType::F32, {7});
+  cpu::gelu(x, y, false);
+  cpu::add(x, w, y);
+  cpu::softmax(x, y);
+  cpu::layer_norm(x, w, w, 1e-5f, y);
+  cpu::rms_norm(x, w, 1e-5f, y);
+  OwnedTensor g(DType::F32, {2, 4, 0}), gy(DType::F32, {2, 4, 0});
+  cpu::group_norm(g, 2, Tensor{}, Tensor{}, 1e-5f, gy);
+  cpu::copy(x, y);
 }
 
 TEST(CpuEltwise, SoftmaxMatchesRef) {
