@@ -3,6 +3,7 @@
 // the store; the arithmetic ops are one FMA per element:
 //   add a*1 + b, mul a*b + (-0), mul_add b*c + a, affine x*alpha + beta,
 //   modulate x*(1 + scale) + shift with 1 + scale rounded to fp32 first.
+#include <algorithm>
 #include <string>
 
 #include "runtime/cpu/eltwise_runs.h"
@@ -22,10 +23,39 @@ using Ptrs = std::array<const float*, N>;
 template <size_t N>
 using Vecs = std::array<bool, N>;
 
-void unary(const char* op, const Tensor& x, Tensor& y,
+// Activations convert storage dtypes in registers when x and y run unit-stride
+// along their innermost (collapsed) dim; other layouts go through fp32 runs.
+void unary(const char* op, const Tensor& x, Tensor& y, Activation act,
            void (*EltwiseKernels::*fn)(const float*, float*, int64_t)) {
   check_same_shape(x, y, op);
+  detail::check_float(x, op);
+  detail::check_float(y, op);
+  if (y.numel() == 0) return;
   const EltwiseKernels& k = eltwise_kernels();
+  const auto c = detail::collapse<2>(y.shape, {y.strides, x.strides});
+  const int last = c.shape.ndim - 1;
+  if (c.strides[0][static_cast<size_t>(last)] == 1 &&
+      c.strides[1][static_cast<size_t>(last)] == 1) {
+    Shape outer = c.shape;
+    outer.ndim = last;
+    const int64_t inner = c.shape[last], runs = (inner + detail::kRun - 1) / detail::kRun;
+    const int64_t xes = static_cast<int64_t>(dtype_size(x.dtype));
+    const int64_t yes = static_cast<int64_t>(dtype_size(y.dtype));
+    parallel_for(
+        outer.numel() * runs,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const int64_t row = r / runs, start = r % runs * detail::kRun;
+            const int64_t ox = flick::detail::offset_of(row, outer, c.strides[1]) + start;
+            const int64_t oy = flick::detail::offset_of(row, outer, c.strides[0]) + start;
+            k.activation(act, static_cast<const char*>(x.data) + ox * xes, x.dtype,
+                         static_cast<char*>(y.data) + oy * yes, y.dtype,
+                         std::min(detail::kRun, inner - start));
+          }
+        },
+        std::max<int64_t>(1, 16384 / std::min(inner, detail::kRun)));
+    return;
+  }
   for_each_run<1>(op, y, {&x}, [&](const Ptrs<1>& in, const Vecs<1>& vec, float* out, int64_t n) {
     // A repeated (broadcast) input only happens for a one-element x.
     (k.*fn)(in[0], out, vec[0] ? n : 1);
@@ -35,10 +65,13 @@ void unary(const char* op, const Tensor& x, Tensor& y,
 }  // namespace
 
 void gelu(const Tensor& x, Tensor& y, bool tanh_approx) {
-  unary("gelu", x, y, tanh_approx ? &EltwiseKernels::gelu_tanh : &EltwiseKernels::gelu_erf);
+  unary("gelu", x, y, tanh_approx ? Activation::GeluTanh : Activation::GeluErf,
+        tanh_approx ? &EltwiseKernels::gelu_tanh : &EltwiseKernels::gelu_erf);
 }
 
-void silu(const Tensor& x, Tensor& y) { unary("silu", x, y, &EltwiseKernels::silu); }
+void silu(const Tensor& x, Tensor& y) {
+  unary("silu", x, y, Activation::Silu, &EltwiseKernels::silu);
+}
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   const EltwiseKernels& k = eltwise_kernels();

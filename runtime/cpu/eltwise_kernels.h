@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "runtime/backend.h"
 #include "runtime/dtype.h"
 
 namespace flick::cpu {
@@ -30,6 +31,9 @@ struct EltwiseKernels {
   void (*gelu_erf)(const float* x, float* y, int64_t n);
   void (*gelu_tanh)(const float* x, float* y, int64_t n);
   void (*silu)(const float* x, float* y, int64_t n);
+  // y[i] = act(x[i]) over n contiguous F32/BF16/F16 elements, converting in
+  // registers (Activation::None: a plain dtype conversion).
+  void (*activation)(Activation act, const void* x, DType xt, void* y, DType yt, int64_t n);
   // y[i] = a[i] * b[i] + c[i], one rounding; an operand whose flag is false is
   // the scalar *ptr instead of an array.
   void (*fma)(const float* a, bool a_vec, const float* b, bool b_vec, const float* c, bool c_vec,
@@ -57,9 +61,8 @@ struct EltwiseKernels {
   void (*col_sums)(const float* x, int64_t rows, int64_t cols, int64_t ld, const float* center,
                    bool square, double* out);
   // y[k, c] = (x[k, c] - mean[c]) * scale[c] * w[k] + b[k]; w / b null for 1 / 0.
-  void (*col_normalize)(const float* x, int64_t rows, int64_t cols, int64_t ldx,
-                        const float* mean, const float* scale, const float* w, const float* b,
-                        float* y, int64_t ldy);
+  void (*col_normalize)(const float* x, int64_t rows, int64_t cols, int64_t ldx, const float* mean,
+                        const float* scale, const float* w, const float* b, float* y, int64_t ldy);
   // y = softmax(x) over n >= 1 elements (max subtracted); y may alias x.
   void (*softmax)(const float* x, float* y, int64_t n);
   // Interleaved pairs: (x[2i], x[2i+1]) -> (x0 c - x1 s, x0 s + x1 c), c = cos[i], s = sin[i].

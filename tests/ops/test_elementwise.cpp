@@ -167,6 +167,33 @@ TEST(EltwiseKernels, IsasAgreeBitForBit) {
   EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), static_cast<size_t>(n / 2 * 2) * 4)) << "rope";
 }
 
+// The typed activation kernel (conversion in registers) must equal convert ->
+// fp32 kernel -> convert, bit for bit, for every dtype pair.
+TEST(EltwiseKernels, TypedActivationsEqualFp32Path) {
+  std::vector<float> x = dense_inputs();
+  x.resize(x.size() / 7 * 7 + 5);  // a ragged tail
+  const int64_t n = static_cast<int64_t>(x.size());
+  const DType types[] = {DType::F32, DType::BF16, DType::F16};
+  for (const cpu::EltwiseKernels* k : all_isas())
+    for (DType xt : types)
+      for (DType yt : types) {
+        std::vector<uint8_t> xin(x.size() * 4), got(x.size() * 4), want(x.size() * 4);
+        k->from_f32(x.data(), xt, xin.data(), n);
+        std::vector<float> xf(x.size()), yf(x.size());
+        k->to_f32(xt, xin.data(), xf.data(), n);
+        for (auto [act, fn] : {std::pair{Activation::GeluErf, k->gelu_erf},
+                               std::pair{Activation::GeluTanh, k->gelu_tanh},
+                               std::pair{Activation::Silu, k->silu}}) {
+          k->activation(act, xin.data(), xt, got.data(), yt, n);
+          fn(xf.data(), yf.data(), n);
+          k->from_f32(yf.data(), yt, want.data(), n);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), x.size() * dtype_size(yt)))
+              << k->isa << " " << dtype_name(xt) << "->" << dtype_name(yt) << " act "
+              << static_cast<int>(act);
+        }
+      }
+}
+
 // BF16 and F16 conversions against c10's scalar ones (runtime/dtype.h).
 TEST(EltwiseKernels, ConversionsMatchC10) {
   std::vector<float> x = dense_inputs();
