@@ -298,12 +298,13 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   const std::optional<JobStatus> ledger =
       ledger_read.ok() ? std::move(*ledger_read) : std::optional<JobStatus>();
   if (ledger && !ledger->job_sha256.empty() && ledger->job_sha256 != c.sha256) {
-    return quarantine(c, job.error_at("id",
-                                      "duplicate id \"" + job.id +
-                                          "\": a different job with this id is waiting for a "
-                                          "retry (" + spool_.path(SpoolDir::kActive, job.id) +
-                                          kStatusSuffix + ")",
-                                      "id already used"),
+    return quarantine(c,
+                      job.error_at("id",
+                                   "duplicate id \"" + job.id +
+                                       "\": a different job with this id is waiting for a "
+                                       "retry (" +
+                                       spool_.path(SpoolDir::kActive, job.id) + kStatusSuffix + ")",
+                                   "id already used"),
                       /*owns_ledger=*/false);
   }
   const int previous_attempts = ledger ? ledger->attempts : 0;

@@ -16,7 +16,6 @@ extern "C" {
 }
 
 #include <gtest/gtest.h>
-#include <toml.hpp>
 
 #include <chrono>
 #include <filesystem>
@@ -25,6 +24,7 @@ extern "C" {
 #include <optional>
 #include <string>
 #include <thread>
+#include <toml.hpp>
 #include <vector>
 
 #include "../jobs/jobs_test_util.h"
@@ -64,8 +64,10 @@ class Process {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
     const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) pid_ = -1;
@@ -158,7 +160,8 @@ struct DecodedVideo {
   int frames = 0;
   int width = 0, height = 0;
   std::string codec;
-  std::vector<std::vector<uint8_t>> rgb;  // filled when keep_rgb (RGB24 via the decoder's bgr0/gbrp)
+  std::vector<std::vector<uint8_t>>
+      rgb;  // filled when keep_rgb (RGB24 via the decoder's bgr0/gbrp)
 };
 
 inline DecodedVideo decode_video(const std::string& path) {
@@ -244,10 +247,10 @@ class Sandbox {
   std::string config() const { return dir_ / "flick.toml"; }
 
   // `daemon_extra` lines go under [daemon]; `pipelines` replaces the default.
-  void write_config(const std::string& daemon_extra = "",
-                    const std::string& pipelines =
-                        "[[pipeline]]\nname = \"encode\"\nkind = \"encode\"\n",
-                    const std::string& extra_output_roots = "") {
+  void write_config(
+      const std::string& daemon_extra = "",
+      const std::string& pipelines = "[[pipeline]]\nname = \"encode\"\nkind = \"encode\"\n",
+      const std::string& extra_output_roots = "") {
     std::string outs = "\"" + path("out") + "\"";
     if (!extra_output_roots.empty()) outs += ", \"" + extra_output_roots + "\"";
     write_text(config(), "[daemon]\nspool = \"" + spool() + "\"\ninput_roots = [\"" + path("in") +
@@ -266,10 +269,11 @@ class Sandbox {
   }
 
   // An encode job text for frames in in/<frames>/ into out/<out>/.
-  std::string encode_job(const std::string& frames, const std::string& out,
-                         const std::string& outputs =
-                             "video = { file = \"v.mp4\", crf = 20 }\nframes = { format = \"png\" }\n",
-                         const std::string& extra_top = "") const {
+  std::string encode_job(
+      const std::string& frames, const std::string& out,
+      const std::string& outputs =
+          "video = { file = \"v.mp4\", crf = 20 }\nframes = { format = \"png\" }\n",
+      const std::string& extra_top = "") const {
     return "version = 1\npipeline = \"encode\"\n" + extra_top + "[input]\nframes = \"" +
            path("in/" + frames) + "/*.png\"\nfps = 25\n[output]\ndir = \"" + path("out/" + out) +
            "\"\n" + outputs;
@@ -379,7 +383,9 @@ inline void expect_done_job(const Sandbox& sb, const std::string& id, int frames
       ++png_frames;
     }
   }
-  if (png_frames > 0) EXPECT_EQ(png_frames, frames);
+  if (png_frames > 0) {
+    EXPECT_EQ(png_frames, frames);
+  }
 }
 
 }  // namespace flick::testing

@@ -52,26 +52,28 @@ TEST(Batch, FiftyJobsTenMalformed) {
   std::vector<BadJob> bad = {
       {"bad-syntax", with("fps = 25", "fps = \"25", sb.encode_job("shot", "b1")), 5, "input.fps",
        "syntax error"},
-      {"bad-unknown-key", with("fps = 25", "fsp = 25", sb.encode_job("shot", "b2")), 5,
-       "input.fsp", "unknown key"},
+      {"bad-unknown-key", with("fps = 25", "fsp = 25", sb.encode_job("shot", "b2")), 5, "input.fsp",
+       "unknown key"},
       {"bad-wrong-type", with("crf = 20", "crf = \"20\"", sb.encode_job("shot", "b3")), 8,
        "output.video.crf", "expected an integer in 0..51, got a string"},
       {"bad-missing-input", sb.encode_job("nothing-here", "b4"), 4, "input.frames",
        "no file matches"},
-      {"bad-outside-roots", with(sb.path("in/shot"), sb.path("secret"), sb.encode_job("shot", "b5")),
-       4, "input.frames", "outside the input roots"},
+      {"bad-outside-roots",
+       with(sb.path("in/shot"), sb.path("secret"), sb.encode_job("shot", "b5")), 4, "input.frames",
+       "outside the input roots"},
       {"bad-symlink-escape", sb.encode_job("link", "b6"), 4, "input.frames",
        "resolves through a symlink"},
       {"bad-oversized", sb.encode_job("shot", "b7") + "# " + std::string(5000, 'x') + "\n", 0, "",
        "over the limit of 4096"},
       {"bad-unknown-pipeline", with("\"encode\"", "\"mg2\"", sb.encode_job("shot", "b8")), 2,
        "pipeline", "unknown pipeline"},
-      {"bad-output-escape", with(sb.path("out/b9"), sb.path("out/evil/b9"), sb.encode_job("shot", "b9")),
-       7, "output.dir", "outside the output roots"},
+      {"bad-output-escape",
+       with(sb.path("out/b9"), sb.path("out/evil/b9"), sb.encode_job("shot", "b9")), 7,
+       "output.dir", "outside the output roots"},
       // Submitted after good-03 (older mtime below), with other content.
-      {"bad-duplicate-id", sb.encode_job("shot", "b10", "frames = { format = \"png\" }\n",
-                                         "id = \"good-03\"\n"),
-       3, "id", "duplicate id"},
+      {"bad-duplicate-id",
+       sb.encode_job("shot", "b10", "frames = { format = \"png\" }\n", "id = \"good-03\"\n"), 3,
+       "id", "duplicate id"},
   };
   for (const BadJob& b : bad) sb.drop(b.name + ".toml", b.text);
   // Queue order is (mtime, name): everything first, the duplicate last.
@@ -126,7 +128,8 @@ TEST(Batch, FiftyJobsTenMalformed) {
     }
   }
   // Nothing was written for the bad jobs.
-  for (const std::string& o : list(sb.path("out"))) EXPECT_EQ(o.rfind("b", 0), std::string::npos) << o;
+  for (const std::string& o : list(sb.path("out")))
+    EXPECT_EQ(o.rfind("b", 0), std::string::npos) << o;
 }
 
 }  // namespace

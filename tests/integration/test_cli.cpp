@@ -194,10 +194,12 @@ TEST_F(Cli, SighupReloadsTheConfig) {
   sb_.drop("h1.toml", job);
   ASSERT_TRUE(wait_until([&] { return sb_.count("quarantine") == 1; }));
 
-  sb_.write_config("", "[[pipeline]]\nname = \"encode\"\nkind = \"encode\"\n[[pipeline]]\nname = "
-                       "\"enc2\"\nkind = \"encode\"\n");
+  sb_.write_config("",
+                   "[[pipeline]]\nname = \"encode\"\nkind = \"encode\"\n[[pipeline]]\nname = "
+                   "\"enc2\"\nkind = \"encode\"\n");
   daemon->signal(SIGHUP);
-  ASSERT_TRUE(wait_until([&] { return daemon->err().find("configuration reloaded") != std::string::npos; }));
+  ASSERT_TRUE(wait_until(
+      [&] { return daemon->err().find("configuration reloaded") != std::string::npos; }));
   job.replace(job.find("out/h1"), 6, "out/h2");
   sb_.drop("h2.toml", job);
   ASSERT_TRUE(wait_until([&] { return sb_.count("done") == 1; }));

@@ -10,8 +10,8 @@ namespace {
 
 // What every test here checks at the end: each job done exactly once, with
 // complete outputs, and nothing half-written or stuck anywhere.
-void expect_all_done_once(const Sandbox& sb, const std::vector<std::string>& ids, int frames,
-                          int w, int h) {
+void expect_all_done_once(const Sandbox& sb, const std::vector<std::string>& ids, int frames, int w,
+                          int h) {
   EXPECT_TRUE(list(sb.spool("incoming")).empty());
   EXPECT_TRUE(list(sb.spool("active")).empty());
   EXPECT_TRUE(list(sb.spool("failed")).empty());
@@ -42,24 +42,27 @@ std::vector<std::string> submit_jobs(Sandbox& sb, int n, const std::string& fram
 // SIGKILL the daemon at random points while it works through a queue,
 // restart it, repeat until drained: nothing lost, nothing done twice.
 TEST(Crash, SigkillAtRandomPointsUntilDrained) {
-  constexpr int kJobs = 16, kFrames = 8, kW = 48, kH = 32;
+  constexpr int kJobs = 16, kFrames = 6, kW = 48, kH = 32;
   Sandbox sb;
-  sb.write_config("max_attempts = 1000");  // kills must not exhaust the attempts
+  sb.write_config("max_attempts = 100");  // kills must not exhaust the attempts
   ASSERT_EQ(sb.drain().code, 0);
   sb.make_frames("shot", kFrames, kW, kH);
-  const std::vector<std::string> ids =
-      submit_jobs(sb, kJobs, "shot",
-                  "video = { file = \"v.mp4\", crf = 20 }\nframes = { format = \"png\" }\n");
-  std::mt19937 rng(20240601);
-  std::uniform_int_distribution<int> after_ms(2, 120);
+  const std::vector<std::string> ids = submit_jobs(
+      sb, kJobs, "shot", "video = { file = \"v.mp4\", crf = 20 }\nframes = { format = \"png\" }\n");
+  // FLICK_TEST_SEED varies the kill times (for stress runs); fixed by default.
+  const char* seed = std::getenv("FLICK_TEST_SEED");
+  std::mt19937 rng(seed != nullptr ? std::strtoul(seed, nullptr, 10) : 20240601);
+  // From before the first claim to well into the queue (a job takes tens of ms).
+  std::uniform_int_distribution<int> after_ms(5, 400);
   int kills = 0;
-  for (int round = 0; round < 400 && sb.count("done") < kJobs; ++round) {
+  for (int round = 0; round < 100 && sb.count("done") < kJobs; ++round) {
     auto daemon = sb.serve("kill-" + std::to_string(round));
     std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
     daemon->signal(SIGKILL);
     EXPECT_EQ(daemon->wait(), 128 + SIGKILL);
     ++kills;
   }
+  const int done_under_fire = sb.count("done");
   // Whatever is left (if the kills kept winning) goes through one clean run.
   const RunResult r = sb.drain();
   EXPECT_EQ(r.code, 0) << r.err;
@@ -70,8 +73,11 @@ TEST(Crash, SigkillAtRandomPointsUntilDrained) {
   for (const std::string& id : ids) {
     retried += toml::find<int64_t>(*sb.status("done", id), "attempts") > 1;
   }
-  std::printf("[          ] %d kills, %d of %d jobs needed more than one attempt\n", kills,
-              retried, kJobs);
+  std::printf(
+      "[          ] %d kills; %d of %d jobs done between kills, %d needed more than one "
+      "attempt\n",
+      kills, done_under_fire, kJobs, retried);
+  EXPECT_GT(retried, 0) << "no kill hit a running job: the test proved nothing";
 }
 
 // SIGTERM mid-job: the daemon stops at the next block, discards the partial

@@ -61,8 +61,8 @@ TEST(Notify, ReadyStatusWatchdogStoppingInOrder) {
   sb.make_frames("shot", 40, 32, 32);
   NotifySocket sock(sb.path("notify.sock"));
   ASSERT_TRUE(sock.ok());
-  auto daemon = sb.serve("notify", {{"NOTIFY_SOCKET", sb.path("notify.sock")},
-                                    {"WATCHDOG_USEC", "200000"}});
+  auto daemon =
+      sb.serve("notify", {{"NOTIFY_SOCKET", sb.path("notify.sock")}, {"WATCHDOG_USEC", "200000"}});
   ASSERT_TRUE(wait_until([&] {
     sock.poll();
     return sock.find("READY=1") >= 0;

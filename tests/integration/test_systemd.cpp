@@ -44,10 +44,10 @@ class Packaging : public ::testing::Test {
 };
 
 TEST_F(Packaging, InstallsUnitsSnippetsAndExampleConfig) {
-  for (const char* f : {"bin/flick", "lib/systemd/system/flick.service",
-                        "lib/systemd/system/flick-drain.service",
-                        "lib/systemd/system/flick-drain.timer", "lib/sysusers.d/flick.conf",
-                        "lib/tmpfiles.d/flick.conf", "share/doc/flick/flick.toml.example"}) {
+  for (const char* f :
+       {"bin/flick", "lib/systemd/system/flick.service", "lib/systemd/system/flick-drain.service",
+        "lib/systemd/system/flick-drain.timer", "lib/sysusers.d/flick.conf",
+        "lib/tmpfiles.d/flick.conf", "share/doc/flick/flick.toml.example"}) {
     EXPECT_TRUE(stdfs::exists(prefix_ + "/" + f)) << f;
   }
   const std::string unit = read_text(prefix_ + "/lib/systemd/system/flick.service");
