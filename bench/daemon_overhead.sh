@@ -5,9 +5,9 @@
 # drain. The spool and outputs live under DIR: a disk measures the fsyncs of
 # the commit protocol too; /dev/shm (tmpfs) the CPU cost alone.
 #
-#   bench/daemon_overhead.sh [FLICK=build/jobs/flick] [JOBS=1000] [DIR=$TMPDIR or /tmp]
+#   bench/daemon_overhead.sh [FLICK=build/flick] [JOBS=1000] [DIR=$TMPDIR or /tmp]
 set -euo pipefail
-flick=$(realpath "${1:-build/jobs/flick}")
+flick=$(realpath "${1:-build/flick}")
 n=${2:-1000}
 base=${3:-${TMPDIR:-/tmp}}
 work=$(mktemp -d "$base/flick-bench.XXXXXX")
