@@ -94,9 +94,8 @@ class Daemon {
   void watch_incoming() {
     inotify_ = fs::Fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
     if (!inotify_.valid() ||
-        ::inotify_add_watch(
-            inotify_.get(), spool_->path(SpoolDir::kIncoming).c_str(),
-            IN_MOVED_TO | IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+        ::inotify_add_watch(inotify_.get(), spool_->path(SpoolDir::kIncoming).c_str(),
+                            IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
       log_warning("inotify unavailable (" + std::string(std::strerror(errno)) +
                   "); polling every " + std::to_string(config_->rescan_interval_s) + " s");
       inotify_ = fs::Fd();
