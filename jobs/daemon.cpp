@@ -111,8 +111,10 @@ class Daemon {
     }
     char fps[32];
     std::snprintf(fps, sizeof fps, "%.1f", p.fps);
+    // Rate-limited, except the last frame: every job shows its final count.
     notifier_.status("job " + p.id + ": frame " + std::to_string(p.frames_done) + "/" +
-                     std::to_string(p.frames_total) + ", " + fps + " fps");
+                         std::to_string(p.frames_total) + ", " + fps + " fps",
+                     p.frames_done == p.frames_total);
   }
 
   void reload() {
