@@ -7,6 +7,7 @@ namespace flick {
 // Each lives in the file that implements the subcommand.
 void register_job_commands(CLI::App& app, CliContext& ctx);  // jobs/commands.cpp
 void register_inspect(CLI::App& app, CliContext& ctx);
+void register_convert(CLI::App& app, CliContext& ctx);
 }  // namespace flick
 
 int main(int argc, char** argv) {
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   flick::CliContext ctx;
   flick::register_job_commands(app, ctx);
   flick::register_inspect(app, ctx);
+  flick::register_convert(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,355 @@
+// CPU convolution (2-d and 3-d) on oneDNN. Weights are reordered once at
+// pack time; one primitive per (input shape, strides, dtypes, activation) is
+// created on the first call and cached in the packed weights.
+//
+// Layouts: oneDNN's fast convolutions (brgconv, jit) read blocked
+// (nChw16c-like) or channels-last activations; on plain NCHW / NCDHW it
+// falls back to im2col + GEMM at ~10x the time. So:
+//   - plain (or any other strided) x: x is reordered into a blocked buffer and
+//     the blocked result reordered into y. Both reorders are owned by the plan
+//     (no allocation per call) and cost one pass over x and y each (see
+//     bench/RESULTS.md for their share of VAE-sized layers);
+//   - channels-last x (an [N, C, D, H, W] view with C innermost, e.g. a
+//     permuted NDHWC buffer): the convolution reads it in place and writes y
+//     in place when y is channels-last too. A model that keeps its activations
+//     channels-last pays no reorders.
+// Epilogue: F32 / BF16: oneDNN bias, then the activation post-op.
+//           FP8: acc * scale[o] (binary_mul), + bias (binary_add), activation.
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/cpu/onednn_info.h"
+#include "runtime/cpu/onednn_util.h"
+#include "runtime/cpu/ops.h"
+#include "runtime/log.h"
+#include "runtime/ref/matmul_common.h"
+
+namespace flick::cpu {
+namespace {
+
+using dnnl::memory;
+using odt = memory::data_type;
+using tag = memory::format_tag;
+
+memory::dims dims_of(const Tensor& t) {
+  return {t.shape.dims.begin(), t.shape.dims.begin() + t.ndim()};
+}
+memory::dims strides_of(const Tensor& t) {
+  return {t.strides.begin(), t.strides.begin() + t.ndim()};
+}
+
+// [N, C, spatial...] with C innermost, then W, H, D, N.
+bool channels_last(const Tensor& t) {
+  int64_t acc = t.dim(1);
+  if (t.stride(1) != 1 && t.dim(1) != 1) return false;
+  for (int i = t.ndim() - 1; i >= 2; --i) {
+    if (t.stride(i) != acc && t.dim(i) != 1) return false;
+    acc *= t.dim(i);
+  }
+  return t.stride(0) == acc || t.dim(0) == 1;
+}
+
+struct PlanKey {
+  Shape x_shape;
+  std::array<int64_t, kMaxDims> x_strides, y_strides;
+  DType x, y;
+  Activation act;
+  bool operator==(const PlanKey& o) const {
+    return x_shape == o.x_shape && x_strides == o.x_strides && y_strides == o.y_strides &&
+           x == o.x && y == o.y && act == o.act;
+  }
+};
+
+struct Plan {
+  PlanKey key;
+  std::string impl;
+  dnnl::convolution_forward prim;
+  std::unordered_map<int, memory> args;
+  memory src, dst;
+  memory weights_copy;  // only when this shape wants another weight layout
+  HostBuffer src_buf, dst_buf, scratchpad;
+  bool x_direct = false, y_direct = false;
+  std::optional<dnnl::reorder> x_reorder, y_reorder;
+  memory x_mem, y_mem;
+  std::unordered_map<int, memory> x_args, y_args;
+};
+
+class OnednnConv final : public PackedConv {
+ public:
+  OnednnConv(const ConvDesc& d, ref::PreparedWeights w);
+  const ConvDesc& desc() const override { return desc_; }
+  void run(const Tensor& x, const Tensor& y, Activation act) const;
+  std::string impl() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_impl_;
+  }
+
+ private:
+  // Empty when oneDNN has no implementation for these descriptors.
+  std::optional<dnnl::convolution_forward::primitive_desc> try_primitive_desc(
+      const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
+      Activation act) const;
+  dnnl::convolution_forward::primitive_desc primitive_desc(const memory::desc& src,
+                                                           const memory::desc& weights,
+                                                           const memory::desc& dst,
+                                                           Activation act) const {
+    auto pd = try_primitive_desc(src, weights, dst, act);
+    FLICK_CHECK(pd.has_value(), "oneDNN has no convolution for weight " + desc_.w.str());
+    return *pd;
+  }
+  Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
+  void build(Plan& p, const Tensor& x, const Tensor& y) const;
+  memory::dims weight_dims() const;
+
+  ConvDesc desc_;
+  int64_t out_channels_;
+  odt src_type_;
+  OwnedTensor bias_buf_, scale_buf_;
+  memory bias_, scale_, weights_;
+
+  mutable std::mutex mu_;  // one call at a time: plans own the scratch buffers
+  mutable std::vector<std::unique_ptr<Plan>> plans_;
+  mutable std::string last_impl_;
+};
+
+memory::dims spatial(const std::array<int64_t, 3>& v, int n, int64_t minus = 0) {
+  memory::dims out;
+  for (int i = 0; i < n; ++i) out.push_back(v[static_cast<size_t>(i)] - minus);
+  return out;
+}
+
+OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
+    : desc_(d),
+      out_channels_(w.n()),
+      src_type_(w.precision == Precision::F32 ? odt::f32 : odt::bf16) {
+  const auto& eng = onednn_engine();
+  const int sd = d.spatial_dims;
+  if (w.has_bias()) {
+    bias_buf_ = std::move(w.bias);
+    bias_ = memory({{out_channels_}, odt::f32, tag::a}, eng, bias_buf_.t.data);
+  }
+  if (w.has_scale()) {
+    scale_buf_ = std::move(w.scale);
+    memory::dims sdims(static_cast<size_t>(sd + 2), 1);
+    sdims[1] = out_channels_;
+    scale_ = memory({sdims, odt::f32, sd == 2 ? tag::abcd : tag::abcde}, eng, scale_buf_.t.data);
+  }
+  // The descriptor keeps shapes and dtypes; the weights live reordered here.
+  desc_.w = Tensor{};
+  desc_.w.dtype = w.w.t.dtype;
+  desc_.w.shape = d.w.shape;
+  desc_.w_scale = Tensor{};
+  desc_.bias = bias_buf_.t;
+  if (w.has_scale()) desc_.w_scale = scale_buf_.t.reshape({out_channels_});
+
+  // Pack for a representative input (16 outputs along H and W, 2 along D);
+  // the layout depends on channels, kernel and ISA, and other shapes that
+  // want another layout get their own copy (Plan::weights_copy).
+  memory::dims x_dims{1, d.w.dim(1) * d.groups}, y_dims{1, out_channels_};
+  for (int i = 0; i < sd; ++i) {
+    const auto s = static_cast<size_t>(i);
+    const int64_t out = sd == 3 && i == 0 ? 2 : 16;
+    const int64_t ek = (d.w.dim(2 + i) - 1) * d.dilation[s] + 1;
+    x_dims.push_back((out - 1) * d.stride[s] + ek - 2 * d.padding[s]);
+    y_dims.push_back(out);
+  }
+  const tag any = tag::any;
+  const auto pd = primitive_desc(memory::desc(x_dims, src_type_, any),
+                                 memory::desc(weight_dims(), src_type_, any),
+                                 memory::desc(y_dims, src_type_, any), Activation::None);
+  last_impl_ = impl_name(pd, "conv " + d.w.str());
+  weights_ = memory(pd.weights_desc(), eng);
+  const tag plain = weight_dims().size() == 4   ? tag::abcd
+                    : weight_dims().size() == 5 ? tag::abcde
+                                                : tag::abcdef;
+  memory plain_w({weight_dims(), onednn_dtype(w.w.t.dtype), plain}, eng, w.w.t.data);
+  dnnl::reorder(plain_w, weights_).execute(onednn_stream(), plain_w, weights_);
+  onednn_stream().wait();
+}
+
+// [O, I/g, k...] or, grouped, [g, O/g, I/g, k...] (oneDNN's goihw order).
+memory::dims OnednnConv::weight_dims() const {
+  memory::dims wd = dims_of(desc_.w);
+  if (desc_.groups > 1) {
+    wd[0] /= desc_.groups;
+    wd.insert(wd.begin(), desc_.groups);
+  }
+  return wd;
+}
+
+std::optional<dnnl::convolution_forward::primitive_desc> OnednnConv::try_primitive_desc(
+    const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
+    Activation act) const {
+  const int sd = desc_.spatial_dims;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::post_ops po;
+  const bool scaled = static_cast<bool>(scale_);
+  if (scaled) {
+    po.append_binary(dnnl::algorithm::binary_mul, scale_.get_desc());
+    if (bias_) po.append_binary(dnnl::algorithm::binary_add, scale_.get_desc());
+  }
+  append_activation(po, act);
+  attr.set_post_ops(po);
+  const auto strides = spatial(desc_.stride, sd);
+  const auto dilation = spatial(desc_.dilation, sd, 1);  // oneDNN counts from 0
+  const auto pad = spatial(desc_.padding, sd);
+  const auto kind = dnnl::prop_kind::forward_inference;
+  const auto alg = dnnl::algorithm::convolution_direct;
+  try {
+    if (bias_ && !scaled) {
+      return dnnl::convolution_forward::primitive_desc(
+          dnnl::convolution_forward::desc(kind, alg, src, weights, bias_.get_desc(), dst, strides,
+                                          dilation, pad, pad),
+          attr, onednn_engine());
+    }
+    return dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(kind, alg, src, weights, dst, strides, dilation, pad, pad),
+        attr, onednn_engine());
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+Plan& OnednnConv::plan(const PlanKey& key, const Tensor& x, const Tensor& y) const {
+  for (auto& p : plans_)
+    if (p->key == key) return *p;
+  auto p = std::make_unique<Plan>();
+  p->key = key;
+  build(*p, x, y);
+  plans_.push_back(std::move(p));
+  return *plans_.back();
+}
+
+void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
+  const auto& eng = onednn_engine();
+  const odt y_type = onednn_dtype(y.dtype);
+  const odt dst_type = src_type_ == odt::f32 ? odt::f32 : y_type;
+  const memory::desc x_md(dims_of(x), onednn_dtype(x.dtype), strides_of(x));
+  const memory::desc y_md(dims_of(y), y_type, strides_of(y));
+  // Channels-last x: convolve in place in that layout; otherwise blocked.
+  const bool cl = channels_last(x);
+  const tag cl_tag = x.ndim() == 4 ? tag::nhwc : tag::ndhwc;
+  const memory::desc src_md = cl ? memory::desc(dims_of(x), src_type_, strides_of(x))
+                                 : memory::desc(dims_of(x), src_type_, tag::any);
+  const memory::desc dst_md = cl && channels_last(y)
+                                  ? memory::desc(dims_of(y), dst_type, strides_of(y))
+                                  : memory::desc(dims_of(y), dst_type, cl ? cl_tag : tag::any);
+
+  // Prefer the packed weights; re-layout only if this shape's best
+  // implementation wants another layout.
+  const auto best =
+      primitive_desc(src_md, memory::desc(weight_dims(), src_type_, tag::any), dst_md, p.key.act);
+  std::optional<dnnl::convolution_forward::primitive_desc> pd;
+  if (best.weights_desc() == weights_.get_desc()) {
+    pd = best;
+  } else if (auto fixed = try_primitive_desc(src_md, weights_.get_desc(), dst_md, p.key.act);
+             fixed && std::string(fixed->impl_info_str()) == best.impl_info_str()) {
+    pd = fixed;
+  }
+  memory weights = weights_;
+  if (!pd) {
+    pd = best;
+    p.weights_copy = memory(best.weights_desc(), eng);
+    dnnl::reorder(weights, p.weights_copy).execute(onednn_stream(), weights, p.weights_copy);
+    weights = p.weights_copy;
+    log_debug("conv " + desc_.w.str() + ": input " + x.str() + " uses its own weight layout");
+  }
+  p.impl = impl_name(*pd, "conv " + desc_.w.str() + " on " + x.str());
+  p.prim = dnnl::convolution_forward(*pd);
+  p.scratchpad = HostBuffer(pd->scratchpad_desc().get_size());
+
+  p.x_direct = pd->src_desc() == x_md;
+  if (!p.x_direct) p.src_buf = HostBuffer(pd->src_desc().get_size());
+  p.src = memory(pd->src_desc(), eng, p.x_direct ? DNNL_MEMORY_NONE : p.src_buf.data());
+  if (!p.x_direct) {
+    p.x_mem = memory(x_md, eng, DNNL_MEMORY_NONE);
+    p.x_reorder = dnnl::reorder(p.x_mem, p.src);
+    p.x_args = {{DNNL_ARG_FROM, p.x_mem}, {DNNL_ARG_TO, p.src}};
+  }
+  p.y_direct = pd->dst_desc() == y_md;
+  if (!p.y_direct) p.dst_buf = HostBuffer(pd->dst_desc().get_size());
+  p.dst = memory(pd->dst_desc(), eng, p.y_direct ? DNNL_MEMORY_NONE : p.dst_buf.data());
+  if (!p.y_direct) {
+    p.y_mem = memory(y_md, eng, DNNL_MEMORY_NONE);
+    p.y_reorder = dnnl::reorder(p.dst, p.y_mem);
+    p.y_args = {{DNNL_ARG_FROM, p.dst}, {DNNL_ARG_TO, p.y_mem}};
+  }
+
+  p.args = {{DNNL_ARG_SRC, p.src},
+            {DNNL_ARG_WEIGHTS, weights},
+            {DNNL_ARG_DST, p.dst},
+            {DNNL_ARG_SCRATCHPAD, memory(pd->scratchpad_desc(), eng, p.scratchpad.data())}};
+  if (scale_) {
+    p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = scale_;
+    if (bias_) {
+      p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] =
+          memory(scale_.get_desc(), eng, bias_buf_.t.data);
+    }
+  } else if (bias_) {
+    p.args[DNNL_ARG_BIAS] = bias_;
+  }
+}
+
+void OnednnConv::run(const Tensor& x, const Tensor& y, Activation act) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Plan& p = plan({x.shape, x.strides, y.strides, x.dtype, y.dtype, act}, x, y);
+  last_impl_ = p.impl;
+  dnnl::stream& s = onednn_stream();
+  if (p.x_direct) {
+    p.src.set_data_handle(x.data);
+  } else {
+    p.x_mem.set_data_handle(x.data);
+    p.x_reorder->execute(s, p.x_args);
+  }
+  if (p.y_direct) p.dst.set_data_handle(y.data);
+  p.prim.execute(s, p.args);
+  if (!p.y_direct) {
+    p.y_mem.set_data_handle(y.data);
+    p.y_reorder->execute(s, p.y_args);
+  }
+  s.wait();
+}
+
+const OnednnConv& as_onednn(const PackedConv& w) {
+  const auto* c = dynamic_cast<const OnednnConv*>(&w);
+  FLICK_CHECK(c != nullptr, "weights were packed by another backend");
+  return *c;
+}
+
+}  // namespace
+
+std::string conv_impl(const PackedConv& w) { return as_onednn(w).impl(); }
+
+std::unique_ptr<PackedConv> pack_conv(const ConvDesc& d) {
+  FLICK_CHECK(d.spatial_dims == 2 || d.spatial_dims == 3, "conv spatial_dims must be 2 or 3");
+  FLICK_CHECK(d.w.ndim() == d.spatial_dims + 2, "conv weight rank: " + d.w.str());
+  FLICK_CHECK(d.precision != Precision::INT8, "INT8 convolution is not supported");
+  FLICK_CHECK(d.groups >= 1 && d.w.dim(0) % d.groups == 0, "conv groups must divide O");
+  return std::make_unique<OnednnConv>(d, ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
+}
+
+void conv(const Tensor& x, const PackedConv& w, Tensor& y, Activation act) {
+  const OnednnConv& c = as_onednn(w);
+  const ConvDesc& d = c.desc();
+  const int sd = d.spatial_dims;
+  FLICK_CHECK(x.ndim() == sd + 2 && y.ndim() == sd + 2,
+              "conv ranks: x " + x.str() + ", y " + y.str() + ", weight " + d.w.str());
+  FLICK_CHECK(x.dim(1) == d.w.dim(1) * d.groups && y.dim(1) == d.w.dim(0) && y.dim(0) == x.dim(0),
+              "conv channels: x " + x.str() + ", y " + y.str() + ", weight " + d.w.str());
+  for (int i = 0; i < sd; ++i) {
+    const auto s = static_cast<size_t>(i);
+    const int64_t ek = (d.w.dim(2 + i) - 1) * d.dilation[s] + 1;
+    FLICK_CHECK(y.dim(2 + i) == (x.dim(2 + i) + 2 * d.padding[s] - ek) / d.stride[s] + 1,
+                "conv output size: x " + x.str() + ", y " + y.str() + ", weight " + d.w.str());
+  }
+  FLICK_CHECK((x.dtype == DType::F32 || x.dtype == DType::BF16) &&
+                  (y.dtype == DType::F32 || y.dtype == DType::BF16),
+              "conv: x and y must be F32 or BF16");
+  if (x.numel() == 0 || y.numel() == 0) return;
+  c.run(x, y, act);
+}
+
+}  // namespace flick::cpu

@@ -1,0 +1,340 @@
+// CPU linear and matmul on oneDNN (brgemm: AVX-512 / VNNI / BF16, and AMX
+// where the CPU has it).
+//
+// linear = one oneDNN matmul primitive per (M, dtypes, strides, activation),
+// created on the first call and cached in the packed weights; weights are
+// reordered once at pack time into the blocked layout brgemm wants. That
+// layout depends on N, K, the dtypes and the ISA but not on M (checked for
+// M = 1 .. 2640), so one reorder serves every M. Everything after the
+// matmul is oneDNN post-ops, in this order:
+//   F32 / BF16:  acc + bias -> act
+//   FP8:         acc * w_scale[n] (output scales) + bias -> act
+//   INT8:        acc * w_scale[n] (output scales) * x_scale[m] (binary_mul over
+//                a [1, M, 1] tensor) + bias -> act
+// oneDNN 2.6's brgemm needs dense rows: strided x is copied (or converted,
+// or quantized) into a dense buffer owned by the plan, strided y is written
+// through a dense buffer and copied out.
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/cpu/onednn_info.h"
+#include "runtime/cpu/onednn_util.h"
+#include "runtime/cpu/ops.h"
+#include "runtime/cpu/quantize.h"
+#include "runtime/ref/matmul_common.h"
+
+namespace flick::cpu {
+namespace {
+
+using dnnl::memory;
+using odt = memory::data_type;
+using tag = memory::format_tag;
+
+// The M the weights are packed for (any M works with the result, see above).
+constexpr int64_t kPackM = 1024;
+
+size_t odt_size(odt t) { return t == odt::f32 ? 4 : t == odt::bf16 ? 2 : 1; }
+
+// Rows of a [M, C] matrix as oneDNN sees them: [1, M, C] (3-d, so the
+// per-row INT8 scale can be a binary post-op broadcast over [1, M, 1]).
+memory::desc rows_md(int64_t m, int64_t c, int64_t ld, odt t) {
+  return memory::desc({1, m, c}, t, memory::dims{m * ld, ld, 1});
+}
+
+struct PlanKey {
+  int64_t m;
+  DType x, y;
+  int64_t ldx, ldy;
+  Activation act;
+  bool operator==(const PlanKey&) const = default;
+};
+
+// Everything one PlanKey needs, built on its first call.
+struct Plan {
+  PlanKey key;
+  std::string impl;
+  dnnl::matmul prim;
+  std::unordered_map<int, memory> args;
+  memory src, dst;  // what the primitive reads / writes (dense)
+  HostBuffer src_buf, dst_buf, x_scales, scratchpad;
+  bool quantize = false;  // INT8: x -> src_buf by quantize_rows()
+  bool x_direct = false;  // x is src: same dtype, dense rows
+  bool y_direct = false;  // y is dst
+  // x -> src and dst -> y conversions when not direct (strides, dtypes).
+  std::optional<dnnl::reorder> x_reorder, y_reorder;
+  memory x_mem, y_mem;
+  std::unordered_map<int, memory> x_args, y_args;
+};
+
+class OnednnLinear final : public PackedLinear {
+ public:
+  explicit OnednnLinear(ref::PreparedWeights w);
+  int64_t in_features() const override { return k_; }
+  int64_t out_features() const override { return n_; }
+  Precision precision() const override { return precision_; }
+
+  void run(const ref::RowsView& x, const ref::RowsView& y, Activation act) const;
+  std::string impl() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_impl_;
+  }
+
+ private:
+  dnnl::matmul::primitive_desc primitive_desc(int64_t m, const memory::desc& weights, odt dst_type,
+                                              Activation act) const;
+  Plan& plan(const PlanKey& key) const;
+  void build(Plan& p) const;
+
+  int64_t k_, n_;
+  Precision precision_;
+  odt src_type_;
+  int x_offset_ = 0;  // 128 when INT8 activations go in as u8
+  std::vector<float> w_scale_;
+  OwnedTensor bias_buf_;
+  memory bias_, weights_, zero_point_;
+
+  // One call at a time per packed layer: plans own the scratch buffers.
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<Plan>> plans_;
+  mutable std::string last_impl_;
+};
+
+odt src_type_for(Precision p) {
+  switch (p) {
+    case Precision::F32: return odt::f32;
+    case Precision::BF16:
+    case Precision::FP8: return odt::bf16;
+    case Precision::INT8: return int8_uses_u8_activations() ? odt::u8 : odt::s8;
+  }
+  return odt::undef;
+}
+
+OnednnLinear::OnednnLinear(ref::PreparedWeights w)
+    : k_(w.k()), n_(w.n()), precision_(w.precision), src_type_(src_type_for(w.precision)) {
+  const auto& eng = onednn_engine();
+  if (src_type_ == odt::u8) {
+    x_offset_ = 128;
+    zero_point_ = memory({{1}, odt::s32, tag::a}, eng);
+    *static_cast<int32_t*>(zero_point_.get_data_handle()) = x_offset_;
+  }
+  if (w.has_scale()) w_scale_.assign(w.scale.t.ptr<float>(), w.scale.t.ptr<float>() + n_);
+  if (w.has_bias()) {
+    bias_buf_ = std::move(w.bias);
+    bias_ = memory({{1, 1, n_}, odt::f32, tag::abc}, eng, bias_buf_.t.data);
+  }
+  // W is [N, K] row-major, i.e. the [K, N] matmul operand in column-major.
+  const odt wt = onednn_dtype(w.w.t.dtype);
+  memory plain({{1, k_, n_}, wt, memory::dims{k_ * n_, 1, k_}}, eng, w.w.t.data);
+  const auto pd =
+      primitive_desc(kPackM, memory::desc({1, k_, n_}, wt, tag::any),
+                     precision_ == Precision::F32 ? odt::f32 : odt::bf16, Activation::None);
+  last_impl_ = impl_name(pd, "linear " + std::to_string(n_) + "x" + std::to_string(k_));
+  weights_ = memory(pd.weights_desc(), eng);
+  dnnl::reorder(plain, weights_).execute(onednn_stream(), plain, weights_);
+  onednn_stream().wait();
+}
+
+dnnl::matmul::primitive_desc OnednnLinear::primitive_desc(int64_t m, const memory::desc& weights,
+                                                          odt dst_type, Activation act) const {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (!w_scale_.empty()) attr.set_output_scales(1 << 2, w_scale_);  // per N
+  if (x_offset_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::post_ops po;
+  if (precision_ == Precision::INT8)
+    po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, m, 1}, odt::f32, tag::abc));
+  if (bias_) po.append_binary(dnnl::algorithm::binary_add, bias_.get_desc());
+  append_activation(po, act);
+  attr.set_post_ops(po);
+  const auto src = rows_md(m, k_, k_, src_type_);
+  const auto dst = rows_md(m, n_, n_, dst_type);
+  try {
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr,
+                                        onednn_engine());
+  } catch (const dnnl::error& e) {
+    FLICK_CHECK(false, "oneDNN has no matmul for linear M=" + std::to_string(m) +
+                           " K=" + std::to_string(k_) + " N=" + std::to_string(n_) + " (" +
+                           precision_name(precision_) + "): " + e.what());
+    throw;
+  }
+}
+
+Plan& OnednnLinear::plan(const PlanKey& key) const {
+  for (auto& p : plans_)
+    if (p->key == key) return *p;
+  auto p = std::make_unique<Plan>();
+  p->key = key;
+  build(*p);
+  plans_.push_back(std::move(p));
+  return *plans_.back();
+}
+
+void OnednnLinear::build(Plan& p) const {
+  const auto& eng = onednn_engine();
+  const PlanKey& key = p.key;
+  const int64_t m = key.m;
+  // F32 GEMMs write f32 only; the others write y's dtype directly.
+  const odt y_type = onednn_dtype(key.y);
+  const odt dst_type = precision_ == Precision::F32 ? odt::f32 : y_type;
+  const auto pd = primitive_desc(m, weights_.get_desc(), dst_type, key.act);
+  p.impl = impl_name(pd, "linear M=" + std::to_string(m));
+  p.prim = dnnl::matmul(pd);
+  p.scratchpad = HostBuffer(pd.scratchpad_desc().get_size());
+
+  p.quantize = precision_ == Precision::INT8;
+  p.x_direct = !p.quantize && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
+  if (!p.x_direct) p.src_buf = HostBuffer(static_cast<size_t>(m * k_) * odt_size(src_type_));
+  p.src = memory(pd.src_desc(), eng, p.x_direct ? DNNL_MEMORY_NONE : p.src_buf.data());
+  if (!p.x_direct && !p.quantize) {
+    p.x_mem = memory(rows_md(m, k_, key.ldx, onednn_dtype(key.x)), eng, DNNL_MEMORY_NONE);
+    p.x_reorder = dnnl::reorder(p.x_mem, p.src);
+    p.x_args = {{DNNL_ARG_FROM, p.x_mem}, {DNNL_ARG_TO, p.src}};
+  }
+
+  p.y_direct = dst_type == y_type && key.ldy == n_;
+  if (!p.y_direct) p.dst_buf = HostBuffer(static_cast<size_t>(m * n_) * odt_size(dst_type));
+  p.dst = memory(pd.dst_desc(), eng, p.y_direct ? DNNL_MEMORY_NONE : p.dst_buf.data());
+  if (!p.y_direct) {
+    p.y_mem = memory(rows_md(m, n_, key.ldy, y_type), eng, DNNL_MEMORY_NONE);
+    p.y_reorder = dnnl::reorder(p.dst, p.y_mem);
+    p.y_args = {{DNNL_ARG_FROM, p.dst}, {DNNL_ARG_TO, p.y_mem}};
+  }
+
+  p.args = {{DNNL_ARG_SRC, p.src},
+            {DNNL_ARG_WEIGHTS, weights_},
+            {DNNL_ARG_DST, p.dst},
+            {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, p.scratchpad.data())}};
+  int post_op = 0;
+  if (p.quantize) {
+    p.x_scales = HostBuffer(static_cast<size_t>(m) * sizeof(float));
+    p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] =
+        memory({{1, m, 1}, odt::f32, tag::abc}, eng, p.x_scales.data());
+  }
+  if (bias_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] = bias_;
+  if (x_offset_ != 0) p.args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zero_point_;
+}
+
+void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activation act) const {
+  if (x.rows == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Plan& p = plan({x.rows, x.dtype, y.dtype, x.ld, y.ld, act});
+  last_impl_ = p.impl;
+  dnnl::stream& s = onednn_stream();
+  if (p.quantize) {
+    quantize_rows(x, p.src_buf.data(), k_, static_cast<float*>(p.x_scales.data()), x_offset_);
+  } else if (p.x_direct) {
+    p.src.set_data_handle(x.data);
+  } else {
+    p.x_mem.set_data_handle(x.data);
+    p.x_reorder->execute(s, p.x_args);
+  }
+  if (p.y_direct) p.dst.set_data_handle(y.data);
+  p.prim.execute(s, p.args);
+  if (!p.y_direct) {
+    p.y_mem.set_data_handle(y.data);
+    p.y_reorder->execute(s, p.y_args);
+  }
+  s.wait();
+}
+
+const OnednnLinear& as_onednn(const PackedLinear& w) {
+  const auto* l = dynamic_cast<const OnednnLinear*>(&w);
+  FLICK_CHECK(l != nullptr, "weights were packed by another backend");
+  return *l;
+}
+
+// A 2-d operand of matmul as a batch of one.
+Tensor batched(const Tensor& t) {
+  if (t.ndim() == 3) return t;
+  FLICK_CHECK(t.ndim() == 2, "matmul operands are [Bt, M, K] / [Bt, K, N]: " + t.str());
+  Tensor u = t;
+  u.shape = Shape{1, t.dim(0), t.dim(1)};
+  u.strides = {t.dim(0) * t.stride(0), t.stride(0), t.stride(1)};
+  return u;
+}
+
+memory::desc strided_md(const Tensor& t, odt type) {
+  return memory::desc({t.dim(0), t.dim(1), t.dim(2)}, type,
+                      memory::dims{t.stride(0), t.stride(1), t.stride(2)});
+}
+
+// oneDNN's matmul reads matrices with unit stride along one of the two
+// matrix dims (row- or column-major, any leading dimension).
+bool blas_layout(const Tensor& t) { return t.stride(2) == 1 || t.stride(1) == 1; }
+
+}  // namespace
+
+bool int8_uses_u8_activations() {
+  // Measured in bench/RESULTS.md: with AMX, s8 and u8 run at the same speed
+  // and s8 needs no zero-point compensation; on AVX-512 VNNI (no s8 x s8
+  // instruction) oneDNN's own s8 handling is slower than feeding u8 with a
+  // zero point of 128.
+  static const bool u8 = dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+  return u8;
+}
+
+std::string linear_impl(const PackedLinear& w) { return as_onednn(w).impl(); }
+
+std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
+  FLICK_CHECK(d.w.ndim() == 2, "linear weight must be [N, K]: " + d.w.str());
+  return std::make_unique<OnednnLinear>(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
+}
+
+void linear(const Tensor& x, const PackedLinear& w, Tensor& y, Activation act) {
+  const OnednnLinear& l = as_onednn(w);
+  const ref::RowsView xr = ref::as_rows(x);
+  const ref::RowsView yr = ref::as_rows(y);
+  FLICK_CHECK(xr.cols == l.in_features() && yr.cols == l.out_features() && xr.rows == yr.rows,
+              "linear shapes: x " + x.str() + ", y " + y.str() + ", weight [" +
+                  std::to_string(l.out_features()) + ", " + std::to_string(l.in_features()) + "]");
+  FLICK_CHECK((x.dtype == DType::F32 || x.dtype == DType::BF16) &&
+                  (y.dtype == DType::F32 || y.dtype == DType::BF16),
+              "linear: x and y must be F32 or BF16");
+  l.run(xr, yr, act);
+}
+
+void matmul(const Tensor& a, const Tensor& b, Tensor& c) {
+  const Tensor A = batched(a), B = batched(b), C = batched(c);
+  const int64_t bt = A.dim(0), m = A.dim(1), k = A.dim(2), n = B.dim(2);
+  FLICK_CHECK(B.dim(0) == bt && B.dim(1) == k && C.dim(0) == bt && C.dim(1) == m && C.dim(2) == n,
+              "matmul shapes: a " + a.str() + ", b " + b.str() + ", c " + c.str());
+  for (const Tensor* t : {&A, &B, &C})
+    FLICK_CHECK(t->dtype == DType::F32 || t->dtype == DType::BF16,
+                "matmul operands must be F32 or BF16: " + t->str());
+  if (bt == 0 || m == 0 || n == 0) return;
+  const auto& eng = onednn_engine();
+  dnnl::stream& s = onednn_stream();
+  // bf16 x bf16 runs as such (exact products, fp32 accumulation); anything
+  // mixed runs in f32 on exactly converted operands.
+  const odt ct = A.dtype == DType::BF16 && B.dtype == DType::BF16 ? odt::bf16 : odt::f32;
+
+  // Operands oneDNN cannot read in place are copied (converted) densely.
+  std::vector<HostBuffer> copies;
+  auto operand = [&](const Tensor& t) {
+    memory given(strided_md(t, onednn_dtype(t.dtype)), eng, t.data);
+    if (onednn_dtype(t.dtype) == ct && blas_layout(t)) return given;
+    copies.emplace_back(static_cast<size_t>(t.numel()) * odt_size(ct));
+    memory dense({{t.dim(0), t.dim(1), t.dim(2)}, ct, tag::abc}, eng, copies.back().data());
+    dnnl::reorder(given, dense).execute(s, given, dense);
+    return dense;
+  };
+  memory am = operand(A), bm = operand(B);
+  memory cm(strided_md(C, onednn_dtype(C.dtype)), eng, C.data);
+  const bool c_direct = (ct == odt::bf16 || C.dtype == DType::F32) && blas_layout(C);
+  memory dst = cm;
+  if (!c_direct) {
+    copies.emplace_back(static_cast<size_t>(C.numel()) * sizeof(float));
+    dst = memory({{bt, m, n}, odt::f32, tag::abc}, eng, copies.back().data());
+  }
+  const dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(am.get_desc(), bm.get_desc(), dst.get_desc()), eng);
+  impl_name(pd, "matmul " + a.str() + " @ " + b.str());
+  dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dst}});
+  if (!c_direct) dnnl::reorder(dst, cm).execute(s, dst, cm);
+  s.wait();
+}
+
+}  // namespace flick::cpu

@@ -1,0 +1,20 @@
+// Which oneDNN implementation a packed layer ran, for benchmarks and logs.
+#pragma once
+
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace flick::cpu {
+
+// The implementation of the most recent call ("brg:avx512_core_amx_int8",
+// "brgconv:avx512_core_bf16", ...); the pack-time choice before any call.
+std::string linear_impl(const PackedLinear& w);
+std::string conv_impl(const PackedConv& w);
+
+// Whether INT8 linear layers feed oneDNN u8 activations (+128, with oneDNN's
+// zero-point compensation) instead of s8: chosen per ISA at pack time, see
+// runtime/cpu/matmul.cpp.
+bool int8_uses_u8_activations();
+
+}  // namespace flick::cpu

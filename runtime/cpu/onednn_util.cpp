@@ -1,0 +1,52 @@
+#include "runtime/cpu/onednn_util.h"
+
+#include "runtime/log.h"
+
+namespace flick::cpu {
+
+const dnnl::engine& onednn_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& onednn_stream() {
+  thread_local dnnl::stream stream(onednn_engine());
+  return stream;
+}
+
+dnnl::memory::data_type onednn_dtype(DType t) {
+  using dt = dnnl::memory::data_type;
+  switch (t) {
+    case DType::F32: return dt::f32;
+    case DType::BF16: return dt::bf16;
+    case DType::F16: return dt::f16;
+    case DType::I8: return dt::s8;
+    case DType::U8: return dt::u8;
+    case DType::I32: return dt::s32;
+    case DType::F8_E4M3:
+    case DType::F8_E5M2: break;
+  }
+  FLICK_CHECK(false, "no oneDNN type for " + std::string(dtype_name(t)));
+  return dt::undef;
+}
+
+void append_activation(dnnl::post_ops& po, Activation act) {
+  using alg = dnnl::algorithm;
+  switch (act) {
+    case Activation::None: return;
+    case Activation::GeluErf: po.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f); return;
+    case Activation::GeluTanh: po.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f); return;
+    // swish(x) = x * sigmoid(alpha * x); alpha = 1 is SiLU.
+    case Activation::Silu: po.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f); return;
+  }
+}
+
+std::string impl_name(const dnnl::primitive_desc_base& pd, const std::string& what) {
+  std::string impl = pd.impl_info_str();
+  if (impl.rfind("ref", 0) == 0) {
+    log_warning("oneDNN picked its slow reference implementation '" + impl + "' for " + what);
+  }
+  return impl;
+}
+
+}  // namespace flick::cpu

@@ -1,0 +1,134 @@
+// CPU nearest upsampling and resize. Resize is separable: a horizontal pass
+// over every input row into an fp32 [H, OW] plane, then a vertical pass of
+// FMAs over whole rows; indices and weights are PyTorch's (resample.h).
+#include "runtime/ref/resample.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/cpu/eltwise_runs.h"
+#include "runtime/cpu/ops.h"
+#include "runtime/ref/ops.h"
+
+namespace flick::cpu {
+namespace {
+
+template <class T>
+void expand_row(const T* src, T* dst, int64_t ow, int64_t factor) {
+  if (factor == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(ow) * sizeof(T));
+  } else if (factor == 2) {
+    for (int64_t i = 0; i < ow / 2; ++i) dst[2 * i] = dst[2 * i + 1] = src[i];
+  } else {
+    for (int64_t i = 0; i < ow; ++i) dst[i] = src[i / factor];
+  }
+}
+
+}  // namespace
+
+void upsample_nearest(const Tensor& x, Tensor& y) {
+  FLICK_CHECK(x.ndim() == y.ndim() && (x.ndim() == 4 || x.ndim() == 5) && x.dim(0) == y.dim(0) &&
+                  x.dim(1) == y.dim(1),
+              "upsample_nearest: " + x.str() + " -> " + y.str());
+  std::array<int64_t, kMaxDims> factor{};
+  for (int d = 2; d < x.ndim(); ++d) {
+    FLICK_CHECK(x.dim(d) > 0 && y.dim(d) % x.dim(d) == 0,
+                "upsample_nearest: " + y.str() + " is not an integer multiple of " + x.str());
+    factor[static_cast<size_t>(d)] = y.dim(d) / x.dim(d);
+  }
+  if (x.dtype != y.dtype || x.stride(-1) != 1 || y.stride(-1) != 1) {
+    ref::upsample_nearest(x, y);  // converting or strided rows: the oracle's loop
+    return;
+  }
+  // Output rows [N, C, (OD,) OH] each repeat one input row, widened by the W factor.
+  const Shape rows = flick::detail::outer_shape(y.shape);
+  const int64_t ow = y.dim(-1), fw = factor[static_cast<size_t>(y.ndim() - 1)];
+  parallel_for(
+      rows.numel(),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          int64_t rem = r, ox = 0, oy = 0;
+          for (int d = rows.ndim - 1; d >= 0; --d) {
+            const int64_t idx = rem % rows[d];
+            rem /= rows[d];
+            const int64_t f = d >= 2 ? factor[static_cast<size_t>(d)] : 1;
+            ox += idx / f * x.stride(d);
+            oy += idx * y.stride(d);
+          }
+          const char* src = static_cast<const char*>(x.data) + ox * int64_t(dtype_size(x.dtype));
+          char* dst = static_cast<char*>(y.data) + oy * int64_t(dtype_size(y.dtype));
+          switch (dtype_size(x.dtype)) {
+            case 1:
+              expand_row(reinterpret_cast<const uint8_t*>(src), reinterpret_cast<uint8_t*>(dst), ow,
+                         fw);
+              break;
+            case 2:
+              expand_row(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(dst),
+                         ow, fw);
+              break;
+            default:
+              expand_row(reinterpret_cast<const uint32_t*>(src), reinterpret_cast<uint32_t*>(dst),
+                         ow, fw);
+              break;
+          }
+        }
+      },
+      std::max<int64_t>(1, 8192 / ow));
+}
+
+void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
+  resample::check_resize(x, y, mode, align_corners, antialias);
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2);
+  const resample::Taps th = resample::resize_taps(mode, H, y.dim(2), align_corners, antialias);
+  const resample::Taps tw =
+      resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias);
+  const int64_t OH = th.out, OW = tw.out;
+  const EltwiseKernels& k = eltwise_kernels();
+  // Resize runs once per job (preprocessing), so its plane buffer is allocated here.
+  std::vector<float> plane(static_cast<size_t>(H * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t bx = n * x.stride(0) + c * x.stride(1);
+      const int64_t by = n * y.stride(0) + c * y.stride(1);
+      // Horizontal: plane[h, ow] = sum_j ww_j x[h, w_j].
+      parallel_for(
+          H,
+          [&](int64_t begin, int64_t end) {
+            for (int64_t h = begin; h < end; ++h) {
+              const float* row =
+                  detail::read_f32(k, x, bx + h * x.stride(2), x.stride(3), x.dim(3), 0);
+              float* out = plane.data() + h * OW;
+              for (int64_t o = 0; o < OW; ++o) {
+                const int cnt = tw.count[static_cast<size_t>(o)];
+                float acc = 0.f;
+                for (int j = 0; j < cnt; ++j) acc += tw.w(o, j) * row[tw.tap_index(o, j)];
+                out[o] = acc;
+              }
+            }
+          },
+          std::max<int64_t>(1, 4096 / OW));
+      // Vertical: y[oh, :] = sum_i wh_i plane[h_i, :], vectorised over the row.
+      parallel_for(
+          OH,
+          [&](int64_t begin, int64_t end) {
+            for (int64_t oh = begin; oh < end; ++oh) {
+              const int64_t oy = by + oh * y.stride(2);
+              float* out = detail::out_f32(y, oy, y.stride(3), OW, 1);
+              const float zero = 0.f;
+              const int cnt = th.count[static_cast<size_t>(oh)];
+              for (int i = 0; i < cnt; ++i) {
+                const float w = th.w(oh, i);
+                k.fma(plane.data() + th.tap_index(oh, i) * OW, true, &w, false,
+                      i == 0 ? &zero : out, i != 0, out, OW);
+              }
+              if (cnt == 0) std::memset(out, 0, static_cast<size_t>(OW) * sizeof(float));
+              detail::write_f32(k, y, oy, y.stride(3), OW, out);
+            }
+          },
+          std::max<int64_t>(1, 4096 / OW));
+    }
+}
+
+}  // namespace flick::cpu

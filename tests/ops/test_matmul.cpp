@@ -1,0 +1,452 @@
+// linear / matmul / quantize_rows_int8: the CPU backend (oneDNN + own
+// kernels) against the scalar reference runtime/ref, which follows each
+// precision's rounding points exactly. Bounds: tests/ops/matmul_test_util.h.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/cpu/ops.h"
+#include "runtime/cpu/quantize.h"
+#include "runtime/ref/matmul_common.h"
+#include "runtime/ref/ops.h"
+#include "tests/ops/matmul_test_util.h"
+
+namespace flick {
+namespace {
+
+using test::act_name;
+using test::BoundCheck;
+using test::get;
+using test::random_tensor;
+
+constexpr Precision kAllPrecisions[] = {Precision::F32, Precision::BF16, Precision::INT8,
+                                        Precision::FP8};
+constexpr DType kFloatTypes[] = {DType::F32, DType::BF16};
+
+// sum_k |x[m, k] * w[n, k]| for the checked rows: the scale of every
+// partial sum of the accumulator, [rows.size(), N].
+std::vector<double> magnitudes(const Tensor& x, const std::vector<int64_t>& rows, const Tensor& w) {
+  const int64_t k = w.dim(1), n = w.dim(0);
+  std::vector<float> wabs(static_cast<size_t>(n * k));
+  for (int64_t o = 0; o < n; ++o)
+    for (int64_t j = 0; j < k; ++j)
+      wabs[static_cast<size_t>(o * k + j)] = std::fabs(get(w, {o, j}));
+  std::vector<double> mag(rows.size() * static_cast<size_t>(n));
+  std::vector<double> xabs(static_cast<size_t>(k));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int64_t j = 0; j < k; ++j) xabs[static_cast<size_t>(j)] = std::fabs(get(x, {rows[i], j}));
+    for (int64_t o = 0; o < n; ++o) {
+      const float* wr = wabs.data() + o * k;
+      double acc = 0;
+      for (int64_t j = 0; j < k; ++j) acc += xabs[static_cast<size_t>(j)] * wr[j];
+      mag[i * static_cast<size_t>(n) + static_cast<size_t>(o)] = acc;
+    }
+  }
+  return mag;
+}
+
+// Compares fast rows y_fast[rows[i]] with reference rows y_ref[i] within the
+// bound of matmul_test_util.h; mag from magnitudes() over the float weight
+// the test quantized from (or dequantized).
+void check_rows(const std::vector<int64_t>& rows, const std::vector<double>& mag, int64_t k,
+                const Tensor& bias, Precision p, Activation act, const Tensor& y_ref,
+                const Tensor& y_fast, const std::string& label) {
+  const int64_t n = y_ref.dim(1);
+  const double acc_e = test::acc_rel_error(p, k) * 1.13 + test::act_rel_error(act);
+  const double out_e = test::out_rel_error(y_fast.dtype);
+  // Quantized operands differ from the float ones by up to half a step
+  // (1/254 of the row max for INT8, 1/16 relative for E4M3): 10% headroom
+  // on the magnitude sum covers that.
+  const double mag_headroom = p == Precision::INT8 || p == Precision::FP8 ? 1.1 : 1.0;
+  BoundCheck bc;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int64_t o = 0; o < n; ++o) {
+      const double m = mag[i * static_cast<size_t>(n) + static_cast<size_t>(o)] * mag_headroom +
+                       (bias.empty() ? 0.0 : std::fabs(get(bias, {o})));
+      const double ref = get(y_ref, {static_cast<int64_t>(i), o});
+      const double bound = acc_e * m + out_e * std::fabs(ref) + 1e-30;
+      bc.add(get(y_fast, {rows[i], o}), ref, bound,
+             "row " + std::to_string(rows[i]) + " col " + std::to_string(o));
+    }
+  }
+  EXPECT_LE(bc.worst, 1.0) << label << " worst at " << bc.where;
+}
+
+void check_rows(const Tensor& x, const std::vector<int64_t>& rows, const Tensor& w,
+                const Tensor& bias, Precision p, Activation act, const Tensor& y_ref,
+                const Tensor& y_fast, const std::string& label) {
+  check_rows(rows, magnitudes(x, rows, w), w.dim(1), bias, p, act, y_ref, y_fast, label);
+}
+
+std::vector<int64_t> all_rows(int64_t m) {
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < m; ++i) rows.push_back(i);
+  return rows;
+}
+
+struct Case {
+  Precision p;
+  DType x, y;
+  int64_t m, k, n;
+  bool bias;
+  Activation act;
+  std::string label() const {
+    return std::string(precision_name(p)) + " x " + std::string(dtype_name(x)) + " y " +
+           std::string(dtype_name(y)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+           std::to_string(n) + (bias ? " bias " : " ") + act_name(act);
+  }
+};
+
+// Full check of a small case: every row against the reference.
+void check_case(const Case& c, uint32_t seed) {
+  OwnedTensor x = random_tensor(c.x, {c.m, c.k}, seed);
+  OwnedTensor w =
+      random_tensor(DType::F32, {c.n, c.k}, seed + 1, 1.f / std::sqrt(static_cast<float>(c.k)));
+  OwnedTensor b = c.bias ? random_tensor(DType::F32, {c.n}, seed + 2, 0.5f) : OwnedTensor();
+  const LinearDesc d{w.t, Tensor{}, b.t, c.p};
+  auto rw = ref::pack_linear(d);
+  auto cw = cpu::pack_linear(d);
+  EXPECT_EQ(cw->in_features(), c.k);
+  EXPECT_EQ(cw->out_features(), c.n);
+  EXPECT_EQ(cw->precision(), c.p);
+  OwnedTensor yr(c.y, {c.m, c.n}), yc(c.y, {c.m, c.n});
+  ref::linear(x, *rw, yr, c.act);
+  cpu::linear(x, *cw, yc, c.act);
+  check_rows(x, all_rows(c.m), w, b, c.p, c.act, yr, yc, c.label());
+}
+
+// Every precision x x dtype x y dtype x bias x activation on an odd shape.
+TEST(Linear, EveryPrecisionDtypeBiasActivation) {
+  uint32_t seed = 1;
+  for (Precision p : kAllPrecisions)
+    for (DType xt : kFloatTypes)
+      for (DType yt : kFloatTypes)
+        for (bool bias : {false, true})
+          for (Activation act : test::kAllActivations)
+            check_case({p, xt, yt, 7, 13, 29, bias, act}, seed++);
+}
+
+// More shapes: a single row, sizes around the 16/64-wide vector and block
+// tails, and K large enough for several K blocks.
+TEST(Linear, Shapes) {
+  const int64_t shapes[][3] = {{1, 64, 48}, {33, 100, 70}, {64, 256, 192}, {17, 1030, 65}};
+  uint32_t seed = 100;
+  for (Precision p : kAllPrecisions)
+    for (DType t : kFloatTypes)
+      for (const auto& s : shapes)
+        check_case({p, t, t, s[0], s[1], s[2], true, Activation::None}, seed++);
+}
+
+// Rows taken from a wider buffer (a fused QKV output, say), written into a
+// slice of a wider output, with leading batch dims.
+TEST(Linear, StridedRowsAndLeadingDims) {
+  const int64_t B = 2, L = 9, K = 40, N = 24;
+  for (Precision p : kAllPrecisions)
+    for (DType t : kFloatTypes) {
+      OwnedTensor xbig = random_tensor(t, {B, L, 3 * K}, 11);
+      OwnedTensor w = random_tensor(DType::F32, {N, K}, 12, 0.2f);
+      OwnedTensor b = random_tensor(DType::F32, {N}, 13);
+      const LinearDesc d{w.t, Tensor{}, b.t, p};
+      auto rw = ref::pack_linear(d);
+      auto cw = cpu::pack_linear(d);
+      Tensor x = xbig.t.slice(2, K, K);  // [B, L, K], row stride 3K
+      OwnedTensor ybig(t, {B, L, 2 * N});
+      Tensor y = ybig.t.slice(2, N, N);  // [B, L, N], row stride 2N
+      OwnedTensor yr(t, {B * L, N});
+      ref::linear(x, *rw, yr, Activation::Silu);
+      cpu::linear(x, *cw, y, Activation::Silu);
+      Tensor x2 = xbig.t.reshape({B * L, 3 * K}).slice(1, K, K);
+      Tensor y2 = ybig.t.reshape({B * L, 2 * N}).slice(1, N, N);
+      check_rows(x2, all_rows(B * L), w, b, p, Activation::Silu, yr, y2,
+                 std::string("strided ") + precision_name(p) + " " + std::string(dtype_name(t)));
+      // The columns outside the slice stay untouched.
+      for (int64_t i = 0; i < B * L; ++i)
+        for (int64_t j = 0; j < N; ++j) ASSERT_EQ(get(ybig.t.reshape({B * L, 2 * N}), {i, j}), 0.f);
+    }
+}
+
+// One packed layer called with several M (the per-M primitive cache), each
+// twice: results are deterministic and each M matches the reference.
+TEST(Linear, SeveralRowCountsOnOnePackedLayer) {
+  const int64_t K = 96, N = 80;
+  OwnedTensor w = random_tensor(DType::F32, {N, K}, 21, 0.1f);
+  for (Precision p : kAllPrecisions) {
+    const LinearDesc d{w.t, Tensor{}, Tensor{}, p};
+    auto rw = ref::pack_linear(d);
+    auto cw = cpu::pack_linear(d);
+    for (int64_t m : {5, 64, 1, 5, 130}) {
+      OwnedTensor x = random_tensor(DType::BF16, {m, K}, 22 + static_cast<uint32_t>(m));
+      OwnedTensor y1(DType::BF16, {m, N}), y2(DType::BF16, {m, N}), yr(DType::BF16, {m, N});
+      cpu::linear(x, *cw, y1, Activation::None);
+      cpu::linear(x, *cw, y2, Activation::None);
+      ref::linear(x, *rw, yr, Activation::None);
+      ASSERT_EQ(std::memcmp(y1.t.data, y2.t.data, y1.t.nbytes()), 0);
+      check_rows(x, all_rows(m), w, Tensor{}, p, Activation::None, yr, y1,
+                 std::string(precision_name(p)) + " M=" + std::to_string(m));
+    }
+  }
+}
+
+// Checkpoint weights given already quantized: I8 + scale for INT8 (per
+// channel and per tensor), F8_E4M3 + scale for FP8, and FP8 weights run as
+// INT8 (the CPU alternative to FP8 -> BF16).
+TEST(Linear, PrequantizedWeights) {
+  const int64_t M = 19, K = 72, N = 40;
+  OwnedTensor x = random_tensor(DType::BF16, {M, K}, 31);
+  OwnedTensor b = random_tensor(DType::F32, {N}, 32);
+  std::mt19937 gen(33);
+  struct Weights {
+    DType dt;
+    int64_t scales;
+    Precision p;
+  };
+  for (const Weights& wc :
+       {Weights{DType::I8, N, Precision::INT8}, Weights{DType::I8, 1, Precision::INT8},
+        Weights{DType::F8_E4M3, N, Precision::FP8}, Weights{DType::F8_E4M3, 1, Precision::FP8},
+        Weights{DType::F8_E4M3, N, Precision::INT8}, Weights{DType::I8, N, Precision::BF16}}) {
+    OwnedTensor wq(wc.dt, {N, K}), scale(DType::F32, {wc.scales}), wf(DType::F32, {N, K});
+    std::uniform_int_distribution<int> qi(-127, 127);
+    std::normal_distribution<float> nd(0.f, 100.f);
+    for (int64_t i = 0; i < wc.scales; ++i)
+      scale.t.ptr<float>()[i] = 0.001f * static_cast<float>(i + 1);
+    for (int64_t o = 0; o < N; ++o)
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t e = o * K + j;
+        if (wc.dt == DType::I8) {
+          wq.t.ptr<int8_t>()[e] = static_cast<int8_t>(qi(gen));
+        } else {
+          wq.t.ptr<uint8_t>()[e] = f32_to_f8e4m3(std::clamp(nd(gen), -448.f, 448.f));
+        }
+        wf.t.ptr<float>()[e] =
+            load_as_f32(wc.dt, wq.t.data, e) * scale.t.ptr<float>()[wc.scales == 1 ? 0 : o];
+      }
+    const LinearDesc d{wq.t, scale.t, b.t, wc.p};
+    auto rw = ref::pack_linear(d);
+    auto cw = cpu::pack_linear(d);
+    OwnedTensor yr(DType::F32, {M, N}), yc(DType::F32, {M, N});
+    ref::linear(x, *rw, yr, Activation::GeluErf);
+    cpu::linear(x, *cw, yc, Activation::GeluErf);
+    check_rows(x, all_rows(M), wf, b, wc.p, Activation::GeluErf, yr, yc,
+               std::string(dtype_name(wc.dt)) + " weights, " + std::to_string(wc.scales) +
+                   " scales, " + precision_name(wc.p));
+  }
+}
+
+// Rows to check on the big shapes: both ends and a spread in between.
+std::vector<int64_t> sample_rows(int64_t m, int count) {
+  std::vector<int64_t> rows{0, m - 1};
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<int64_t> d(1, m - 2);
+  while (static_cast<int>(rows.size()) < count) rows.push_back(d(gen));
+  return rows;
+}
+
+Tensor gather_rows(const Tensor& x, const std::vector<int64_t>& rows, OwnedTensor& out) {
+  out = OwnedTensor(x.dtype, {static_cast<int64_t>(rows.size()), x.dim(1)});
+  const size_t row_bytes = static_cast<size_t>(x.dim(1)) * dtype_size(x.dtype);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out.t.at({static_cast<int64_t>(i), 0}), x.at({rows[i], 0}), row_bytes);
+  return out.t;
+}
+
+// The Matrix-Game / Wan DiT shapes (2640 tokens, dim 1536, FFN 8960), all
+// rows computed by the fast path, a sample of rows checked.
+TEST(Linear, DitShapesSampledRows) {
+  const int64_t M = 2640, K = 1536;
+  OwnedTensor x = random_tensor(DType::BF16, {M, K}, 41);
+  const std::vector<int64_t> rows = sample_rows(M, 8);
+  OwnedTensor xs;
+  gather_rows(x, rows, xs);
+  for (int64_t n : {1536, 8960}) {
+    OwnedTensor w = random_tensor(DType::F32, {n, K}, 42, 1.f / std::sqrt(float(K)));
+    OwnedTensor b = random_tensor(DType::F32, {n}, 43, 0.1f);
+    const std::vector<double> mag = magnitudes(x, rows, w);
+    for (Precision p : kAllPrecisions) {
+      const LinearDesc d{w.t, Tensor{}, b.t, p};
+      auto rw = ref::pack_linear(d);
+      auto cw = cpu::pack_linear(d);
+      const Activation act = n == 8960 ? Activation::GeluTanh : Activation::None;
+      OwnedTensor yc(DType::BF16, {M, n}), yr(DType::BF16, {static_cast<int64_t>(rows.size()), n});
+      cpu::linear(x, *cw, yc, act);
+      ref::linear(xs, *rw, yr, act);
+      check_rows(rows, mag, K, b, p, act, yr, yc,
+                 std::string("DiT ") + precision_name(p) + " N=" + std::to_string(n));
+    }
+  }
+}
+
+double cosine(const Tensor& a, const Tensor& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < a.dim(0); ++i)
+    for (int64_t j = 0; j < a.dim(1); ++j) {
+      const double u = get(a, {i, j}), v = get(b, {i, j});
+      ab += u * v;
+      aa += u * u;
+      bb += v * v;
+    }
+  return ab / std::sqrt(aa * bb);
+}
+
+// Quantization quality (not kernel correctness): each precision against the
+// exact product of the fp32 inputs, on transformer-like data. Weights are
+// roughly Gaussian with heavier tails (Student-t, 5 dof, std ~0.026). Hidden
+// states are N(0, 1) after a norm; the second set adds outlier channels
+// (1 % of channels at 8x), which per-token INT8 pays for: the row max grows
+// ~8x, so every other channel gets ~8x coarser steps. That case documents the
+// cost (layers with such outliers should stay BF16 or be smoothed first).
+TEST(Linear, QuantizationQualityOnRealisticData) {
+  const int64_t M = 128, K = 1536, N = 512;
+  std::mt19937 gen(52);
+  OwnedTensor w(DType::F32, {N, K});
+  std::student_t_distribution<float> td(5.f);
+  for (int64_t i = 0; i < N * K; ++i) w.t.ptr<float>()[i] = 0.02f * td(gen);
+  auto exact = ref::pack_linear({w.t, Tensor{}, Tensor{}, Precision::F32});
+  struct Want {
+    Precision p;
+    double min_cos;
+  };
+  for (bool outliers : {false, true}) {
+    OwnedTensor x = random_tensor(DType::F32, {M, K}, 51);
+    if (outliers) {
+      std::uniform_int_distribution<int64_t> ch(0, K - 1);
+      for (int i = 0; i < K / 100; ++i) {
+        const int64_t c = ch(gen);
+        for (int64_t m = 0; m < M; ++m) x.t.ptr<float>()[m * K + c] *= 8.f;
+      }
+    }
+    OwnedTensor y_exact(DType::F32, {M, N});
+    ref::linear(x, *exact, y_exact, Activation::None);
+    // Measured here: bf16 0.999997; int8 0.99997 (plain), 0.9974 (outliers);
+    // fp8 (E4M3 weights, bf16 activations) 0.99965 on both.
+    for (const Want& want :
+         {Want{Precision::BF16, 0.99999}, Want{Precision::INT8, outliers ? 0.995 : 0.999},
+          Want{Precision::FP8, 0.999}}) {
+      auto cw = cpu::pack_linear({w.t, Tensor{}, Tensor{}, want.p});
+      OwnedTensor y(DType::F32, {M, N});
+      cpu::linear(x, *cw, y, Activation::None);
+      const double c = cosine(y, y_exact);
+      const std::string name =
+          std::string(precision_name(want.p)) + (outliers ? " (outlier channels)" : "");
+      RecordProperty("cosine " + name, std::to_string(c));
+      std::printf("[ quality  ] %s vs exact: cosine %.7f\n", name.c_str(), c);
+      EXPECT_GE(c, want.min_cos) << name;
+    }
+  }
+}
+
+TEST(Matmul, BatchedDtypesAndStrides) {
+  const int64_t Bt = 3, M = 9, K = 21, N = 14;
+  for (DType at : kFloatTypes)
+    for (DType bt : kFloatTypes)
+      for (DType ct : kFloatTypes)
+        for (bool transposed_b : {false, true}) {
+          OwnedTensor a = random_tensor(at, {Bt, M, K}, 61);
+          // b as a transposed view of a [Bt, N, K] buffer (K @ K^T in attention).
+          OwnedTensor bbuf =
+              transposed_b ? random_tensor(bt, {Bt, N, K}, 62) : random_tensor(bt, {Bt, K, N}, 62);
+          const Tensor b = transposed_b ? bbuf.t.permute({0, 2, 1}) : bbuf.t;
+          OwnedTensor cbuf(ct, {Bt, M, 2 * N});
+          Tensor c = cbuf.t.slice(2, 0, N);  // strided output rows
+          OwnedTensor cr(ct, {Bt, M, N});
+          ref::matmul(a, b, cr);
+          cpu::matmul(a, b, c);
+          // Exact operands on both sides; fp32 vs double accumulation.
+          BoundCheck bc;
+          for (int64_t i = 0; i < Bt; ++i)
+            for (int64_t r = 0; r < M; ++r)
+              for (int64_t col = 0; col < N; ++col) {
+                double mag = 0;
+                for (int64_t j = 0; j < K; ++j)
+                  mag += std::fabs(get(a, {i, r, j}) * get(b, {i, j, col}));
+                const double ref = get(cr, {i, r, col});
+                bc.add(get(c, {i, r, col}), ref,
+                       test::acc_rel_error(Precision::F32, K) * mag +
+                           test::out_rel_error(ct) * std::fabs(ref) + 1e-30,
+                       std::to_string(i) + "," + std::to_string(r) + "," + std::to_string(col));
+              }
+          EXPECT_LE(bc.worst, 1.0)
+              << dtype_name(at) << " @ " << dtype_name(bt) << " -> " << dtype_name(ct)
+              << (transposed_b ? " (b transposed)" : "") << " worst at " << bc.where;
+        }
+}
+
+TEST(Matmul, TwoDimensional) {
+  OwnedTensor a = random_tensor(DType::F32, {5, 7}, 71), b = random_tensor(DType::F32, {7, 3}, 72);
+  OwnedTensor c(DType::F32, {5, 3}), cr(DType::F32, {5, 3});
+  cpu::matmul(a, b, c);
+  ref::matmul(a, b, cr);
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(get(c, {i, j}), get(cr, {i, j}), 1e-5);
+}
+
+// Rows with exact rounding ties (x / scale = k + 0.5 exactly), a zero row,
+// subnormal-scale values, and odd lengths for the vector tails.
+OwnedTensor quantize_input(DType dt, int64_t k) {
+  OwnedTensor x = random_tensor(dt, {6, k}, 81 + static_cast<uint32_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    // Row 1: max 127 -> scale exactly 1, values on .5 ties of both parities.
+    store_from_f32(dt, x.t.at({1, j}), 0, j == 0 ? 127.f : (j % 2 ? 2.5f : -3.5f) + (j % 7));
+    store_from_f32(dt, x.t.at({2, j}), 0, 0.f);
+    store_from_f32(dt, x.t.at({3, j}), 0, get(x, {3, j}) * 1e-30f);
+  }
+  return x;
+}
+
+TEST(QuantizeRowsInt8, BitExactWithReference) {
+  for (DType dt : kFloatTypes)
+    for (int64_t k : {1, 7, 16, 17, 33, 255, 1536}) {
+      OwnedTensor x = quantize_input(dt, k);
+      OwnedTensor qr(DType::I8, {6, k}), qc(DType::I8, {6, k});
+      OwnedTensor sr(DType::F32, {6}), sc(DType::F32, {6});
+      ref::quantize_rows_int8(x, qr, sr);
+      cpu::quantize_rows_int8(x, qc, sc);
+      ASSERT_EQ(std::memcmp(qr.t.data, qc.t.data, qr.t.nbytes()), 0)
+          << dtype_name(dt) << " k=" << k;
+      ASSERT_EQ(std::memcmp(sr.t.data, sc.t.data, sr.t.nbytes()), 0)
+          << dtype_name(dt) << " k=" << k;
+      EXPECT_EQ(get(sr, {2}), 1.f);  // zero row
+      EXPECT_EQ(get(sr, {1}), 1.f);  // max 127
+      if (k > 6) {  // ties to even: 3.5 -> 4, -1.5 -> -2, 5.5 -> 6, 0.5 -> 0, 2.5 -> 2
+        const float want[] = {127, 4, -2, 6, 0, 8, 2};
+        for (int64_t j = 0; j < 7; ++j) EXPECT_EQ(get(qr, {1, j}), want[j]) << "j=" << j;
+      }
+    }
+}
+
+// The AVX2 fallback kernels, which the dispatcher does not pick on an
+// AVX-512 machine, against the same scalar rule.
+TEST(QuantizeRowsInt8, Avx2KernelBitExact) {
+  for (int64_t k : {1, 7, 8, 9, 100, 1536}) {
+    OwnedTensor xf = quantize_input(DType::F32, k);
+    OwnedTensor xb = quantize_input(DType::BF16, k);
+    for (int64_t r = 0; r < 6; ++r) {
+      std::vector<float> row(static_cast<size_t>(k));
+      std::vector<int8_t> want(static_cast<size_t>(k));
+      std::vector<uint8_t> got(static_cast<size_t>(k));
+      for (int offset : {0, 128}) {
+        for (const OwnedTensor* x : {&xf, &xb}) {
+          for (int64_t j = 0; j < k; ++j) row[static_cast<size_t>(j)] = get(*x, {r, j});
+          const float s_want = ref::quantize_row_int8(row.data(), k, want.data());
+          const float s_got =
+              x->t.dtype == DType::F32
+                  ? cpu::quantize_row_f32_avx2(static_cast<const float*>(x->t.at({r, 0})), k,
+                                               got.data(), offset)
+                  : cpu::quantize_row_bf16_avx2(static_cast<const uint16_t*>(x->t.at({r, 0})), k,
+                                                got.data(), offset);
+          ASSERT_EQ(s_want, s_got) << "row " << r << " k " << k;
+          for (int64_t j = 0; j < k; ++j)
+            ASSERT_EQ(static_cast<int>(want[static_cast<size_t>(j)]) + offset,
+                      offset == 0 ? static_cast<int8_t>(got[static_cast<size_t>(j)])
+                                  : static_cast<int>(got[static_cast<size_t>(j)]))
+                << "row " << r << " k " << k << " j " << j << " offset " << offset;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flick

@@ -1,0 +1,186 @@
+// Nearest upsampling and resize (torch.nn.functional.interpolate): the
+// reference and the CPU op against torch fixtures, nearest upsampling by hand.
+//
+// Resize tolerance: an output is sum_i sum_j wh_i ww_j x[h_i, w_j] with
+// weights that sum to 1 and |weights| summing to at most ~1.3 (bicubic
+// lobes), evaluated in fp32 by PyTorch (and by the CPU op): a few roundings of
+// terms bounded by max|x|, so |dy| <= 16 u max|x|. The pixel selection itself
+// must be exact: a wrong source index is off by O(|x|).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/cpu/ops.h"
+#include "runtime/ref/ops.h"
+#include "tests/ops/elementwise_testing.h"
+
+namespace flick {
+namespace {
+
+namespace ft = flick::testing;
+constexpr double u = ft::kF32Eps;
+
+ResizeMode mode_of(const std::string& m) {
+  if (m == "nearest") return ResizeMode::Nearest;
+  if (m == "bilinear") return ResizeMode::Bilinear;
+  return ResizeMode::Bicubic;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+using ResizeFn = void (*)(const Tensor&, Tensor&, ResizeMode, bool, bool);
+
+// Resizes x to torch's output shape with fn and checks against torch's F32
+// output (rows: the output rows the fixture kept, or all).
+void check_resize(ResizeFn fn, const Tensor& x, const Tensor& y_torch, const Tensor* rows,
+                  const std::map<std::string, std::string>& p, DType out, const std::string& what,
+                  double* worst_ulp = nullptr) {
+  const int64_t OH =
+      rows ? std::stoll(p.at("out").substr(0, p.at("out").find('x'))) : y_torch.dim(2);
+  OwnedTensor y(out, {x.dim(0), x.dim(1), OH, y_torch.dim(3)});
+  fn(x, y, mode_of(p.at("mode")), p.at("align_corners") == "1", p.at("antialias") == "1");
+  std::vector<double> got;
+  if (rows) {  // [N, C, len(rows), OW] of the full output
+    const auto r = ft::values(*rows);
+    const auto all = ft::values(y);
+    const int64_t OW = y.t.dim(3);
+    OwnedTensor picked(out, y_torch.shape);
+    std::vector<double> v;
+    for (int64_t nc = 0; nc < x.dim(0) * x.dim(1); ++nc)
+      for (double h : r)
+        for (int64_t w = 0; w < OW; ++w) v.push_back(all[size_t((nc * OH + int64_t(h)) * OW + w)]);
+    ft::fill(picked.t, v);
+    y = std::move(picked);
+  }
+  const std::vector<double> e = ft::values(y_torch);
+  const double tol = 16 * u * max_abs(ft::values(x));
+  ft::expect_close(y, e, std::vector<double>(e.size(), tol), what);
+  if (worst_ulp) *worst_ulp = std::max(*worst_ulp, ft::max_ulp_error(ft::values(y), e));
+}
+
+TEST(Resize, RefAndCpuMatchTorch) {
+  const ft::Fixtures f = ft::load_fixtures("ops/resize.safetensors");
+  int checked = 0;
+  double worst_ref = 0, worst_cpu = 0;
+  int64_t exact_ref = 0, exact_cpu = 0, total = 0;
+  for (const auto& [name, p] : f.cases) {
+    if (p.count("input") == 0) continue;
+    const Tensor& x = f.get(p.at("input") + ".x");
+    const Tensor& yt = f.get(name + ".y");
+    const std::string what = name + " " + p.at("mode") + " ac=" + p.at("align_corners") +
+                             " aa=" + p.at("antialias") + " " + x.shape.str() + "->" +
+                             yt.shape.str();
+    check_resize(ref::resize, x, yt, nullptr, p, DType::F32, "ref " + what, &worst_ref);
+    check_resize(cpu::resize, x, yt, nullptr, p, DType::F32, "cpu " + what, &worst_cpu);
+    // BF16 in and out (the inputs are bf16 values): the fp32 result rounded once.
+    OwnedTensor xb = ft::to_dtype(x, DType::BF16);
+    check_resize(ref::resize, xb, yt, nullptr, p, DType::BF16, "ref bf16 " + what);
+    check_resize(cpu::resize, xb, yt, nullptr, p, DType::BF16, "cpu bf16 " + what);
+    for (ResizeFn fn : {ref::resize, cpu::resize}) {
+      OwnedTensor y(DType::F32, yt.shape);
+      fn(x, y, mode_of(p.at("mode")), p.at("align_corners") == "1", p.at("antialias") == "1");
+      const auto a = ft::values(y), e = ft::values(yt);
+      for (size_t i = 0; i < a.size(); ++i)
+        (fn == ref::resize ? exact_ref : exact_cpu) += a[i] == e[i];
+      if (fn == ref::resize) total += static_cast<int64_t>(a.size());
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 90);
+  std::printf(
+      "[ resize vs torch ] bit-exact: ref %.2f%%, cpu %.2f%%; max ulp: ref %.1f, cpu %.1f\n",
+      100.0 * double(exact_ref) / double(total), 100.0 * double(exact_cpu) / double(total),
+      worst_ref, worst_cpu);
+}
+
+// The real preprocessing sizes on the synthetic image of the fixture script:
+// Matrix-Game's CLIP input (bicubic 352x640 -> 224x224) and an antialiased
+// SAM3-style bilinear downscale.
+TEST(Resize, PreprocessingSizesMatchTorch) {
+  const ft::Fixtures f = ft::load_fixtures("ops/resize.safetensors");
+  for (const char* name : {"clip_bicubic", "aa_bilinear_image"}) {
+    const auto& p = f.cases.at(name);
+    int64_t dims[4];
+    sscanf(p.at("image").c_str(), "%ldx%ldx%ldx%ld", &dims[0], &dims[1], &dims[2], &dims[3]);
+    OwnedTensor x = ft::synthetic_image(dims[0], dims[1], dims[2], dims[3]);
+    const Tensor& rows = f.get(std::string(name) + ".rows");
+    for (ResizeFn fn : {ref::resize, cpu::resize})
+      check_resize(fn, x, f.get(std::string(name) + ".y"), &rows, p, DType::F32,
+                   std::string(fn == ref::resize ? "ref " : "cpu ") + name);
+  }
+}
+
+TEST(Resize, CpuMatchesRefOnStridedViews) {
+  // An NHWC-stored input viewed as NCHW, written into a padded BF16 output.
+  const Shape xs{2, 3, 45, 61};
+  ft::StridedTensor x = ft::make_permuted(DType::BF16, xs, {0, 2, 3, 1});
+  ft::fill(x.t, ft::values(ft::random_tensor(DType::F32, xs, 4)));
+  const double tol = 16 * u * max_abs(ft::values(x));
+  for (ResizeMode m : {ResizeMode::Nearest, ResizeMode::Bilinear, ResizeMode::Bicubic})
+    for (int aa = 0; aa < (m == ResizeMode::Nearest ? 1 : 2); ++aa) {
+      const Shape ys{2, 3, 17, 100};
+      OwnedTensor yr(DType::F32, ys);
+      ref::resize(x, yr, m, false, aa != 0);
+      ft::StridedTensor yc = ft::make_padded(DType::BF16, ys, 7);
+      cpu::resize(x, yc, m, false, aa != 0);
+      ft::expect_close(
+          yc, ft::values(yr), std::vector<double>(size_t(ys.numel()), tol),
+          "strided resize mode " + std::to_string(int(m)) + " aa " + std::to_string(aa));
+    }
+}
+
+TEST(UpsampleNearest, RefByHandAndCpuEqualsRef) {
+  struct Case {
+    Shape x, y;
+  };
+  const Case cases[] = {{{1, 2, 3, 4}, {1, 2, 6, 8}},
+                        {{2, 3, 5, 7}, {2, 3, 5, 21}},
+                        {{1, 4, 2, 3, 5}, {1, 4, 4, 6, 10}},
+                        {{1, 1, 1, 44, 80}, {1, 1, 1, 88, 160}},
+                        {{1, 2, 3, 3, 3}, {1, 2, 3, 9, 3}}};
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::U8}) {
+    for (const Case& c : cases) {
+      OwnedTensor x = ft::random_tensor(dt == DType::U8 ? DType::F32 : dt, c.x, 8, 3.0);
+      if (dt == DType::U8) {
+        OwnedTensor b(DType::U8, c.x);
+        for (int64_t i = 0; i < b.t.numel(); ++i) b.t.ptr<uint8_t>()[i] = uint8_t(i * 37 % 251);
+        x = std::move(b);
+      }
+      OwnedTensor yr(dt, c.y), yc(dt, c.y);
+      ref::upsample_nearest(x, yr);
+      cpu::upsample_nearest(x, yc);
+      // By hand: y[..., i, j, k] = x[..., i / fd, j / fh, k / fw].
+      const auto xv = ft::values(x);
+      std::vector<double> e;
+      const int nd = c.y.ndim;
+      for (int64_t i = 0; i < c.y.numel(); ++i) {
+        int64_t rem = i, xi = 0, mul = 1;
+        for (int d = nd - 1; d >= 0; --d) {
+          const int64_t idx = rem % c.y[d];
+          rem /= c.y[d];
+          const int64_t f = d >= 2 ? c.y[d] / c.x[d] : 1;
+          xi += idx / f * mul;
+          mul *= c.x[d];
+        }
+        e.push_back(xv[size_t(xi)]);
+      }
+      const std::vector<double> zero(e.size(), 0.0);
+      ft::expect_close(yr, e, zero, "ref upsample " + c.x.str());
+      ft::expect_equal(yc, yr, "cpu upsample " + c.x.str());
+    }
+  }
+  // A converting upsample (BF16 -> F32) and a strided source.
+  OwnedTensor x = ft::random_tensor(DType::BF16, {1, 3, 4, 5}, 9);
+  Tensor xs = x.t.slice(3, 1, 3);
+  OwnedTensor yr(DType::F32, {1, 3, 8, 6}), yc(DType::F32, {1, 3, 8, 6});
+  ref::upsample_nearest(xs, yr);
+  cpu::upsample_nearest(xs, yc);
+  ft::expect_equal(yc, yr, "upsample bf16->f32 strided");
+}
+
+}  // namespace
+}  // namespace flick
