@@ -38,7 +38,7 @@ class DrainOutcome {
 
 class Daemon {
  public:
-  Daemon(const DaemonOptions& options) : options_(options) {}
+  explicit Daemon(const DaemonOptions& options) : options_(options) {}
 
   int run() {
     Expected<DaemonConfig> config = load_config(options_.config_path, options_.spool_override);
