@@ -38,7 +38,7 @@ class DrainOutcome {
 
 class Daemon {
  public:
-  Daemon(const DaemonOptions& options) : options_(options) {}
+  explicit Daemon(const DaemonOptions& options) : options_(options) {}
 
   int run() {
     Expected<DaemonConfig> config = load_config(options_.config_path, options_.spool_override);
@@ -94,9 +94,8 @@ class Daemon {
   void watch_incoming() {
     inotify_ = fs::Fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
     if (!inotify_.valid() ||
-        ::inotify_add_watch(
-            inotify_.get(), spool_->path(SpoolDir::kIncoming).c_str(),
-            IN_MOVED_TO | IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+        ::inotify_add_watch(inotify_.get(), spool_->path(SpoolDir::kIncoming).c_str(),
+                            IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
       log_warning("inotify unavailable (" + std::string(std::strerror(errno)) +
                   "); polling every " + std::to_string(config_->rescan_interval_s) + " s");
       inotify_ = fs::Fd();
@@ -112,8 +111,10 @@ class Daemon {
     }
     char fps[32];
     std::snprintf(fps, sizeof fps, "%.1f", p.fps);
+    // Rate-limited, except the last frame: every job shows its final count.
     notifier_.status("job " + p.id + ": frame " + std::to_string(p.frames_done) + "/" +
-                     std::to_string(p.frames_total) + ", " + fps + " fps");
+                         std::to_string(p.frames_total) + ", " + fps + " fps",
+                     p.frames_done == p.frames_total);
   }
 
   void reload() {

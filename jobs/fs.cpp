@@ -3,15 +3,16 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 namespace flick::fs {
 
@@ -69,11 +70,16 @@ int rename_noreplace(int from_dir, const std::string& from, int to_dir, const st
 
 namespace {
 
-std::atomic<uint64_t> g_temp_counter{0};
-
+// ".<name>.tmp.<pid>.<random>": the pid tells the reaper whose it is; the
+// random part keeps concurrent writers of one name apart.
 std::string temp_name_for(const std::string& name) {
-  return "." + name + ".tmp." + std::to_string(::getpid()) + "." +
-         std::to_string(g_temp_counter.fetch_add(1));
+  uint64_t r = 0;
+  if (::getrandom(&r, sizeof r, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof r)) {
+    r = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&r)) ^ static_cast<uint64_t>(::clock());
+  }
+  char suffix[24];
+  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(r));
+  return "." + name + ".tmp." + std::to_string(::getpid()) + "." + suffix;
 }
 
 Status write_all(int fd, const std::string& data, const std::string& display) {

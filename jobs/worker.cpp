@@ -234,12 +234,9 @@ JobResult Worker::claim_and_run(Claim& c) {
       // An I/O error while checking inputs: worth another try, not quarantine.
       return requeue(c, c.stem, 0, config_.retry_delay_s, Outcome::kRequeued, diag.status());
     }
-    return quarantine(
-        c, diag.first().message.empty() ? diag.first() : [&] {
-          Diagnostic d = diag.first();
-          d.message = diag.status().message();  // every error, not only the first
-          return d;
-        }());
+    Diagnostic first = diag.first();
+    first.message = diag.status().message();  // every error, not only the first
+    return quarantine(c, first);
   }
 
   // Duplicate ids: the same content again is a rerun of a finished job;
@@ -433,7 +430,10 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
       break;
     }
     struct stat fst;
-    ::fstat(f.get(), &fst);
+    if (::fstat(f.get(), &fst) != 0) {
+      s = errno_status("stat", fs::join(partial_path, rel), errno);
+      break;
+    }
     Expected<std::string> h = sha256_fd(f.get(), fs::join(partial_path, rel));
     if (!h.ok()) {
       s = h.status();
@@ -463,8 +463,10 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   done.timing = t;
   s = spool_.write_status(SpoolDir::kDone, job.id, done, /*replace=*/false, /*durable=*/true);
   if (!s.ok()) {
-    // Not committed: the outputs in place are this job's (the ledger has
-    // their inode), and the next attempt replaces them.
+    // Not committed, so not done: take the outputs back out of sight (a
+    // crash here instead leaves them to the next attempt, which knows their
+    // inode from the ledger).
+    warn_if_error(fs::remove_tree_at(pfd, job.output_dir.leaf, final_path));
     return retry_or_fail(c, job, s.with_context("job " + job.id), previous_attempts + 1);
   }
   // Committed. The rest is tidying that recovery redoes after a crash.

@@ -185,6 +185,22 @@ TEST_F(Cli, ExistingOutputDirectoryIsRefused) {
   EXPECT_TRUE(list(sb_.spool("active")).empty());
 }
 
+// inotify is only a hint: a job whose arrival raised no watched event (a
+// hard link made into incoming/ raises only IN_CREATE) is found by the
+// periodic rescan.
+TEST_F(Cli, PeriodicRescanFindsJobsInotifyMissed) {
+  auto daemon = sb_.serve("rescan");
+  ASSERT_TRUE(wait_until([&] { return daemon->err().find("serving") != std::string::npos; }));
+  write_text(sb_.path("staged.toml"), sb_.encode_job("shot", "linked"));
+  ::chmod(sb_.path("staged.toml").c_str(), 0640);
+  ASSERT_EQ(::link(sb_.path("staged.toml").c_str(), sb_.spool("incoming/linked.toml").c_str()), 0);
+  ASSERT_EQ(::unlink(sb_.path("staged.toml").c_str()), 0);  // one link left
+  ASSERT_TRUE(wait_until([&] { return sb_.count("done") == 1; }, std::chrono::seconds(30)));
+  daemon->signal(SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+  expect_done_job(sb_, "linked", 3, 16, 12);
+}
+
 // SIGHUP reloads the config: a new pipeline becomes usable; a broken config
 // is reported and the running one kept.
 TEST_F(Cli, SighupReloadsTheConfig) {

@@ -84,7 +84,7 @@ TEST(Crash, SigkillAtRandomPointsUntilDrained) {
 // output, requeues the job (without counting an attempt) and exits 0; the
 // job later completes.
 TEST(Crash, SigtermMidJobRequeuesAndLaterCompletes) {
-  constexpr int kFrames = 150, kW = 64, kH = 48;
+  constexpr int kFrames = 300, kW = 64, kH = 48;
   Sandbox sb;
   sb.write_config();
   ASSERT_EQ(sb.drain().code, 0);
