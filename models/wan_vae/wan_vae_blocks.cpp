@@ -264,4 +264,63 @@ void Upsample::forward(Backend& be, const Tensor& x, Tensor& y) {
   conv_.forward(be, up, y);
 }
 
+// ---- Downsample ----
+
+Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, Precision precision) {
+  Downsample d;
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, "resample.1.weight", 4));
+  const int64_t c = info->shape[1];
+  d.c_ = c;
+  FLICK_ASSIGN_OR_RETURN(Tensor w, get_float(v, "resample.1.weight", Shape{c, c, 3, 3}));
+  FLICK_ASSIGN_OR_RETURN(Tensor b, get_float(v, "resample.1.bias", Shape{c}));
+  ConvDesc cd;
+  cd.w = w.reshape({c, c, 1, 3, 3});  // per frame
+  cd.bias = b;
+  cd.spatial_dims = 3;
+  cd.stride = {1, 2, 2};
+  cd.precision = precision;
+  d.conv_ = be.pack_conv(cd);
+  if (v.has("time_conv.weight")) {
+    FLICK_ASSIGN_OR_RETURN(Tensor tw, get_float(v, "time_conv.weight", Shape{c, c, 3, 1, 1}));
+    FLICK_ASSIGN_OR_RETURN(Tensor tb, get_float(v, "time_conv.bias", Shape{c}));
+    ConvDesc td;
+    td.w = tw;
+    td.bias = tb;
+    td.spatial_dims = 3;
+    td.stride = {2, 1, 1};
+    td.precision = precision;
+    d.time_conv_ = be.pack_conv(td);
+  }
+  return d;
+}
+
+void Downsample::forward(Backend& be, const Tensor& x, Tensor& y) {
+  const int64_t c = c_, t = x.dim(2), h = x.dim(3), w = x.dim(4);
+  FLICK_CHECK(x.dim(1) == c && h % 2 == 0 && w % 2 == 0, "Downsample: x " + x.str());
+  // ZeroPad2d((0, 1, 0, 1)): [1, C, T, H + 1, W + 1], zeros right and bottom.
+  Tensor padded = padded_.get(x.dtype, Shape{1, c, t, h + 1, w + 1});
+  std::memset(padded.data, 0, padded.nbytes());
+  Tensor interior = padded.slice(3, 0, h).slice(4, 0, w);
+  be.copy(x, interior);
+  if (!time_conv_) {
+    be.conv(padded, *conv_, y, Activation::None);
+    return;
+  }
+  const Shape frame{1, c, 1, h / 2, w / 2};
+  if (first_) {
+    be.conv(padded, *conv_, y, Activation::None);
+    last_ = OwnedTensor(x.dtype, frame);
+    be.copy(y.slice(2, t - 1, 1), last_.t);
+    first_ = false;
+    return;
+  }
+  // [1, C, 1 + T, H/2, W/2] = [previous last frame, conv(x)]
+  Tensor joined = joined_.get(x.dtype, Shape{1, c, 1 + t, h / 2, w / 2});
+  Tensor body = joined.slice(2, 1, t), head = joined.slice(2, 0, 1);
+  be.conv(padded, *conv_, body, Activation::None);
+  be.copy(last_.t, head);
+  be.conv(joined, *time_conv_, y, Activation::None);
+  be.copy(joined.slice(2, t, 1), last_.t);
+}
+
 }  // namespace flick::wan_vae

@@ -137,4 +137,29 @@ class Upsample {
   Scratch tc_, frames_, up_;
 };
 
+// Down2d / Down3d (Resample 'downsample2d' / 'downsample3d'): zero pad one
+// column right and one row bottom, 3x3 conv stride 2 (C -> C); Down3d then
+// halves time with a (3, 1, 1) stride-2 conv over [last frame of the previous
+// chunk, x]. The first chunk of a video (1 frame) skips it and only remembers
+// its frame. Keys resample.1.{weight [C, C, 3, 3], bias},
+// time_conv.{weight [C, C, 3, 1, 1], bias}.
+class Downsample {
+ public:
+  static Expected<Downsample> load(const WeightView& v, Backend& be, Precision precision);
+  bool temporal() const { return time_conv_ != nullptr; }
+  int64_t channels() const { return c_; }
+  // Frames out for t frames in (t odd after the first chunk: t = 1 + 2k).
+  int64_t out_frames(int64_t t) const { return temporal() && !first_ ? (t + 1 - 3) / 2 + 1 : t; }
+  // x: [1, C, T, H, W] (H, W even) -> y: [1, C, T', H/2, W/2].
+  void forward(Backend& be, const Tensor& x, Tensor& y);
+  void reset() { first_ = true; }
+
+ private:
+  int64_t c_ = 0;
+  std::unique_ptr<PackedConv> conv_, time_conv_;
+  bool first_ = true;
+  OwnedTensor last_;  // [1, C, 1, H/2, W/2]: the previous chunk's last frame
+  Scratch padded_, spatial_, joined_;
+};
+
 }  // namespace flick::wan_vae

@@ -6,6 +6,7 @@
 // intermediate, fp32, on the scalar reference backend and the CPU backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "models/wan_vae/wan_vae_decoder.h"
+#include "models/wan_vae/wan_vae_encoder.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/weight_store.h"
@@ -119,6 +121,80 @@ TEST_P(WanVaeDecoderGolden, MatchesTheFp32ReferenceAtEveryIntermediate) {
 INSTANTIATE_TEST_SUITE_P(Backends, WanVaeDecoderGolden, ::testing::Values("ref", "cpu"),
                          [](const auto& info) { return std::string(info.param); });
 
+class WanVaeEncoderGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WanVaeEncoderGolden, MatchesTheFp32ReferenceAtEveryIntermediate) {
+  // fp32 against torch's fp32 run (tests/data/mg2/vae_encoder.safetensors:
+  // WanVAE.encode of the image followed by 20 zero frames = 6 latents): the
+  // same arithmetic up to summation order, 2-8-channel norms amplifying it as
+  // in the decoder: 1e-4 relative L2, 1e-3 of the largest value per element.
+  const double max_l2 = 1e-4, max_elem = 1e-3;
+  std::unique_ptr<Backend> be =
+      std::string(GetParam()) == "ref" ? make_ref_backend() : make_cpu_backend();
+
+  Expected<WeightStore> golden = WeightStore::open({kData + "vae_encoder.safetensors"});
+  ASSERT_TRUE(golden.ok()) << golden.status().message();
+  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  Expected<WanVaeEncoder> enc = WanVaeEncoder::load(store->root(), *be, Precision::F32);
+  ASSERT_TRUE(enc.ok()) << enc.status().message();
+  EXPECT_EQ(enc->config().dim, 2);
+  EXPECT_EQ(enc->config().out_dim, 8);
+  EXPECT_EQ(enc->config().downsamples, 11);
+  EXPECT_EQ(enc->config().temporal_down, 2);
+  EXPECT_EQ(enc->config().spatial_down, 3);
+  // Every encoder.* and conv1.* tensor is consumed; the rest is the decoder's.
+  for (const std::string& name : store->root().unused())
+    EXPECT_TRUE(name.rfind("decoder.", 0) == 0 || name.rfind("conv2.", 0) == 0) << name;
+
+  Expected<Tensor> frame0 = golden->get("fp32.input_frame0");  // [1, 3, 1, 32, 48]
+  ASSERT_TRUE(frame0.ok()) << frame0.status().message();
+  OwnedTensor video(DType::F32, Shape{1, 3, 21, 32, 48});
+  std::fill_n(video.t.ptr<float>(), video.t.numel(), 0.f);
+  Tensor first = video.t.slice(2, 0, 1);
+  be->copy(*frame0, first);
+
+  std::map<std::string, std::vector<float>> taps;
+  const WanVaeEncoder::Tap tap = [&](std::string_view name, const Tensor& t) {
+    taps[std::string(name)] = to_f32(*be, t);
+  };
+  Expected<Tensor> latents = enc->encode(video, tap);
+  ASSERT_TRUE(latents.ok()) << latents.status().message();
+  EXPECT_EQ(latents->shape, Shape({1, 16, 6, 4, 6}));
+  taps["latents"] = to_f32(*be, *latents);
+
+  int checked = 0;
+  for (const std::string& name : golden->names()) {
+    if (name.rfind("fp32.", 0) != 0) continue;
+    const std::string key = name.substr(5);
+    if (key == "input_frame0" || key == "scale_mean" || key == "scale_inv_std") continue;
+    ASSERT_TRUE(taps.count(key)) << key << " was not produced";
+    Expected<Tensor> want = golden->get(name);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    const std::vector<float>& got = taps[key];
+    ASSERT_EQ(static_cast<int64_t>(got.size()), want->numel()) << key;
+    const Error e = compare(got, to_f32(*be, *want));
+    EXPECT_LE(e.rel_l2, max_l2) << key;
+    EXPECT_LE(e.max_rel, max_elem) << key;
+    std::printf("  %-16s rel_l2 %.3g  max %.3g\n", key.c_str(), e.rel_l2, e.max_rel);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 13);  // chunk0: 5, chunk1: 5 (no conv1), conv1_mu_logvar, latents
+  // The fp32 latent constants are the spec's, 1/std in fp32.
+  Expected<Tensor> inv_std = golden->get("fp32.scale_inv_std");
+  ASSERT_TRUE(inv_std.ok()) << inv_std.status().message();
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(inv_std->ptr<float>()[c], 1.f / kWanVaeStd[c]) << c;
+
+  // A second call is a new video: the same latents.
+  const std::vector<float> again = taps["latents"];
+  latents = enc->encode(video);
+  ASSERT_TRUE(latents.ok()) << latents.status().message();
+  EXPECT_EQ(to_f32(*be, *latents), again);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WanVaeEncoderGolden, ::testing::Values("ref", "cpu"),
+                         [](const auto& info) { return std::string(info.param); });
+
 // A copy of the checkpoint with one tensor dropped or replaced, written as
 // safetensors to a temporary file.
 class WanVaeLoadErrors : public ::testing::Test {
@@ -193,6 +269,17 @@ TEST_F(WanVaeLoadErrors, AChannelMismatchBetweenLayersIsRejected) {
   EXPECT_NE(s.message().find("decoder.upsamples.8"), std::string::npos) << s.message();
 }
 
+TEST_F(WanVaeLoadErrors, TheEncoderNamesAMissingTensor) {
+  Expected<WeightStore> store =
+      WeightStore::open({write_variant("encoder.downsamples.5.time_conv.bias", "", {})});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  std::unique_ptr<Backend> backend = make_ref_backend();
+  Expected<WanVaeEncoder> enc = WanVaeEncoder::load(store->root(), *backend, Precision::F32);
+  ASSERT_FALSE(enc.ok());
+  EXPECT_NE(enc.status().message().find("encoder.downsamples.5.time_conv.bias"), std::string::npos)
+      << enc.status().message();
+}
+
 TEST_F(WanVaeLoadErrors, UnsupportedPrecisionIsRejected) {
   const Status s = load(kCheckpoint, Precision::INT8);
   ASSERT_FALSE(s.ok());
@@ -209,6 +296,18 @@ TEST(WanVaeDecoder, RejectsMisShapedLatents) {
   Expected<Tensor> out = dec->decode(bad);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("[1, 16, N, h, w]"), std::string::npos);
+}
+
+TEST(WanVaeEncoder, RejectsAVideoOfTheWrongLength) {
+  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  Expected<WanVaeEncoder> enc = WanVaeEncoder::load(store->root(), *be, Precision::F32);
+  ASSERT_TRUE(enc.ok()) << enc.status().message();
+  OwnedTensor bad(DType::F32, Shape{1, 3, 3, 32, 48});  // not 1 + 4k frames
+  Expected<Tensor> out = enc->encode(bad);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("1 + 4k"), std::string::npos);
 }
 
 }  // namespace
