@@ -114,11 +114,19 @@ int64_t WanVaeDecoder::frames_out(int64_t t) const { return first_ ? 1 + 4 * (t 
 Expected<Tensor> WanVaeDecoder::decode(const Tensor& latents, const Tap& tap) {
   const int64_t z = cfg_.z_dim;
   if (latents.ndim() != 5 || latents.dim(0) != 1 || latents.dim(1) != z || latents.dim(2) < 1 ||
+      latents.dim(3) < 1 || latents.dim(4) < 1 ||
       (latents.dtype != DType::F32 && latents.dtype != DType::BF16))
     return invalid_input("Wan VAE decoder: expected F32 or BF16 latents [1, 16, N, h, w], got " +
                          latents.str());
   Backend& be = *backend_;
   const int64_t n = latents.dim(2), h = latents.dim(3), w = latents.dim(4);
+  // The feature caches hold frames of the video's size.
+  if (!first_ && (h != h_ || w != w_))
+    return invalid_input("Wan VAE decoder: latents " + latents.str() +
+                         " continue a video of latent size " + std::to_string(h_) + " x " +
+                         std::to_string(w_) + " (reset() starts a new one)");
+  h_ = h;
+  w_ = w;
   const int64_t scale = int64_t{1} << cfg_.spatial_up;
   const int64_t hh = h * scale, ww = w * scale, t_total = frames_out(n);
 

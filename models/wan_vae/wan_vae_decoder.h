@@ -85,6 +85,7 @@ class WanVaeDecoder {
   WanVaeDecoderConfig cfg_;
   Backend* backend_ = nullptr;
   bool first_ = true;
+  int64_t h_ = 0, w_ = 0;  // latent size of the current video
   float inv_std_[16] = {};
 
   wan_vae::CausalConv3d conv2_, conv1_, head_conv_;

@@ -296,6 +296,19 @@ TEST(WanVaeDecoder, RejectsMisShapedLatents) {
   Expected<Tensor> out = dec->decode(bad);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("[1, 16, N, h, w]"), std::string::npos);
+
+  // A video continues at its own size; after reset() any size starts one.
+  OwnedTensor a(DType::F32, Shape{1, 16, 1, 4, 6}), b(DType::F32, Shape{1, 16, 1, 2, 2});
+  std::fill_n(a.t.ptr<float>(), a.t.numel(), 0.5f);
+  std::fill_n(b.t.ptr<float>(), b.t.numel(), 0.5f);
+  ASSERT_TRUE(dec->decode(a).ok());
+  out = dec->decode(b);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("reset()"), std::string::npos) << out.status().message();
+  dec->reset();
+  out = dec->decode(b);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->shape, Shape({1, 1, 3, 16, 16}));
 }
 
 TEST(WanVaeEncoder, RejectsAVideoOfTheWrongLength) {
