@@ -33,14 +33,6 @@
 
 namespace flick {
 
-// The Wan2.1 latent normalisation (z = (mu - mean) / std), 16 channels.
-inline constexpr float kWanVaeMean[16] = {
-    -0.7571f, -0.7089f, -0.9113f, 0.1075f,  -0.1745f, 0.9653f,  -0.1517f, 1.5508f,
-    0.4134f,  -0.0715f, 0.5517f,  -0.3632f, -0.1922f, -0.9497f, 0.2503f,  -0.2921f};
-inline constexpr float kWanVaeStd[16] = {2.8184f, 1.4541f, 2.3275f, 2.6558f, 1.2196f, 1.7708f,
-                                         2.6052f, 2.0743f, 3.2687f, 2.1526f, 2.8652f, 1.5579f,
-                                         1.6382f, 1.1253f, 2.8251f, 1.9160f};
-
 struct WanVaeDecoderConfig {
   int64_t z_dim = 0;        // 16
   int64_t dim = 0;          // conv1 output channels: 384

@@ -4,8 +4,6 @@
 #include <string>
 #include <utility>
 
-#include "models/wan_vae/wan_vae_decoder.h"
-
 namespace flick {
 
 using wan_vae::require;
