@@ -1,0 +1,176 @@
+// Building blocks of the Wan2.1 causal 3D VAE (wan/modules/vae.py and
+// demo_utils/vae_block3.py of Matrix-Game 2.0), streaming over time with an
+// explicit per-convolution feature cache.
+//
+// Activations are [1, C, T, H, W] (NCDHW). Every 3-tap causal convolution
+// keeps the last 2 frames of its input; a fresh cache holds 2 zero frames, so
+// "zero front padding" and "prepend the cached frames" are one code path:
+//   reference: cache None  -> pad 2 zeros;  cache [a] -> [a, x], pad 1 zero;
+//              cache [a,b] -> [a, b, x];  new cache = last 2 of [old..., x]
+//   here:      padded = [cache0, cache1, x];  new cache = last 2 of padded
+// (a 1-frame reference cache [a] is this cache [0, a]: same convolution input).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/backend.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+#include "runtime/weights/weight_store.h"
+
+namespace flick {
+
+// The Wan2.1 latent normalisation (z = (mu - mean) / std), 16 channels.
+inline constexpr float kWanVaeMean[16] = {
+    -0.7571f, -0.7089f, -0.9113f, 0.1075f,  -0.1745f, 0.9653f,  -0.1517f, 1.5508f,
+    0.4134f,  -0.0715f, 0.5517f,  -0.3632f, -0.1922f, -0.9497f, 0.2503f,  -0.2921f};
+inline constexpr float kWanVaeStd[16] = {2.8184f, 1.4541f, 2.3275f, 2.6558f, 1.2196f, 1.7708f,
+                                         2.6052f, 2.0743f, 3.2687f, 2.1526f, 2.8652f, 1.5579f,
+                                         1.6382f, 1.1253f, 2.8251f, 1.9160f};
+
+namespace wan_vae {
+
+// A reusable buffer: grows on demand, so a streaming run allocates only while
+// its shapes grow (the first two latents) and never after.
+class Scratch {
+ public:
+  Tensor get(DType dtype, const Shape& shape);
+
+ private:
+  OwnedTensor buf_;
+};
+
+// The shape of a required tensor, or an error naming it.
+Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim);
+
+// CausalConv3d (kernel kt x k x k, stride 1, "same" spatial padding, causal in
+// time) with its feature cache. kt = 1 convolutions keep no cache.
+// Weights: `<prefix>.weight` [O, I, kt, k, k], `<prefix>.bias` [O].
+class CausalConv3d {
+ public:
+  static Expected<CausalConv3d> load(const WeightView& v, std::string_view prefix, Backend& be,
+                                     Precision precision);
+  // Also a 2-D conv over every frame: weight [O, I, k, k].
+  static Expected<CausalConv3d> load_2d(const WeightView& v, std::string_view prefix, Backend& be,
+                                        Precision precision);
+
+  int64_t in_channels() const { return cin_; }
+  int64_t out_channels() const { return cout_; }
+  // x: [1, I, T, H, W], y: [1, O, T, H, W]. Reads and updates the cache.
+  void forward(Backend& be, const Tensor& x, Tensor& y);
+  // Back to 2 zero frames (a new video).
+  void reset();
+
+ private:
+  std::unique_ptr<PackedConv> conv_;
+  int64_t cin_ = 0, cout_ = 0, kt_ = 1;
+  DType act_ = DType::F32;
+  OwnedTensor cache_;  // [1, I, 2, H, W], allocated on the first call
+  bool cache_zero_ = true;
+  Scratch padded_;  // [1, I, 2 + T, H, W]
+};
+
+// RMS_norm over channels: F.normalize(x, dim=1) * sqrt(C) * gamma, which is
+// x / sqrt(mean_c(x^2)) * gamma (eps 1e-12 on the norm = 1e-24 / C on the mean
+// square). Weight `<prefix>.gamma` [C, 1, 1, 1] (or [C, 1, 1] for images).
+class ChannelRmsNorm {
+ public:
+  static Expected<ChannelRmsNorm> load(const WeightView& v, std::string_view prefix, int64_t c,
+                                       int trailing_ones);
+  void forward(Backend& be, const Tensor& x, Tensor& y) const;
+
+ private:
+  Tensor gamma_;  // [C] F32
+  float eps_ = 0.f;
+};
+
+// ResidualBlock: [RMS, SiLU, Conv3, RMS, SiLU, Conv3](x) + shortcut(x), the
+// shortcut a 1^3 conv when the channel count changes. Prefix `<i>.`: keys
+// residual.{0,2,3,6}.*, shortcut.*.
+class ResidualBlock {
+ public:
+  static Expected<ResidualBlock> load(const WeightView& v, Backend& be, Precision precision);
+  int64_t in_channels() const { return conv1_.in_channels(); }
+  int64_t out_channels() const { return conv2_.out_channels(); }
+  // x: [1, I, T, H, W] -> y: [1, O, T, H, W]; y must not alias x.
+  void forward(Backend& be, const Tensor& x, Tensor& y);
+  void reset();
+
+ private:
+  ChannelRmsNorm norm1_, norm2_;
+  CausalConv3d conv1_, conv2_;
+  std::unique_ptr<CausalConv3d> shortcut_;
+  Scratch h_, h2_;
+};
+
+// The middle AttentionBlock: per frame, RMS over channels, 1x1 to_qkv,
+// single-head attention over the H*W positions (scale 1/sqrt(C)), 1x1 proj,
+// residual. Keys norm.gamma [C,1,1], to_qkv.{weight [3C,C,1,1], bias},
+// proj.{weight [C,C,1,1], bias}.
+class AttentionBlock {
+ public:
+  static Expected<AttentionBlock> load(const WeightView& v, Backend& be, Precision precision);
+  int64_t channels() const { return c_; }
+  // x: [1, C, T, H, W] -> y (may not alias x).
+  void forward(Backend& be, const Tensor& x, Tensor& y);
+
+ private:
+  int64_t c_ = 0;
+  ChannelRmsNorm norm_;
+  CausalConv3d qkv_, proj_;  // 1x1 convs as kt = 1 causal convs
+  Scratch h_, qkv_buf_, attn_;
+};
+
+// Up2d / Up3d (Resample 'upsample2d' / 'upsample3d'): [time_conv], nearest x2
+// over H, W, 3x3 conv C -> C/2. Up3d's time_conv (3-tap, C -> 2C) doubles the
+// frame count (channels [0:C] frame 2t, [C:2C] frame 2t+1), except on the very
+// first latent of a video ('Rep': skipped, one frame out); the next call sees
+// a zero cache, as the reference's zero front padding.
+class Upsample {
+ public:
+  static Expected<Upsample> load(const WeightView& v, Backend& be, Precision precision);
+  bool temporal() const { return time_conv_ != nullptr; }
+  int64_t in_channels() const { return c_; }
+  int64_t out_channels() const { return conv_.out_channels(); }
+  int64_t out_frames(int64_t t) const { return temporal() && !first_ ? 2 * t : t; }
+  void forward(Backend& be, const Tensor& x, Tensor& y);
+  void reset();
+
+ private:
+  int64_t c_ = 0;
+  std::unique_ptr<CausalConv3d> time_conv_;
+  CausalConv3d conv_;
+  bool first_ = true;
+  Scratch tc_, frames_, up_;
+};
+
+// Down2d / Down3d (Resample 'downsample2d' / 'downsample3d'): zero pad one
+// column right and one row bottom, 3x3 conv stride 2 (C -> C); Down3d then
+// halves time with a (3, 1, 1) stride-2 conv over [last frame of the previous
+// chunk, x]. The first chunk of a video (1 frame) skips it and only remembers
+// its frame. Keys resample.1.{weight [C, C, 3, 3], bias},
+// time_conv.{weight [C, C, 3, 1, 1], bias}.
+class Downsample {
+ public:
+  static Expected<Downsample> load(const WeightView& v, Backend& be, Precision precision);
+  bool temporal() const { return time_conv_ != nullptr; }
+  int64_t channels() const { return c_; }
+  // Frames out for t frames in (t odd after the first chunk: t = 1 + 2k).
+  int64_t out_frames(int64_t t) const { return temporal() && !first_ ? (t + 1 - 3) / 2 + 1 : t; }
+  // x: [1, C, T, H, W] (H, W even) -> y: [1, C, T', H/2, W/2].
+  void forward(Backend& be, const Tensor& x, Tensor& y);
+  void reset() { first_ = true; }
+
+ private:
+  int64_t c_ = 0;
+  std::unique_ptr<PackedConv> conv_, time_conv_;
+  bool first_ = true;
+  OwnedTensor last_;  // [1, C, 1, H/2, W/2]: the previous chunk's last frame
+  Scratch padded_, spatial_, joined_;
+};
+
+}  // namespace wan_vae
+}  // namespace flick

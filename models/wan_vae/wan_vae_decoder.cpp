@@ -1,0 +1,214 @@
+#include "models/wan_vae/wan_vae_decoder.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace flick {
+
+using wan_vae::require;
+
+Expected<WanVaeDecoderConfig> WanVaeDecoderConfig::detect(const WeightView& root) {
+  WanVaeDecoderConfig c;
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv2, require(root, "conv2.weight", 5));
+  c.z_dim = conv2->shape[0];
+  if (c.z_dim != 16 || conv2->shape[1] != 16)
+    return invalid_input(root.full_name("conv2.weight") +
+                         ": expected [16, 16, 1, 1, 1] (z_dim 16), file has " + conv2->shape_str());
+  const WeightView dec = root.sub("decoder");
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv1, require(dec, "conv1.weight", 5));
+  c.dim = conv1->shape[0];
+  if (conv1->shape[1] != c.z_dim)
+    return invalid_input(dec.full_name("conv1.weight") + ": expected " + std::to_string(c.z_dim) +
+                         " input channels, file has " + conv1->shape_str());
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, require(dec, "head.2.weight", 5));
+  c.out_dim = head->shape[1];
+  if (head->shape[0] != 3)
+    return invalid_input(dec.full_name("head.2.weight") +
+                         ": expected 3 output channels, file has " + head->shape_str());
+  const WeightView ups = dec.sub("upsamples");
+  const std::vector<std::string> children = ups.children();
+  c.upsamples = static_cast<int64_t>(children.size());
+  for (int64_t i = 0; i < c.upsamples; ++i) {
+    const std::string idx = std::to_string(i);
+    if (std::find(children.begin(), children.end(), idx) == children.end())
+      return invalid_input(ups.full_name(idx) + ": missing (upsample layers must be numbered 0.." +
+                           std::to_string(c.upsamples - 1) + ")");
+    const WeightView l = ups.sub(idx);
+    if (l.has("resample.1.weight")) {
+      ++c.spatial_up;
+      if (l.has("time_conv.weight")) ++c.temporal_up;
+    } else if (!l.has("residual.2.weight")) {
+      return invalid_input(l.prefix() + "*: neither a residual block nor an upsampler");
+    }
+  }
+  return c;
+}
+
+Expected<WanVaeDecoder> WanVaeDecoder::load(const WeightView& root, Backend& backend,
+                                            Precision precision) {
+  if (precision != Precision::F32)
+    return invalid_input(std::string("Wan VAE decoder: precision ") + precision_name(precision) +
+                         " is not supported (F32)");
+  WanVaeDecoder d;
+  FLICK_ASSIGN_OR_RETURN(d.cfg_, WanVaeDecoderConfig::detect(root));
+  d.backend_ = &backend;
+  FLICK_TRY(d.load_weights(root, precision));
+  // fp32: 1/std in fp32, as the reference's fp32 run.
+  for (int i = 0; i < 16; ++i) d.inv_std_[i] = 1.f / kWanVaeStd[i];
+  return d;
+}
+
+Status WanVaeDecoder::load_weights(const WeightView& root, Precision precision) {
+  using namespace wan_vae;
+  Backend& be = *backend_;
+  const WeightView dec = root.sub("decoder");
+  FLICK_ASSIGN_OR_RETURN(conv2_, CausalConv3d::load(root, "conv2", be, precision));
+  FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(dec, "conv1", be, precision));
+  const WeightView mid = dec.sub("middle");
+  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, precision));
+  FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, precision));
+  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, precision));
+  int64_t ch = cfg_.dim;
+  auto check_in = [&](const WeightView& v, int64_t in) -> Status {
+    if (in != ch)
+      return invalid_input(v.prefix() + "*: takes " + std::to_string(in) +
+                           " channels, the previous layer gives " + std::to_string(ch));
+    return ok_status();
+  };
+  FLICK_TRY(check_in(mid.sub("0"), mid_res0_.in_channels()));
+  FLICK_TRY(check_in(mid.sub("1"), mid_attn_.channels()));
+  FLICK_TRY(check_in(mid.sub("2"), mid_res1_.in_channels()));
+  const WeightView ups = dec.sub("upsamples");
+  for (int64_t i = 0; i < cfg_.upsamples; ++i) {
+    const WeightView l = ups.sub(std::to_string(i));
+    if (l.has("resample.1.weight")) {
+      FLICK_ASSIGN_OR_RETURN(Upsample u, Upsample::load(l, be, precision));
+      FLICK_TRY(check_in(l, u.in_channels()));
+      ch = u.out_channels();
+      ups_.emplace_back(std::move(u));
+    } else {
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, precision));
+      FLICK_TRY(check_in(l, r.in_channels()));
+      ch = r.out_channels();
+      ups_.emplace_back(std::move(r));
+    }
+  }
+  FLICK_TRY(check_in(dec.sub("head"), cfg_.out_dim));
+  FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(dec, "head.0", ch, 3));
+  FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(dec, "head.2", be, precision));
+  return ok_status();
+}
+
+void WanVaeDecoder::reset() {
+  first_ = true;
+  conv1_.reset();
+  mid_res0_.reset();
+  mid_res1_.reset();
+  for (Layer& l : ups_) std::visit([](auto& layer) { layer.reset(); }, l);
+  head_conv_.reset();
+}
+
+int64_t WanVaeDecoder::frames_out(int64_t t) const { return first_ ? 1 + 4 * (t - 1) : 4 * t; }
+
+Expected<Tensor> WanVaeDecoder::decode(const Tensor& latents, const Tap& tap) {
+  const int64_t z = cfg_.z_dim;
+  if (latents.ndim() != 5 || latents.dim(0) != 1 || latents.dim(1) != z || latents.dim(2) < 1 ||
+      latents.dim(3) < 1 || latents.dim(4) < 1 ||
+      (latents.dtype != DType::F32 && latents.dtype != DType::BF16))
+    return invalid_input("Wan VAE decoder: expected F32 or BF16 latents [1, 16, N, h, w], got " +
+                         latents.str());
+  Backend& be = *backend_;
+  const int64_t n = latents.dim(2), h = latents.dim(3), w = latents.dim(4);
+  // The feature caches hold frames of the video's size.
+  if (!first_ && (h != h_ || w != w_))
+    return invalid_input("Wan VAE decoder: latents " + latents.str() +
+                         " continue a video of latent size " + std::to_string(h_) + " x " +
+                         std::to_string(w_) + " (reset() starts a new one)");
+  h_ = h;
+  w_ = w;
+  const int64_t scale = int64_t{1} << cfg_.spatial_up;
+  const int64_t hh = h * scale, ww = w * scale, t_total = frames_out(n);
+
+  // ---- de-normalise: z / (1 / std) + mean, a division as the reference ----
+  Tensor zt = z_.get(DType::F32, Shape{1, z, n, h, w});
+  be.copy(latents, zt);
+  float* zp = zt.ptr<float>();
+  const int64_t plane = n * h * w;
+  for (int64_t c = 0; c < z; ++c)
+    for (int64_t i = 0; i < plane; ++i)
+      zp[c * plane + i] = zp[c * plane + i] / inv_std_[c] + kWanVaeMean[c];
+  Tensor x = zc_.get(DType::F32, Shape{1, z, n, h, w});
+  conv2_.forward(be, zt, x);
+  if (tap) tap("conv2", x);
+
+  Tensor frames = frames_.get(DType::F32, Shape{1, 3, t_total, hh, ww});
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = first_ ? 1 : 4;
+    Tensor dst = frames.slice(2, off, t);
+    decode_latent(x.slice(2, i, 1), dst, i, tap);
+    first_ = false;
+    off += t;
+  }
+  // [1, 3, T, H, W] -> [1, T, 3, H, W], clamp(-1, 1)
+  Tensor out = out_.get(DType::F32, Shape{1, t_total, 3, hh, ww});
+  be.copy(frames.permute({0, 2, 1, 3, 4}), out);
+  float* op = out.ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) op[i] = std::clamp(op[i], -1.f, 1.f);
+  return out;
+}
+
+void WanVaeDecoder::decode_latent(const Tensor& x, Tensor& out, int64_t index, const Tap& tap) {
+  Backend& be = *backend_;
+  auto emit = [&](std::string_view name, const Tensor& v) {
+    if (!tap) return;
+    std::string full = "l";
+    full += std::to_string(index);
+    full += '.';
+    full += name;
+    tap(full, v);
+  };
+  const int64_t h = x.dim(3), w = x.dim(4);
+  wan_vae::Scratch* bufs[2] = {&a_, &b_};
+  int cur = 0;
+  Tensor a = a_.get(DType::F32, Shape{1, cfg_.dim, 1, h, w});
+  conv1_.forward(be, x, a);
+  emit("conv1", a);
+  Tensor b = b_.get(DType::F32, a.shape);
+  mid_res0_.forward(be, a, b);
+  mid_attn_.forward(be, b, a);
+  mid_res1_.forward(be, a, b);
+  emit("middle", b);
+  cur = 1;
+  Tensor y = b;
+  for (size_t j = 0; j < ups_.size(); ++j) {
+    const Tensor in = y;
+    Shape s = in.shape;
+    if (auto* r = std::get_if<wan_vae::ResidualBlock>(&ups_[j])) {
+      s[1] = r->out_channels();
+      y = bufs[1 - cur]->get(DType::F32, s);
+      r->forward(be, in, y);
+    } else {
+      auto& u = std::get<wan_vae::Upsample>(ups_[j]);
+      s[1] = u.out_channels();
+      s[2] = u.out_frames(in.dim(2));
+      s[3] *= 2;
+      s[4] *= 2;
+      y = bufs[1 - cur]->get(DType::F32, s);
+      u.forward(be, in, y);
+    }
+    cur = 1 - cur;
+    emit("up" + std::to_string(j), y);
+  }
+  Tensor hd = head_.get(DType::F32, y.shape);
+  head_norm_.forward(be, y, hd);
+  be.silu(hd, hd);
+  Tensor o = bufs[1 - cur]->get(DType::F32, Shape{1, 3, y.dim(2), y.dim(3), y.dim(4)});
+  head_conv_.forward(be, hd, o);
+  FLICK_CHECK(o.shape == out.shape,
+              "Wan VAE decoder: latent gives " + o.shape.str() + ", expected " + out.shape.str());
+  be.copy(o, out);
+}
+
+}  // namespace flick

@@ -1,0 +1,194 @@
+#include "models/wan_vae/wan_vae_encoder.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace flick {
+
+using wan_vae::require;
+
+Expected<WanVaeEncoderConfig> WanVaeEncoderConfig::detect(const WeightView& root) {
+  WanVaeEncoderConfig c;
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* quant, require(root, "conv1.weight", 5));
+  if (quant->shape[0] != 32 || quant->shape[1] != 32)
+    return invalid_input(root.full_name("conv1.weight") +
+                         ": expected [32, 32, 1, 1, 1] (z_dim 16), file has " + quant->shape_str());
+  c.z_dim = 16;
+  const WeightView enc = root.sub("encoder");
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv1, require(enc, "conv1.weight", 5));
+  c.dim = conv1->shape[0];
+  if (conv1->shape[1] != 3)
+    return invalid_input(enc.full_name("conv1.weight") + ": expected 3 input channels, file has " +
+                         conv1->shape_str());
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, require(enc, "head.2.weight", 5));
+  c.out_dim = head->shape[1];
+  if (head->shape[0] != 2 * c.z_dim)
+    return invalid_input(enc.full_name("head.2.weight") + ": expected " +
+                         std::to_string(2 * c.z_dim) + " output channels, file has " +
+                         head->shape_str());
+  const WeightView downs = enc.sub("downsamples");
+  const std::vector<std::string> children = downs.children();
+  c.downsamples = static_cast<int64_t>(children.size());
+  for (int64_t i = 0; i < c.downsamples; ++i) {
+    const std::string idx = std::to_string(i);
+    if (std::find(children.begin(), children.end(), idx) == children.end())
+      return invalid_input(downs.full_name(idx) +
+                           ": missing (downsample layers must be numbered 0.." +
+                           std::to_string(c.downsamples - 1) + ")");
+    const WeightView l = downs.sub(idx);
+    if (l.has("resample.1.weight")) {
+      ++c.spatial_down;
+      if (l.has("time_conv.weight")) ++c.temporal_down;
+    } else if (!l.has("residual.2.weight")) {
+      return invalid_input(l.prefix() + "*: neither a residual block nor a downsampler");
+    }
+  }
+  return c;
+}
+
+Expected<WanVaeEncoder> WanVaeEncoder::load(const WeightView& root, Backend& backend,
+                                            Precision precision) {
+  if (precision != Precision::F32)
+    return invalid_input(std::string("Wan VAE encoder: precision ") + precision_name(precision) +
+                         " is not supported (F32)");
+  WanVaeEncoder e;
+  FLICK_ASSIGN_OR_RETURN(e.cfg_, WanVaeEncoderConfig::detect(root));
+  e.backend_ = &backend;
+  FLICK_TRY(e.load_weights(root, precision));
+  for (int i = 0; i < 16; ++i) e.inv_std_[i] = 1.f / kWanVaeStd[i];
+  return e;
+}
+
+Status WanVaeEncoder::load_weights(const WeightView& root, Precision precision) {
+  using namespace wan_vae;
+  Backend& be = *backend_;
+  const WeightView enc = root.sub("encoder");
+  FLICK_ASSIGN_OR_RETURN(quant_conv_, CausalConv3d::load(root, "conv1", be, precision));
+  FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(enc, "conv1", be, precision));
+  int64_t ch = cfg_.dim;
+  auto check_in = [&](const WeightView& v, int64_t in) -> Status {
+    if (in != ch)
+      return invalid_input(v.prefix() + "*: takes " + std::to_string(in) +
+                           " channels, the previous layer gives " + std::to_string(ch));
+    return ok_status();
+  };
+  const WeightView downs = enc.sub("downsamples");
+  for (int64_t i = 0; i < cfg_.downsamples; ++i) {
+    const WeightView l = downs.sub(std::to_string(i));
+    if (l.has("resample.1.weight")) {
+      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, precision));
+      FLICK_TRY(check_in(l, d.channels()));
+      downs_.emplace_back(std::move(d));
+    } else {
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, precision));
+      FLICK_TRY(check_in(l, r.in_channels()));
+      ch = r.out_channels();
+      downs_.emplace_back(std::move(r));
+    }
+  }
+  const WeightView mid = enc.sub("middle");
+  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, precision));
+  FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, precision));
+  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, precision));
+  FLICK_TRY(check_in(mid.sub("0"), mid_res0_.in_channels()));
+  FLICK_TRY(check_in(mid.sub("1"), mid_attn_.channels()));
+  FLICK_TRY(check_in(mid.sub("2"), mid_res1_.in_channels()));
+  FLICK_TRY(check_in(enc.sub("head"), cfg_.out_dim));
+  FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(enc, "head.0", ch, 3));
+  FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(enc, "head.2", be, precision));
+  return ok_status();
+}
+
+void WanVaeEncoder::reset() {
+  conv1_.reset();
+  for (Layer& l : downs_) std::visit([](auto& layer) { layer.reset(); }, l);
+  mid_res0_.reset();
+  mid_res1_.reset();
+  head_conv_.reset();
+}
+
+Expected<Tensor> WanVaeEncoder::encode(const Tensor& video, const Tap& tap) {
+  const int64_t scale = int64_t{1} << cfg_.spatial_down;
+  if (video.ndim() != 5 || video.dim(0) != 1 || video.dim(1) != 3 || video.dim(2) < 1 ||
+      (video.dim(2) - 1) % 4 != 0 || video.dim(3) < scale || video.dim(3) % scale != 0 ||
+      video.dim(4) < scale || video.dim(4) % scale != 0 ||
+      (video.dtype != DType::F32 && video.dtype != DType::BF16))
+    return invalid_input(
+        "Wan VAE encoder: expected an F32 or BF16 video [1, 3, 1 + 4k, H, W] "
+        "with H, W multiples of " +
+        std::to_string(scale) + ", got " + video.str());
+  Backend& be = *backend_;
+  reset();
+  const int64_t z = cfg_.z_dim, n = 1 + (video.dim(2) - 1) / 4;
+  const int64_t h = video.dim(3) / scale, w = video.dim(4) / scale;
+  Tensor moments = moments_.get(DType::F32, Shape{1, 2 * z, n, h, w});
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor chunk = i == 0 ? video.slice(2, 0, 1) : video.slice(2, 1 + 4 * (i - 1), 4);
+    Tensor dst = moments.slice(2, i, 1);
+    encode_chunk(chunk, dst, i, tap);
+  }
+  Tensor mu_logvar = mu_logvar_.get(DType::F32, Shape{1, 2 * z, n, h, w});
+  quant_conv_.forward(be, moments, mu_logvar);
+  if (tap) tap("conv1_mu_logvar", mu_logvar);
+  // mu = the first z channels; (mu - mean) * (1 / std).
+  Tensor latents = latents_.get(DType::F32, Shape{1, z, n, h, w});
+  be.copy(mu_logvar.slice(1, 0, z), latents);
+  float* p = latents.ptr<float>();
+  const int64_t plane = n * h * w;
+  for (int64_t c = 0; c < z; ++c)
+    for (int64_t i = 0; i < plane; ++i)
+      p[c * plane + i] = (p[c * plane + i] - kWanVaeMean[c]) * inv_std_[c];
+  return latents;
+}
+
+void WanVaeEncoder::encode_chunk(const Tensor& x, Tensor& out, int64_t index, const Tap& tap) {
+  Backend& be = *backend_;
+  auto emit = [&](std::string_view name, const Tensor& v) {
+    if (!tap) return;
+    std::string full = "chunk";
+    full += std::to_string(index);
+    full += '.';
+    full += name;
+    tap(full, v);
+  };
+  wan_vae::Scratch* bufs[2] = {&a_, &b_};
+  Tensor y = a_.get(DType::F32, Shape{1, cfg_.dim, x.dim(2), x.dim(3), x.dim(4)});
+  conv1_.forward(be, x, y);
+  emit("conv1", y);
+  int cur = 0;
+  for (size_t j = 0; j < downs_.size(); ++j) {
+    const Tensor in = y;
+    Shape s = in.shape;
+    if (auto* r = std::get_if<wan_vae::ResidualBlock>(&downs_[j])) {
+      s[1] = r->out_channels();
+      y = bufs[1 - cur]->get(DType::F32, s);
+      r->forward(be, in, y);
+    } else {
+      auto& d = std::get<wan_vae::Downsample>(downs_[j]);
+      s[2] = d.out_frames(in.dim(2));
+      s[3] /= 2;
+      s[4] /= 2;
+      y = bufs[1 - cur]->get(DType::F32, s);
+      d.forward(be, in, y);
+    }
+    cur = 1 - cur;
+    emit("down" + std::to_string(j), y);
+  }
+  Tensor other = bufs[1 - cur]->get(DType::F32, y.shape);
+  mid_res0_.forward(be, y, other);
+  mid_attn_.forward(be, other, y);
+  mid_res1_.forward(be, y, other);
+  emit("middle", other);
+  Tensor hd = head_.get(DType::F32, other.shape);
+  head_norm_.forward(be, other, hd);
+  be.silu(hd, hd);
+  Tensor o = chunk_out_.get(DType::F32, Shape{1, 2 * cfg_.z_dim, hd.dim(2), hd.dim(3), hd.dim(4)});
+  head_conv_.forward(be, hd, o);
+  emit("head", o);
+  FLICK_CHECK(o.shape == out.shape,
+              "Wan VAE encoder: chunk gives " + o.shape.str() + ", expected " + out.shape.str());
+  be.copy(o, out);
+}
+
+}  // namespace flick

@@ -1,0 +1,84 @@
+// The Wan2.1 VAE encoder of Matrix-Game 2.0 (wan/vae/wanx_vae_src/vae.py:
+// Encoder3d + VideoVAE_.encode), chunked over time with feature caches.
+//
+//   chunks   = [frame 0], [frames 1-4], [5-8], ...        // 1 + 4k frames
+//   per chunk: conv1 3 -> D0 (3^3 causal)
+//              downsamples: Res blocks, Down2d / Down3d in checkpoint order
+//              middle: Res, Attn, Res;  head: RMS, SiLU, conv 3^3 -> 2z
+//   mu, _    = conv1(cat(chunks)).chunk(2)                 // 1^3 conv, 2z -> 2z
+//   latents  = (mu - mean) * (1 / std)                     // [1, z, 1 + k, h, w]
+//
+// Weight names are the keys of Wan2.1_VAE.pth (`encoder.*`, `conv1.*`); the
+// layer list and channel counts are read from the tensor shapes.
+//
+// Precision F32 runs everything in fp32 (the `fp32.` goldens). The reference's
+// bf16 encoder (weights fp32 -> fp16 -> bf16, bf16 latent constants) is not
+// implemented.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "models/wan_vae/wan_vae_blocks.h"
+#include "runtime/backend.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+#include "runtime/weights/weight_store.h"
+
+namespace flick {
+
+struct WanVaeEncoderConfig {
+  int64_t z_dim = 0;          // 16 (the head gives 2 z: mu, log_var)
+  int64_t dim = 0;            // conv1 output channels: 96
+  int64_t out_dim = 0;        // head input channels: 384
+  int64_t downsamples = 0;    // entries of encoder.downsamples: 11
+  int64_t temporal_down = 0;  // Down3d count: 2 (4x in time)
+  int64_t spatial_down = 0;   // Down2d + Down3d count: 3 (8x in space)
+
+  static Expected<WanVaeEncoderConfig> detect(const WeightView& root);
+};
+
+class WanVaeEncoder {
+ public:
+  // Called with intermediates: per chunk i "chunk{i}.conv1",
+  // "chunk{i}.down{j}" (after encoder.downsamples.j), "chunk{i}.middle",
+  // "chunk{i}.head"; then "conv1_mu_logvar". Views are valid during the call.
+  using Tap = std::function<void(std::string_view name, const Tensor& t)>;
+
+  // root: a view holding `encoder.*` and `conv1.*`. precision: F32.
+  static Expected<WanVaeEncoder> load(const WeightView& root, Backend& backend,
+                                      Precision precision);
+
+  const WanVaeEncoderConfig& config() const { return cfg_; }
+
+  // video: F32 or BF16 [1, 3, 1 + 4k, H, W] in [-1, 1], H and W multiples of
+  // 2^spatial_down. Returns the normalised latents F32 [1, z, 1 + k, h, w],
+  // valid until the next call. Every call is a new video.
+  Expected<Tensor> encode(const Tensor& video, const Tap& tap = {});
+
+ private:
+  using Layer = std::variant<wan_vae::ResidualBlock, wan_vae::Downsample>;
+
+  WanVaeEncoder() = default;
+  Status load_weights(const WeightView& root, Precision precision);
+  void reset();
+  // One chunk [1, 3, T, H, W] -> [1, 2z, T', h, w] written to `out`.
+  void encode_chunk(const Tensor& x, Tensor& out, int64_t index, const Tap& tap);
+
+  WanVaeEncoderConfig cfg_;
+  Backend* backend_ = nullptr;
+  float inv_std_[16] = {};
+
+  wan_vae::CausalConv3d conv1_, head_conv_, quant_conv_;
+  std::vector<Layer> downs_;
+  wan_vae::ResidualBlock mid_res0_, mid_res1_;
+  wan_vae::AttentionBlock mid_attn_;
+  wan_vae::ChannelRmsNorm head_norm_;
+
+  wan_vae::Scratch a_, b_, head_, chunk_out_, moments_, mu_logvar_, latents_;
+};
+
+}  // namespace flick
