@@ -8,11 +8,15 @@
 namespace flick::bench {
 
 // Peak rates measured with dependent-free FMA / vdpbf16ps / vpdpbusd loops on
-// all threads (GFLOPS or GOPS).
+// all threads (GFLOPS or GOPS); bench/peak.h. 0 where the CPU lacks the ISA.
 struct Peaks {
   double f32_gflops = 0;
   double bf16_gflops = 0;
   double int8_gops = 0;
+  // AMX tile units (Intel Sapphire Rapids and later): tdpbf16ps / tdpbssd.
+  // oneDNN uses them for bf16 and int8 GEMMs and convolutions when present.
+  double amx_bf16_gflops = 0;
+  double amx_int8_gops = 0;
 };
 
 struct BenchOptions {
@@ -26,6 +30,7 @@ struct BenchResult {
   double rate = 0;      // GFLOPS / GOPS
   std::string unit;     // "GFLOPS", "GOPS", "frames/s", ...
   double peak_pct = 0;  // rate / the matching peak, 0 when not applicable
+  std::string detail;   // e.g. the oneDNN implementation that ran
 };
 
 }  // namespace flick::bench

@@ -11,6 +11,11 @@
 //   FP8:         acc * w_scale[n] (output scales) + bias -> act
 //   INT8:        acc * w_scale[n] (output scales) * x_scale[m] (binary_mul over
 //                a [1, M, 1] tensor) + bias -> act
+// INT8 runs only on oneDNN's brgemm int8 kernels (AVX-512 VNNI, AMX): they
+// apply the [1, M, 1] row-scale post-op right, while oneDNN 2.6's gemm:jit
+// int8 fallback below VNNI gave wrong sums even without post-ops when
+// checked here with ONEDNN_MAX_CPU_ISA=AVX512_CORE. cpu_supports() tells
+// loaders which precisions this CPU can run.
 // oneDNN 2.6's brgemm needs dense rows: strided x is copied (or converted,
 // or quantized) into a dense buffer owned by the plan, strided y is written
 // through a dense buffer and copied out.
@@ -61,12 +66,12 @@ struct Plan {
   memory src, dst;  // what the primitive reads / writes (dense)
   HostBuffer src_buf, dst_buf, x_scales, scratchpad;
   bool quantize = false;  // INT8: x -> src_buf by quantize_rows()
+  memory weights_copy;    // only when this M wants another weight layout
   bool x_direct = false;  // x is src: same dtype, dense rows
   bool y_direct = false;  // y is dst
   // x -> src and dst -> y conversions when not direct (strides, dtypes).
-  std::optional<dnnl::reorder> x_reorder, y_reorder;
-  memory x_mem, y_mem;
-  std::unordered_map<int, memory> x_args, y_args;
+  std::optional<ReorderChain> x_in, y_out;
+  memory y_mem;  // y as the caller laid it out; data handle set per call
 };
 
 class OnednnLinear final : public PackedLinear {
@@ -83,14 +88,31 @@ class OnednnLinear final : public PackedLinear {
   }
 
  private:
+  // Empty when oneDNN has no implementation for these descriptors.
+  std::optional<dnnl::matmul::primitive_desc> try_primitive_desc(int64_t m,
+                                                                 const memory::desc& weights,
+                                                                 odt dst_type,
+                                                                 Activation act) const;
   dnnl::matmul::primitive_desc primitive_desc(int64_t m, const memory::desc& weights, odt dst_type,
-                                              Activation act) const;
+                                              Activation act) const {
+    auto pd = try_primitive_desc(m, weights, dst_type, act);
+    FLICK_CHECK(pd.has_value(), "oneDNN has no matmul for linear M=" + std::to_string(m) +
+                                    " K=" + std::to_string(k_) + " N=" + std::to_string(n_) + " (" +
+                                    precision_name(precision_) + ")");
+    return *pd;
+  }
+  // The GEMM's output type: f32 GEMMs write f32 only, the others y's dtype.
+  odt dst_type_for(odt y_type) const { return src_type_ == odt::f32 ? odt::f32 : y_type; }
   Plan& plan(const PlanKey& key) const;
   void build(Plan& p) const;
 
   int64_t k_, n_;
   Precision precision_;
   odt src_type_;
+  // BF16 / FP8 on a CPU where oneDNN has no bf16 kernels (below AVX-512):
+  // an f32 GEMM on the same bf16-rounded operands, which is exact to the
+  // same products (bf16 x bf16 is exact in fp32) with fp32 accumulation.
+  bool emulate_bf16_ = false;
   int x_offset_ = 0;  // 128 when INT8 activations go in as u8
   std::vector<float> w_scale_;
   OwnedTensor bias_buf_;
@@ -128,17 +150,25 @@ OnednnLinear::OnednnLinear(ref::PreparedWeights w)
   // W is [N, K] row-major, i.e. the [K, N] matmul operand in column-major.
   const odt wt = onednn_dtype(w.w.t.dtype);
   memory plain({{1, k_, n_}, wt, memory::dims{k_ * n_, 1, k_}}, eng, w.w.t.data);
-  const auto pd =
-      primitive_desc(kPackM, memory::desc({1, k_, n_}, wt, tag::any),
-                     precision_ == Precision::F32 ? odt::f32 : odt::bf16, Activation::None);
-  last_impl_ = impl_name(pd, "linear " + std::to_string(n_) + "x" + std::to_string(k_));
-  weights_ = memory(pd.weights_desc(), eng);
+  auto any_weights = [&] {
+    return memory::desc({1, k_, n_}, wt == odt::bf16 ? src_type_ : wt, tag::any);
+  };
+  auto pd = try_primitive_desc(kPackM, any_weights(), dst_type_for(odt::bf16), Activation::None);
+  if (!pd && src_type_ == odt::bf16) {
+    emulate_bf16_ = true;
+    src_type_ = odt::f32;
+    pd = try_primitive_desc(kPackM, any_weights(), odt::f32, Activation::None);
+  }
+  FLICK_CHECK(pd.has_value(),
+              std::string("oneDNN has no ") + precision_name(precision_) + " matmul on this CPU");
+  last_impl_ = impl_name(*pd, "linear " + std::to_string(n_) + "x" + std::to_string(k_));
+  weights_ = memory(pd->weights_desc(), eng);
   dnnl::reorder(plain, weights_).execute(onednn_stream(), plain, weights_);
   onednn_stream().wait();
 }
 
-dnnl::matmul::primitive_desc OnednnLinear::primitive_desc(int64_t m, const memory::desc& weights,
-                                                          odt dst_type, Activation act) const {
+std::optional<dnnl::matmul::primitive_desc> OnednnLinear::try_primitive_desc(
+    int64_t m, const memory::desc& weights, odt dst_type, Activation act) const {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (!w_scale_.empty()) attr.set_output_scales(1 << 2, w_scale_);  // per N
@@ -154,11 +184,8 @@ dnnl::matmul::primitive_desc OnednnLinear::primitive_desc(int64_t m, const memor
   try {
     return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr,
                                         onednn_engine());
-  } catch (const dnnl::error& e) {
-    FLICK_CHECK(false, "oneDNN has no matmul for linear M=" + std::to_string(m) +
-                           " K=" + std::to_string(k_) + " N=" + std::to_string(n_) + " (" +
-                           precision_name(precision_) + "): " + e.what());
-    throw;
+  } catch (const dnnl::error&) {
+    return std::nullopt;
   }
 }
 
@@ -176,35 +203,47 @@ void OnednnLinear::build(Plan& p) const {
   const auto& eng = onednn_engine();
   const PlanKey& key = p.key;
   const int64_t m = key.m;
-  // F32 GEMMs write f32 only; the others write y's dtype directly.
   const odt y_type = onednn_dtype(key.y);
-  const odt dst_type = precision_ == Precision::F32 ? odt::f32 : y_type;
-  const auto pd = primitive_desc(m, weights_.get_desc(), dst_type, key.act);
+  const odt dst_type = dst_type_for(y_type);
+  std::optional<dnnl::matmul::primitive_desc> found =
+      try_primitive_desc(m, weights_.get_desc(), dst_type, key.act);
+  // This M's implementation may want another weight layout: a copy for it.
+  memory weights = weights_;
+  if (!found) {
+    const memory::desc any({1, k_, n_}, weights_.get_desc().data_type(), tag::any);
+    found = try_primitive_desc(m, any, dst_type, key.act);
+    FLICK_CHECK(found.has_value(), "oneDNN has no matmul for linear M=" + std::to_string(m) +
+                                       " K=" + std::to_string(k_) + " N=" + std::to_string(n_));
+    p.weights_copy = memory(found->weights_desc(), eng);
+    dnnl::reorder(weights, p.weights_copy).execute(onednn_stream(), weights, p.weights_copy);
+    weights = p.weights_copy;
+  }
+  const dnnl::matmul::primitive_desc& pd = *found;
+  FLICK_CHECK(precision_ != Precision::INT8 || std::string(pd.impl_info_str()).rfind("brg", 0) == 0,
+              std::string("INT8 linear got oneDNN's ") + pd.impl_info_str() +
+                  ", which mishandles the per-row scale; INT8 needs AVX-512 VNNI or AMX");
   p.impl = impl_name(pd, "linear M=" + std::to_string(m));
   p.prim = dnnl::matmul(pd);
   p.scratchpad = HostBuffer(pd.scratchpad_desc().get_size());
 
   p.quantize = precision_ == Precision::INT8;
-  p.x_direct = !p.quantize && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
+  p.x_direct = !p.quantize && !emulate_bf16_ && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
   if (!p.x_direct) p.src_buf = HostBuffer(static_cast<size_t>(m * k_) * odt_size(src_type_));
   p.src = memory(pd.src_desc(), eng, p.x_direct ? DNNL_MEMORY_NONE : p.src_buf.data());
-  if (!p.x_direct && !p.quantize) {
-    p.x_mem = memory(rows_md(m, k_, key.ldx, onednn_dtype(key.x)), eng, DNNL_MEMORY_NONE);
-    p.x_reorder = dnnl::reorder(p.x_mem, p.src);
-    p.x_args = {{DNNL_ARG_FROM, p.x_mem}, {DNNL_ARG_TO, p.src}};
-  }
+  if (!p.x_direct && !p.quantize)
+    p.x_in.emplace(rows_md(m, k_, key.ldx, onednn_dtype(key.x)), p.src, emulate_bf16_);
 
   p.y_direct = dst_type == y_type && key.ldy == n_;
   if (!p.y_direct) p.dst_buf = HostBuffer(static_cast<size_t>(m * n_) * odt_size(dst_type));
   p.dst = memory(pd.dst_desc(), eng, p.y_direct ? DNNL_MEMORY_NONE : p.dst_buf.data());
   if (!p.y_direct) {
+    // dst -> y: the chain's source is dst, its target a view of y set per call.
     p.y_mem = memory(rows_md(m, n_, key.ldy, y_type), eng, DNNL_MEMORY_NONE);
-    p.y_reorder = dnnl::reorder(p.dst, p.y_mem);
-    p.y_args = {{DNNL_ARG_FROM, p.dst}, {DNNL_ARG_TO, p.y_mem}};
+    p.y_out.emplace(p.dst.get_desc(), p.y_mem, false);
   }
 
   p.args = {{DNNL_ARG_SRC, p.src},
-            {DNNL_ARG_WEIGHTS, weights_},
+            {DNNL_ARG_WEIGHTS, weights},
             {DNNL_ARG_DST, p.dst},
             {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, p.scratchpad.data())}};
   int post_op = 0;
@@ -228,14 +267,13 @@ void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activatio
   } else if (p.x_direct) {
     p.src.set_data_handle(x.data);
   } else {
-    p.x_mem.set_data_handle(x.data);
-    p.x_reorder->execute(s, p.x_args);
+    p.x_in->run(s, x.data);
   }
   if (p.y_direct) p.dst.set_data_handle(y.data);
   p.prim.execute(s, p.args);
   if (!p.y_direct) {
     p.y_mem.set_data_handle(y.data);
-    p.y_reorder->execute(s, p.y_args);
+    p.y_out->run(s, p.dst_buf.data());
   }
   s.wait();
 }
@@ -268,18 +306,26 @@ bool blas_layout(const Tensor& t) { return t.stride(2) == 1 || t.stride(1) == 1;
 }  // namespace
 
 bool int8_uses_u8_activations() {
-  // Measured in bench/RESULTS.md: with AMX, s8 and u8 run at the same speed
-  // and s8 needs no zero-point compensation; on AVX-512 VNNI (no s8 x s8
-  // instruction) oneDNN's own s8 handling is slower than feeding u8 with a
-  // zero point of 128.
+  // Measured (bench/RESULTS.md): with AMX, s8 and u8 run at the same speed
+  // and s8 needs no zero-point compensation; on AVX-512 VNNI, which has no
+  // s8 x s8 instruction, oneDNN's own s8 handling is ~20 % slower than
+  // feeding u8 with a zero point of 128.
   static const bool u8 = dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
   return u8;
 }
 
 std::string linear_impl(const PackedLinear& w) { return as_onednn(w).impl(); }
 
+bool cpu_supports(Precision p) {
+  // F32 everywhere; BF16 / FP8 natively from AVX-512 on, else emulated
+  // exactly in f32; INT8 only with brgemm int8 (see the top of this file).
+  return p != Precision::INT8 || dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_vnni;
+}
+
 std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
   FLICK_CHECK(d.w.ndim() == 2, "linear weight must be [N, K]: " + d.w.str());
+  FLICK_CHECK(cpu_supports(d.precision),
+              std::string(precision_name(d.precision)) + " linear is not supported on this CPU");
   return std::make_unique<OnednnLinear>(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
 }
 
