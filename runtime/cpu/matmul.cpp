@@ -303,6 +303,49 @@ memory::desc strided_md(const Tensor& t, odt type) {
 // matrix dims (row- or column-major, any leading dimension).
 bool blas_layout(const Tensor& t) { return t.stride(2) == 1 || t.stride(1) == 1; }
 
+// c = a @ b computed in type ct (operands converted to it where they differ
+// or oneDNN cannot read them in place). False if oneDNN has no such matmul.
+bool matmul_in(odt ct, const Tensor& A, const Tensor& B, const Tensor& C) {
+  const auto& eng = onednn_engine();
+  dnnl::stream& s = onednn_stream();
+  std::vector<HostBuffer> copies;
+  auto dense_md = [&](const Tensor& t, odt type) {
+    return memory::desc({t.dim(0), t.dim(1), t.dim(2)}, type, tag::abc);
+  };
+  auto as_given = [&](const Tensor& t) {
+    return memory(strided_md(t, onednn_dtype(t.dtype)), eng, t.data);
+  };
+  auto in_place = [&](const Tensor& t) { return onednn_dtype(t.dtype) == ct && blas_layout(t); };
+  const bool c_direct = (ct == odt::bf16 || C.dtype == DType::F32) && blas_layout(C);
+  const memory::desc a_md = in_place(A) ? strided_md(A, ct) : dense_md(A, ct);
+  const memory::desc b_md = in_place(B) ? strided_md(B, ct) : dense_md(B, ct);
+  const memory::desc c_md = c_direct ? strided_md(C, onednn_dtype(C.dtype)) : dense_md(C, odt::f32);
+  std::optional<dnnl::matmul::primitive_desc> pd;
+  try {
+    pd.emplace(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  auto operand = [&](const Tensor& t, const memory::desc& md) {
+    if (in_place(t)) return as_given(t);
+    copies.emplace_back(md.get_size());
+    memory dense(md, eng, copies.back().data());
+    memory given = as_given(t);
+    dnnl::reorder(given, dense).execute(s, given, dense);
+    return dense;
+  };
+  memory am = operand(A, a_md), bm = operand(B, b_md);
+  memory cm = as_given(C), dst = cm;
+  if (!c_direct) {
+    copies.emplace_back(c_md.get_size());
+    dst = memory(c_md, eng, copies.back().data());
+  }
+  dnnl::matmul(*pd).execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dst}});
+  if (!c_direct) dnnl::reorder(dst, cm).execute(s, dst, cm);
+  s.wait();
+  return true;
+}
+
 }  // namespace
 
 bool int8_uses_u8_activations() {
@@ -351,36 +394,12 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& c) {
     FLICK_CHECK(t->dtype == DType::F32 || t->dtype == DType::BF16,
                 "matmul operands must be F32 or BF16: " + t->str());
   if (bt == 0 || m == 0 || n == 0) return;
-  const auto& eng = onednn_engine();
-  dnnl::stream& s = onednn_stream();
   // bf16 x bf16 runs as such (exact products, fp32 accumulation); anything
-  // mixed runs in f32 on exactly converted operands.
-  const odt ct = A.dtype == DType::BF16 && B.dtype == DType::BF16 ? odt::bf16 : odt::f32;
-
-  // Operands oneDNN cannot read in place are copied (converted) densely.
-  std::vector<HostBuffer> copies;
-  auto operand = [&](const Tensor& t) {
-    memory given(strided_md(t, onednn_dtype(t.dtype)), eng, t.data);
-    if (onednn_dtype(t.dtype) == ct && blas_layout(t)) return given;
-    copies.emplace_back(static_cast<size_t>(t.numel()) * odt_size(ct));
-    memory dense({{t.dim(0), t.dim(1), t.dim(2)}, ct, tag::abc}, eng, copies.back().data());
-    dnnl::reorder(given, dense).execute(s, given, dense);
-    return dense;
-  };
-  memory am = operand(A), bm = operand(B);
-  memory cm(strided_md(C, onednn_dtype(C.dtype)), eng, C.data);
-  const bool c_direct = (ct == odt::bf16 || C.dtype == DType::F32) && blas_layout(C);
-  memory dst = cm;
-  if (!c_direct) {
-    copies.emplace_back(static_cast<size_t>(C.numel()) * sizeof(float));
-    dst = memory({{bt, m, n}, odt::f32, tag::abc}, eng, copies.back().data());
-  }
-  const dnnl::matmul::primitive_desc pd(
-      dnnl::matmul::desc(am.get_desc(), bm.get_desc(), dst.get_desc()), eng);
-  impl_name(pd, "matmul " + a.str() + " @ " + b.str());
-  dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dst}});
-  if (!c_direct) dnnl::reorder(dst, cm).execute(s, dst, cm);
-  s.wait();
+  // mixed, or bf16 where oneDNN has no bf16 kernels, runs in f32 on exactly
+  // converted operands. The primitive is created per call (oneDNN's
+  // primitive cache makes a repeat cheap); this op is not a hot path.
+  const bool both_bf16 = A.dtype == DType::BF16 && B.dtype == DType::BF16;
+  if (!(both_bf16 && matmul_in(odt::bf16, A, B, C))) matmul_in(odt::f32, A, B, C);
 }
 
 }  // namespace flick::cpu
