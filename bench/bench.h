@@ -22,7 +22,15 @@ struct Peaks {
 struct BenchOptions {
   bool quick = false;  // fewer repetitions, smaller shapes where noted
   std::string filter;  // run cases whose name contains this
+  // Time with the calling thread's CPU clock instead of the wall clock:
+  // robust on a machine shared with other work, meaningful with one thread
+  // (OMP_NUM_THREADS=1), where the calling thread does all the work.
+  bool cpu_clock = false;
 };
+
+// The clock benchmarks time with, in seconds: steady wall clock, or the
+// calling thread's CPU time under options.cpu_clock.
+double bench_now(const BenchOptions& options);
 
 struct BenchResult {
   std::string name;     // "matmul int8 2640x1536x8960"

@@ -1,7 +1,6 @@
 #include "bench/bench_matmul.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -24,16 +23,15 @@ void fill(const Tensor& t, float scale, uint32_t seed) {
   }
 }
 
-// Best wall time of `reps` calls after one warm-up call (which creates the
+// Best time of 5 calls (2 with --quick) after one warm-up call (which creates the
 // primitive and touches the buffers).
-double best_seconds(const std::function<void()>& fn, int reps) {
+double best_seconds(const std::function<void()>& fn, const BenchOptions& options) {
   fn();
   double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < (options.quick ? 2 : 5); ++r) {
+    const double start = bench_now(options);
     fn();
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    best = std::min(best, took.count());
+    best = std::min(best, bench_now(options) - start);
   }
   return best;
 }
@@ -86,23 +84,24 @@ std::string dims(const LinearShape& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
 }
 
-BenchResult bench_linear(Precision prec, const LinearShape& s, const Peaks& peaks, int reps) {
+BenchResult bench_linear(Precision prec, const LinearShape& s, const Peaks& peaks,
+                         const BenchOptions& options) {
   OwnedTensor x(DType::BF16, {s.m, s.k}), y(DType::BF16, {s.m, s.n});
   OwnedTensor w(DType::F32, {s.n, s.k}), b(DType::F32, {s.n});
   fill(x, 2.f, 1);
   fill(w, 0.05f, 2);
   fill(b, 0.1f, 3);
   auto packed = cpu::pack_linear({w.t, Tensor{}, b.t, prec});
-  const double t = best_seconds([&] { cpu::linear(x, *packed, y, Activation::None); }, reps);
+  const double t = best_seconds([&] { cpu::linear(x, *packed, y, Activation::None); }, options);
   return rate_result(std::string("linear ") + precision_name(prec) + " " + dims(s), t,
                      2.0 * double(s.m) * double(s.k) * double(s.n), peaks, prec,
                      cpu::linear_impl(*packed), "");
 }
 
-BenchResult bench_quantize(const LinearShape& s, int reps) {
+BenchResult bench_quantize(const LinearShape& s, const BenchOptions& options) {
   OwnedTensor x(DType::BF16, {s.m, s.k}), q(DType::I8, {s.m, s.k}), scale(DType::F32, {s.m});
   fill(x, 2.f, 4);
-  const double t = best_seconds([&] { cpu::quantize_rows_int8(x, q, scale); }, reps);
+  const double t = best_seconds([&] { cpu::quantize_rows_int8(x, q, scale); }, options);
   BenchResult r;
   r.name = "quantize_rows_int8 bf16 " + std::to_string(s.m) + "x" + std::to_string(s.k);
   r.seconds = t;
@@ -123,7 +122,7 @@ std::string conv_name(Precision prec, const ConvShape& s, bool channels_last) {
 }
 
 BenchResult bench_conv3d(Precision prec, const ConvShape& s, bool channels_last, const Peaks& peaks,
-                         int reps) {
+                         const BenchOptions& options) {
   const DType dt = prec == Precision::F32 ? DType::F32 : DType::BF16;
   // [N, C, D, H, W] views; channels-last buffers are [N, D, H, W, C].
   OwnedTensor xbuf(dt, {1, s.c, 3, s.h, s.w}), ybuf(dt, {1, s.c, 1, s.h, s.w});
@@ -143,7 +142,7 @@ BenchResult bench_conv3d(Precision prec, const ConvShape& s, bool channels_last,
   d.padding = {0, 1, 1};
   d.precision = prec;
   auto packed = cpu::pack_conv(d);
-  const double t = best_seconds([&] { cpu::conv(x, *packed, y, Activation::None); }, reps);
+  const double t = best_seconds([&] { cpu::conv(x, *packed, y, Activation::None); }, options);
   const double ops = 2.0 * double(s.c) * double(s.c) * 27.0 * double(s.h) * double(s.w);
   const std::string name = conv_name(prec, s, channels_last);
   return rate_result(name, t, ops, peaks, prec, cpu::conv_impl(*packed),
@@ -157,26 +156,24 @@ bool selected(const std::string& name, const BenchOptions& o) {
 }  // namespace
 
 std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptions& options) {
-  const int reps = options.quick ? 2 : 5;
   const LinearShape shapes[] = {{2640, 1536, 1536}, {2640, 1536, 8960}, {2640, 8960, 1536}};
   std::vector<BenchResult> results;
   for (Precision prec : {Precision::INT8, Precision::BF16, Precision::FP8, Precision::F32}) {
     for (const LinearShape& s : shapes) {
       if (!selected(std::string("linear ") + precision_name(prec) + " " + dims(s), options))
         continue;
-      results.push_back(bench_linear(prec, s, peaks, reps));
+      results.push_back(bench_linear(prec, s, peaks, options));
     }
   }
   for (const LinearShape& s : {LinearShape{2640, 1536, 0}, LinearShape{2640, 8960, 0}}) {
     if (selected("quantize_rows_int8 bf16 " + std::to_string(s.m) + "x" + std::to_string(s.k),
                  options))
-      results.push_back(bench_quantize(s, reps));
+      results.push_back(bench_quantize(s, options));
   }
   return results;
 }
 
 std::vector<BenchResult> run_conv_benches(const Peaks& peaks, const BenchOptions& options) {
-  const int reps = options.quick ? 2 : 5;
   struct Case {
     Precision prec;
     ConvShape shape;
@@ -197,7 +194,7 @@ std::vector<BenchResult> run_conv_benches(const Peaks& peaks, const BenchOptions
     if (options.quick && !c.quick) continue;
     const std::string name = conv_name(c.prec, c.shape, c.channels_last);
     if (!selected(name, options)) continue;
-    results.push_back(bench_conv3d(c.prec, c.shape, c.channels_last, peaks, reps));
+    results.push_back(bench_conv3d(c.prec, c.shape, c.channels_last, peaks, options));
   }
   return results;
 }

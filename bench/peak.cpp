@@ -3,10 +3,10 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include "runtime/threads.h"
@@ -14,20 +14,28 @@
 namespace flick::bench {
 namespace {
 
-// Best rate over `reps` timed runs of `kernel` on all threads at once.
-double rate_on_all_threads(double (*kernel)(int64_t), int64_t iters, int reps) {
+// Best rate over `reps` timed runs of `kernel` on all threads at once: all
+// threads' operations over the wall time, or, with the CPU clock, the sum of
+// each thread's operations over its own CPU time.
+double rate_on_all_threads(double (*kernel)(int64_t), int64_t iters, int reps,
+                           const BenchOptions& options) {
   const int nt = num_threads();
   double best = 0;
-  for (int r = 0; r < reps + 1; ++r) {  // the first run warms up clocks and pages
-    std::vector<double> ops(static_cast<size_t>(nt));
-    const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r <= reps; ++r) {  // run 0 warms up clocks and pages
+    std::vector<double> ops(static_cast<size_t>(nt)), secs(static_cast<size_t>(nt));
+    const double wall_start = bench_now(BenchOptions{});
     parallel_for(nt, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) ops[static_cast<size_t>(t)] = kernel(iters);
+      for (int64_t t = b; t < e; ++t) {
+        const double start = bench_now(options);
+        ops[static_cast<size_t>(t)] = kernel(iters);
+        secs[static_cast<size_t>(t)] = bench_now(options) - start;
+      }
     });
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    double total = 0;
-    for (double o : ops) total += o;
-    if (r > 0) best = std::max(best, total / took.count() * 1e-9);
+    const double wall = bench_now(BenchOptions{}) - wall_start;
+    double rate = 0;
+    for (size_t t = 0; t < ops.size(); ++t)
+      rate += options.cpu_clock ? ops[t] / secs[t] : ops[t] / wall;
+    if (r > 0) best = std::max(best, rate * 1e-9);
   }
   return best;
 }
@@ -54,6 +62,12 @@ double fma_f32_avx2(int64_t iters) {
 
 }  // namespace
 
+double bench_now(const BenchOptions& options) {
+  timespec ts;
+  clock_gettime(options.cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 double peak_fma_f32_avx2(int64_t iters) { return fma_f32_avx2(iters); }
 
 bool amx_available() {
@@ -72,17 +86,17 @@ Peaks measure_peaks(const BenchOptions& options) {
   Peaks p;
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   if (!avx512) {
-    p.f32_gflops = rate_on_all_threads(peak_fma_f32_avx2, 2'000'000, reps);
+    p.f32_gflops = rate_on_all_threads(peak_fma_f32_avx2, 2'000'000, reps, options);
     return p;
   }
-  p.f32_gflops = rate_on_all_threads(peak_fma_f32_avx512, 2'000'000, reps);
+  p.f32_gflops = rate_on_all_threads(peak_fma_f32_avx512, 2'000'000, reps, options);
   if (__builtin_cpu_supports("avx512bf16"))
-    p.bf16_gflops = rate_on_all_threads(peak_dpbf16_avx512, 1'000'000, reps);
+    p.bf16_gflops = rate_on_all_threads(peak_dpbf16_avx512, 1'000'000, reps, options);
   if (__builtin_cpu_supports("avx512vnni"))
-    p.int8_gops = rate_on_all_threads(peak_dpbusd_avx512, 1'000'000, reps);
+    p.int8_gops = rate_on_all_threads(peak_dpbusd_avx512, 1'000'000, reps, options);
   if (amx_available()) {
-    p.amx_bf16_gflops = rate_on_all_threads(peak_amx_bf16, 200'000, reps);
-    p.amx_int8_gops = rate_on_all_threads(peak_amx_int8, 200'000, reps);
+    p.amx_bf16_gflops = rate_on_all_threads(peak_amx_bf16, 200'000, reps, options);
+    p.amx_int8_gops = rate_on_all_threads(peak_amx_int8, 200'000, reps, options);
   }
   return p;
 }

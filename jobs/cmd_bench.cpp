@@ -67,6 +67,12 @@ void print_row(const BenchResult& r) {
 
 Status run_bench(const BenchOptions& options) {
   std::printf("load average before: %.2f (%d threads)\n", load_average(), num_threads());
+  if (options.cpu_clock) {
+    std::printf("timing with the thread CPU clock (peaks, linear, conv)%s\n",
+                num_threads() > 1 ? "; with more than one thread the OpenMP workers' time is "
+                                    "not counted: set OMP_NUM_THREADS=1"
+                                  : "");
+  }
   const Peaks peaks = bench::measure_peaks(options);
   print_peaks(peaks);
   std::printf("\n%-46s %10s %9s %-7s %7s  %s\n", "case", "ms", "rate", "unit", "peak", "detail");
@@ -85,6 +91,9 @@ void register_bench(CLI::App& app, CliContext& ctx) {
       "bench", "Measure this machine's peak rates and the speed of flick's kernels");
   cmd->add_flag("--quick", options->quick, "Fewer repetitions, skip the largest shapes");
   cmd->add_option("--filter", options->filter, "Run only cases whose name contains this");
+  cmd->add_flag("--cpu-clock", options->cpu_clock,
+                "Time peaks, linear and conv with the thread's CPU clock: steadier on a busy "
+                "machine; use with OMP_NUM_THREADS=1");
   cmd->callback([&ctx, options] { ctx.finish(run_bench(*options)); });
 }
 

@@ -470,6 +470,40 @@ TEST(QuantizeRowsInt8, BitExactWithReference) {
     }
 }
 
+// Many random rows: the kernels multiply by 1 / scale and divide only near
+// ties (quantize.h). The data holds elements where the plain product would
+// round the other way; the kernels must still match the division exactly.
+TEST(QuantizeRowsInt8, RandomRowsBitExactNearTies) {
+  const int64_t M = 3000, K = 1536;
+  for (DType dt : kFloatTypes) {
+    OwnedTensor x = random_tensor(dt, {M, K}, 91);
+    OwnedTensor qr(DType::I8, {M, K}), qc(DType::I8, {M, K});
+    OwnedTensor sr(DType::F32, {M}), sc(DType::F32, {M});
+    ref::quantize_rows_int8(x, qr, sr);
+    cpu::quantize_rows_int8(x, qc, sc);
+    int64_t product_differs = 0, first_bad = -1;
+    for (int64_t i = 0; i < M * K; ++i) {
+      const float s = sr.t.ptr<float>()[i / K];
+      const float v = load_as_f32(dt, x.t.data, i);
+      if (std::nearbyint(v * (1.f / s)) != std::nearbyint(v / s)) ++product_differs;
+      if (first_bad < 0 && qr.t.ptr<int8_t>()[i] != qc.t.ptr<int8_t>()[i]) first_bad = i;
+    }
+    EXPECT_GT(product_differs, 0) << "the data should hold near-tie elements";
+    EXPECT_EQ(first_bad, -1) << dtype_name(dt) << " element " << first_bad;
+    EXPECT_EQ(std::memcmp(sr.t.data, sc.t.data, sr.t.nbytes()), 0);
+    std::vector<uint8_t> got(static_cast<size_t>(K));
+    for (int64_t m = 0; m < M; ++m) {  // the AVX2 kernel on the same rows
+      const void* row = x.t.at({m, 0});
+      if (dt == DType::F32)
+        cpu::quantize_row_f32_avx2(static_cast<const float*>(row), K, got.data(), 0);
+      else
+        cpu::quantize_row_bf16_avx2(static_cast<const uint16_t*>(row), K, got.data(), 0);
+      ASSERT_EQ(std::memcmp(got.data(), qr.t.at({m, 0}), static_cast<size_t>(K)), 0)
+          << "AVX2 " << dtype_name(dt) << " row " << m;
+    }
+  }
+}
+
 // The AVX2 fallback kernels, which the dispatcher does not pick on an
 // AVX-512 machine, against the same scalar rule.
 TEST(QuantizeRowsInt8, Avx2KernelBitExact) {
