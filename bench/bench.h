@@ -8,17 +8,29 @@
 namespace flick::bench {
 
 // Peak rates measured with dependent-free FMA / vdpbf16ps / vpdpbusd loops on
-// all threads (GFLOPS or GOPS).
+// all threads (GFLOPS or GOPS); bench/peak.h. 0 where the CPU lacks the ISA.
 struct Peaks {
   double f32_gflops = 0;
   double bf16_gflops = 0;
   double int8_gops = 0;
+  // AMX tile units (Intel Sapphire Rapids and later): tdpbf16ps / tdpbssd.
+  // oneDNN uses them for bf16 and int8 GEMMs and convolutions when present.
+  double amx_bf16_gflops = 0;
+  double amx_int8_gops = 0;
 };
 
 struct BenchOptions {
   bool quick = false;  // fewer repetitions, smaller shapes where noted
   std::string filter;  // run cases whose name contains this
+  // Time with the calling thread's CPU clock instead of the wall clock:
+  // robust on a machine shared with other work, meaningful with one thread
+  // (OMP_NUM_THREADS=1), where the calling thread does all the work.
+  bool cpu_clock = false;
 };
+
+// The clock benchmarks time with, in seconds: steady wall clock, or the
+// calling thread's CPU time under options.cpu_clock.
+double bench_now(const BenchOptions& options);
 
 struct BenchResult {
   std::string name;     // "matmul int8 2640x1536x8960"
@@ -26,6 +38,7 @@ struct BenchResult {
   double rate = 0;      // GFLOPS / GOPS
   std::string unit;     // "GFLOPS", "GOPS", "frames/s", ...
   double peak_pct = 0;  // rate / the matching peak, 0 when not applicable
+  std::string detail;   // e.g. the oneDNN implementation that ran
 };
 
 }  // namespace flick::bench

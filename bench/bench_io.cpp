@@ -78,7 +78,7 @@ void measure(const std::string& name, int frames, int reps, const std::function<
     }
     best = std::min(best, dt);
   }
-  out->push_back({name, best, frames / best, "frames/s", 0});
+  out->push_back({name, best, frames / best, "frames/s", 0, ""});
 }
 
 }  // namespace

@@ -71,9 +71,8 @@ struct Plan {
   memory weights_copy;  // only when this shape wants another weight layout
   HostBuffer src_buf, dst_buf, scratchpad;
   bool x_direct = false, y_direct = false;
-  std::optional<dnnl::reorder> x_reorder, y_reorder;
-  memory x_mem, y_mem;
-  std::unordered_map<int, memory> x_args, y_args;
+  std::optional<ReorderChain> x_in, y_out;
+  memory y_mem;  // y as the caller laid it out; data handle set per call
 };
 
 class OnednnConv final : public PackedConv {
@@ -106,6 +105,9 @@ class OnednnConv final : public PackedConv {
   ConvDesc desc_;
   int64_t out_channels_;
   odt src_type_;
+  // BF16 / FP8 where oneDNN has no bf16 kernels (below AVX-512): an f32
+  // convolution on the same bf16-rounded operands (see matmul.cpp).
+  bool emulate_bf16_ = false;
   OwnedTensor bias_buf_, scale_buf_;
   memory bias_, scale_, weights_;
 
@@ -155,12 +157,21 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
     x_dims.push_back((out - 1) * d.stride[s] + ek - 2 * d.padding[s]);
     y_dims.push_back(out);
   }
-  const tag any = tag::any;
-  const auto pd = primitive_desc(memory::desc(x_dims, src_type_, any),
-                                 memory::desc(weight_dims(), src_type_, any),
-                                 memory::desc(y_dims, src_type_, any), Activation::None);
-  last_impl_ = impl_name(pd, "conv " + d.w.str());
-  weights_ = memory(pd.weights_desc(), eng);
+  auto pack_pd = [&] {
+    const tag any = tag::any;
+    return try_primitive_desc(memory::desc(x_dims, src_type_, any),
+                              memory::desc(weight_dims(), src_type_, any),
+                              memory::desc(y_dims, src_type_, any), Activation::None);
+  };
+  auto pd = pack_pd();
+  if (!pd && src_type_ == odt::bf16) {
+    emulate_bf16_ = true;
+    src_type_ = odt::f32;
+    pd = pack_pd();
+  }
+  FLICK_CHECK(pd.has_value(), "oneDNN has no convolution for weight " + d.w.str());
+  last_impl_ = impl_name(*pd, "conv " + d.w.str());
+  weights_ = memory(pd->weights_desc(), eng);
   const tag plain = weight_dims().size() == 4   ? tag::abcd
                     : weight_dims().size() == 5 ? tag::abcde
                                                 : tag::abcdef;
@@ -261,21 +272,16 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   p.prim = dnnl::convolution_forward(*pd);
   p.scratchpad = HostBuffer(pd->scratchpad_desc().get_size());
 
-  p.x_direct = pd->src_desc() == x_md;
+  p.x_direct = !emulate_bf16_ && pd->src_desc() == x_md;
   if (!p.x_direct) p.src_buf = HostBuffer(pd->src_desc().get_size());
   p.src = memory(pd->src_desc(), eng, p.x_direct ? DNNL_MEMORY_NONE : p.src_buf.data());
-  if (!p.x_direct) {
-    p.x_mem = memory(x_md, eng, DNNL_MEMORY_NONE);
-    p.x_reorder = dnnl::reorder(p.x_mem, p.src);
-    p.x_args = {{DNNL_ARG_FROM, p.x_mem}, {DNNL_ARG_TO, p.src}};
-  }
+  if (!p.x_direct) p.x_in.emplace(x_md, p.src, emulate_bf16_);
   p.y_direct = pd->dst_desc() == y_md;
   if (!p.y_direct) p.dst_buf = HostBuffer(pd->dst_desc().get_size());
   p.dst = memory(pd->dst_desc(), eng, p.y_direct ? DNNL_MEMORY_NONE : p.dst_buf.data());
   if (!p.y_direct) {
     p.y_mem = memory(y_md, eng, DNNL_MEMORY_NONE);
-    p.y_reorder = dnnl::reorder(p.dst, p.y_mem);
-    p.y_args = {{DNNL_ARG_FROM, p.dst}, {DNNL_ARG_TO, p.y_mem}};
+    p.y_out.emplace(p.dst.get_desc(), p.y_mem, false);
   }
 
   p.args = {{DNNL_ARG_SRC, p.src},
@@ -301,14 +307,13 @@ void OnednnConv::run(const Tensor& x, const Tensor& y, Activation act) const {
   if (p.x_direct) {
     p.src.set_data_handle(x.data);
   } else {
-    p.x_mem.set_data_handle(x.data);
-    p.x_reorder->execute(s, p.x_args);
+    p.x_in->run(s, x.data);
   }
   if (p.y_direct) p.dst.set_data_handle(y.data);
   p.prim.execute(s, p.args);
   if (!p.y_direct) {
     p.y_mem.set_data_handle(y.data);
-    p.y_reorder->execute(s, p.y_args);
+    p.y_out->run(s, p.dst_buf.data());
   }
   s.wait();
 }

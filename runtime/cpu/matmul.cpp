@@ -11,6 +11,11 @@
 //   FP8:         acc * w_scale[n] (output scales) + bias -> act
 //   INT8:        acc * w_scale[n] (output scales) * x_scale[m] (binary_mul over
 //                a [1, M, 1] tensor) + bias -> act
+// INT8 runs only on oneDNN's brgemm int8 kernels (AVX-512 VNNI, AMX): they
+// apply the [1, M, 1] row-scale post-op right, while oneDNN 2.6's gemm:jit
+// int8 fallback below VNNI gave wrong sums even without post-ops when
+// checked here with ONEDNN_MAX_CPU_ISA=AVX512_CORE. cpu_supports() tells
+// loaders which precisions this CPU can run.
 // oneDNN 2.6's brgemm needs dense rows: strided x is copied (or converted,
 // or quantized) into a dense buffer owned by the plan, strided y is written
 // through a dense buffer and copied out.
@@ -61,12 +66,12 @@ struct Plan {
   memory src, dst;  // what the primitive reads / writes (dense)
   HostBuffer src_buf, dst_buf, x_scales, scratchpad;
   bool quantize = false;  // INT8: x -> src_buf by quantize_rows()
+  memory weights_copy;    // only when this M wants another weight layout
   bool x_direct = false;  // x is src: same dtype, dense rows
   bool y_direct = false;  // y is dst
   // x -> src and dst -> y conversions when not direct (strides, dtypes).
-  std::optional<dnnl::reorder> x_reorder, y_reorder;
-  memory x_mem, y_mem;
-  std::unordered_map<int, memory> x_args, y_args;
+  std::optional<ReorderChain> x_in, y_out;
+  memory y_mem;  // y as the caller laid it out; data handle set per call
 };
 
 class OnednnLinear final : public PackedLinear {
@@ -83,14 +88,31 @@ class OnednnLinear final : public PackedLinear {
   }
 
  private:
+  // Empty when oneDNN has no implementation for these descriptors.
+  std::optional<dnnl::matmul::primitive_desc> try_primitive_desc(int64_t m,
+                                                                 const memory::desc& weights,
+                                                                 odt dst_type,
+                                                                 Activation act) const;
   dnnl::matmul::primitive_desc primitive_desc(int64_t m, const memory::desc& weights, odt dst_type,
-                                              Activation act) const;
+                                              Activation act) const {
+    auto pd = try_primitive_desc(m, weights, dst_type, act);
+    FLICK_CHECK(pd.has_value(), "oneDNN has no matmul for linear M=" + std::to_string(m) +
+                                    " K=" + std::to_string(k_) + " N=" + std::to_string(n_) + " (" +
+                                    precision_name(precision_) + ")");
+    return *pd;
+  }
+  // The GEMM's output type: f32 GEMMs write f32 only, the others y's dtype.
+  odt dst_type_for(odt y_type) const { return src_type_ == odt::f32 ? odt::f32 : y_type; }
   Plan& plan(const PlanKey& key) const;
   void build(Plan& p) const;
 
   int64_t k_, n_;
   Precision precision_;
   odt src_type_;
+  // BF16 / FP8 on a CPU where oneDNN has no bf16 kernels (below AVX-512):
+  // an f32 GEMM on the same bf16-rounded operands, which is exact to the
+  // same products (bf16 x bf16 is exact in fp32) with fp32 accumulation.
+  bool emulate_bf16_ = false;
   int x_offset_ = 0;  // 128 when INT8 activations go in as u8
   std::vector<float> w_scale_;
   OwnedTensor bias_buf_;
@@ -128,17 +150,25 @@ OnednnLinear::OnednnLinear(ref::PreparedWeights w)
   // W is [N, K] row-major, i.e. the [K, N] matmul operand in column-major.
   const odt wt = onednn_dtype(w.w.t.dtype);
   memory plain({{1, k_, n_}, wt, memory::dims{k_ * n_, 1, k_}}, eng, w.w.t.data);
-  const auto pd =
-      primitive_desc(kPackM, memory::desc({1, k_, n_}, wt, tag::any),
-                     precision_ == Precision::F32 ? odt::f32 : odt::bf16, Activation::None);
-  last_impl_ = impl_name(pd, "linear " + std::to_string(n_) + "x" + std::to_string(k_));
-  weights_ = memory(pd.weights_desc(), eng);
+  auto any_weights = [&] {
+    return memory::desc({1, k_, n_}, wt == odt::bf16 ? src_type_ : wt, tag::any);
+  };
+  auto pd = try_primitive_desc(kPackM, any_weights(), dst_type_for(odt::bf16), Activation::None);
+  if (!pd && src_type_ == odt::bf16) {
+    emulate_bf16_ = true;
+    src_type_ = odt::f32;
+    pd = try_primitive_desc(kPackM, any_weights(), odt::f32, Activation::None);
+  }
+  FLICK_CHECK(pd.has_value(),
+              std::string("oneDNN has no ") + precision_name(precision_) + " matmul on this CPU");
+  last_impl_ = impl_name(*pd, "linear " + std::to_string(n_) + "x" + std::to_string(k_));
+  weights_ = memory(pd->weights_desc(), eng);
   dnnl::reorder(plain, weights_).execute(onednn_stream(), plain, weights_);
   onednn_stream().wait();
 }
 
-dnnl::matmul::primitive_desc OnednnLinear::primitive_desc(int64_t m, const memory::desc& weights,
-                                                          odt dst_type, Activation act) const {
+std::optional<dnnl::matmul::primitive_desc> OnednnLinear::try_primitive_desc(
+    int64_t m, const memory::desc& weights, odt dst_type, Activation act) const {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (!w_scale_.empty()) attr.set_output_scales(1 << 2, w_scale_);  // per N
@@ -154,11 +184,8 @@ dnnl::matmul::primitive_desc OnednnLinear::primitive_desc(int64_t m, const memor
   try {
     return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr,
                                         onednn_engine());
-  } catch (const dnnl::error& e) {
-    FLICK_CHECK(false, "oneDNN has no matmul for linear M=" + std::to_string(m) +
-                           " K=" + std::to_string(k_) + " N=" + std::to_string(n_) + " (" +
-                           precision_name(precision_) + "): " + e.what());
-    throw;
+  } catch (const dnnl::error&) {
+    return std::nullopt;
   }
 }
 
@@ -176,35 +203,47 @@ void OnednnLinear::build(Plan& p) const {
   const auto& eng = onednn_engine();
   const PlanKey& key = p.key;
   const int64_t m = key.m;
-  // F32 GEMMs write f32 only; the others write y's dtype directly.
   const odt y_type = onednn_dtype(key.y);
-  const odt dst_type = precision_ == Precision::F32 ? odt::f32 : y_type;
-  const auto pd = primitive_desc(m, weights_.get_desc(), dst_type, key.act);
+  const odt dst_type = dst_type_for(y_type);
+  std::optional<dnnl::matmul::primitive_desc> found =
+      try_primitive_desc(m, weights_.get_desc(), dst_type, key.act);
+  // This M's implementation may want another weight layout: a copy for it.
+  memory weights = weights_;
+  if (!found) {
+    const memory::desc any({1, k_, n_}, weights_.get_desc().data_type(), tag::any);
+    found = try_primitive_desc(m, any, dst_type, key.act);
+    FLICK_CHECK(found.has_value(), "oneDNN has no matmul for linear M=" + std::to_string(m) +
+                                       " K=" + std::to_string(k_) + " N=" + std::to_string(n_));
+    p.weights_copy = memory(found->weights_desc(), eng);
+    dnnl::reorder(weights, p.weights_copy).execute(onednn_stream(), weights, p.weights_copy);
+    weights = p.weights_copy;
+  }
+  const dnnl::matmul::primitive_desc& pd = *found;
+  FLICK_CHECK(precision_ != Precision::INT8 || std::string(pd.impl_info_str()).rfind("brg", 0) == 0,
+              std::string("INT8 linear got oneDNN's ") + pd.impl_info_str() +
+                  ", which mishandles the per-row scale; INT8 needs AVX-512 VNNI or AMX");
   p.impl = impl_name(pd, "linear M=" + std::to_string(m));
   p.prim = dnnl::matmul(pd);
   p.scratchpad = HostBuffer(pd.scratchpad_desc().get_size());
 
   p.quantize = precision_ == Precision::INT8;
-  p.x_direct = !p.quantize && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
+  p.x_direct = !p.quantize && !emulate_bf16_ && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
   if (!p.x_direct) p.src_buf = HostBuffer(static_cast<size_t>(m * k_) * odt_size(src_type_));
   p.src = memory(pd.src_desc(), eng, p.x_direct ? DNNL_MEMORY_NONE : p.src_buf.data());
-  if (!p.x_direct && !p.quantize) {
-    p.x_mem = memory(rows_md(m, k_, key.ldx, onednn_dtype(key.x)), eng, DNNL_MEMORY_NONE);
-    p.x_reorder = dnnl::reorder(p.x_mem, p.src);
-    p.x_args = {{DNNL_ARG_FROM, p.x_mem}, {DNNL_ARG_TO, p.src}};
-  }
+  if (!p.x_direct && !p.quantize)
+    p.x_in.emplace(rows_md(m, k_, key.ldx, onednn_dtype(key.x)), p.src, emulate_bf16_);
 
   p.y_direct = dst_type == y_type && key.ldy == n_;
   if (!p.y_direct) p.dst_buf = HostBuffer(static_cast<size_t>(m * n_) * odt_size(dst_type));
   p.dst = memory(pd.dst_desc(), eng, p.y_direct ? DNNL_MEMORY_NONE : p.dst_buf.data());
   if (!p.y_direct) {
+    // dst -> y: the chain's source is dst, its target a view of y set per call.
     p.y_mem = memory(rows_md(m, n_, key.ldy, y_type), eng, DNNL_MEMORY_NONE);
-    p.y_reorder = dnnl::reorder(p.dst, p.y_mem);
-    p.y_args = {{DNNL_ARG_FROM, p.dst}, {DNNL_ARG_TO, p.y_mem}};
+    p.y_out.emplace(p.dst.get_desc(), p.y_mem, false);
   }
 
   p.args = {{DNNL_ARG_SRC, p.src},
-            {DNNL_ARG_WEIGHTS, weights_},
+            {DNNL_ARG_WEIGHTS, weights},
             {DNNL_ARG_DST, p.dst},
             {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, p.scratchpad.data())}};
   int post_op = 0;
@@ -228,14 +267,13 @@ void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activatio
   } else if (p.x_direct) {
     p.src.set_data_handle(x.data);
   } else {
-    p.x_mem.set_data_handle(x.data);
-    p.x_reorder->execute(s, p.x_args);
+    p.x_in->run(s, x.data);
   }
   if (p.y_direct) p.dst.set_data_handle(y.data);
   p.prim.execute(s, p.args);
   if (!p.y_direct) {
     p.y_mem.set_data_handle(y.data);
-    p.y_reorder->execute(s, p.y_args);
+    p.y_out->run(s, p.dst_buf.data());
   }
   s.wait();
 }
@@ -265,21 +303,72 @@ memory::desc strided_md(const Tensor& t, odt type) {
 // matrix dims (row- or column-major, any leading dimension).
 bool blas_layout(const Tensor& t) { return t.stride(2) == 1 || t.stride(1) == 1; }
 
+// c = a @ b computed in type ct (operands converted to it where they differ
+// or oneDNN cannot read them in place). False if oneDNN has no such matmul.
+bool matmul_in(odt ct, const Tensor& A, const Tensor& B, const Tensor& C) {
+  const auto& eng = onednn_engine();
+  dnnl::stream& s = onednn_stream();
+  std::vector<HostBuffer> copies;
+  auto dense_md = [&](const Tensor& t, odt type) {
+    return memory::desc({t.dim(0), t.dim(1), t.dim(2)}, type, tag::abc);
+  };
+  auto as_given = [&](const Tensor& t) {
+    return memory(strided_md(t, onednn_dtype(t.dtype)), eng, t.data);
+  };
+  auto in_place = [&](const Tensor& t) { return onednn_dtype(t.dtype) == ct && blas_layout(t); };
+  const bool c_direct = (ct == odt::bf16 || C.dtype == DType::F32) && blas_layout(C);
+  const memory::desc a_md = in_place(A) ? strided_md(A, ct) : dense_md(A, ct);
+  const memory::desc b_md = in_place(B) ? strided_md(B, ct) : dense_md(B, ct);
+  const memory::desc c_md = c_direct ? strided_md(C, onednn_dtype(C.dtype)) : dense_md(C, odt::f32);
+  std::optional<dnnl::matmul::primitive_desc> pd;
+  try {
+    pd.emplace(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  auto operand = [&](const Tensor& t, const memory::desc& md) {
+    if (in_place(t)) return as_given(t);
+    copies.emplace_back(md.get_size());
+    memory dense(md, eng, copies.back().data());
+    memory given = as_given(t);
+    dnnl::reorder(given, dense).execute(s, given, dense);
+    return dense;
+  };
+  memory am = operand(A, a_md), bm = operand(B, b_md);
+  memory cm = as_given(C), dst = cm;
+  if (!c_direct) {
+    copies.emplace_back(c_md.get_size());
+    dst = memory(c_md, eng, copies.back().data());
+  }
+  dnnl::matmul(*pd).execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dst}});
+  if (!c_direct) dnnl::reorder(dst, cm).execute(s, dst, cm);
+  s.wait();
+  return true;
+}
+
 }  // namespace
 
 bool int8_uses_u8_activations() {
-  // Measured in bench/RESULTS.md: with AMX, s8 and u8 run at the same speed
-  // and s8 needs no zero-point compensation; on AVX-512 VNNI (no s8 x s8
-  // instruction) oneDNN's own s8 handling is slower than feeding u8 with a
-  // zero point of 128.
+  // Measured (bench/RESULTS.md): with AMX, s8 and u8 run at the same speed
+  // and s8 needs no zero-point compensation; on AVX-512 VNNI, which has no
+  // s8 x s8 instruction, oneDNN's own s8 handling is ~20 % slower than
+  // feeding u8 with a zero point of 128.
   static const bool u8 = dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
   return u8;
 }
 
 std::string linear_impl(const PackedLinear& w) { return as_onednn(w).impl(); }
 
+bool cpu_supports(Precision p) {
+  // F32 everywhere; BF16 / FP8 natively from AVX-512 on, else emulated
+  // exactly in f32; INT8 only with brgemm int8 (see the top of this file).
+  return p != Precision::INT8 || dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_vnni;
+}
+
 std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
   FLICK_CHECK(d.w.ndim() == 2, "linear weight must be [N, K]: " + d.w.str());
+  FLICK_CHECK(cpu_supports(d.precision),
+              std::string(precision_name(d.precision)) + " linear is not supported on this CPU");
   return std::make_unique<OnednnLinear>(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
 }
 
@@ -305,36 +394,12 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& c) {
     FLICK_CHECK(t->dtype == DType::F32 || t->dtype == DType::BF16,
                 "matmul operands must be F32 or BF16: " + t->str());
   if (bt == 0 || m == 0 || n == 0) return;
-  const auto& eng = onednn_engine();
-  dnnl::stream& s = onednn_stream();
   // bf16 x bf16 runs as such (exact products, fp32 accumulation); anything
-  // mixed runs in f32 on exactly converted operands.
-  const odt ct = A.dtype == DType::BF16 && B.dtype == DType::BF16 ? odt::bf16 : odt::f32;
-
-  // Operands oneDNN cannot read in place are copied (converted) densely.
-  std::vector<HostBuffer> copies;
-  auto operand = [&](const Tensor& t) {
-    memory given(strided_md(t, onednn_dtype(t.dtype)), eng, t.data);
-    if (onednn_dtype(t.dtype) == ct && blas_layout(t)) return given;
-    copies.emplace_back(static_cast<size_t>(t.numel()) * odt_size(ct));
-    memory dense({{t.dim(0), t.dim(1), t.dim(2)}, ct, tag::abc}, eng, copies.back().data());
-    dnnl::reorder(given, dense).execute(s, given, dense);
-    return dense;
-  };
-  memory am = operand(A), bm = operand(B);
-  memory cm(strided_md(C, onednn_dtype(C.dtype)), eng, C.data);
-  const bool c_direct = (ct == odt::bf16 || C.dtype == DType::F32) && blas_layout(C);
-  memory dst = cm;
-  if (!c_direct) {
-    copies.emplace_back(static_cast<size_t>(C.numel()) * sizeof(float));
-    dst = memory({{bt, m, n}, odt::f32, tag::abc}, eng, copies.back().data());
-  }
-  const dnnl::matmul::primitive_desc pd(
-      dnnl::matmul::desc(am.get_desc(), bm.get_desc(), dst.get_desc()), eng);
-  impl_name(pd, "matmul " + a.str() + " @ " + b.str());
-  dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, dst}});
-  if (!c_direct) dnnl::reorder(dst, cm).execute(s, dst, cm);
-  s.wait();
+  // mixed, or bf16 where oneDNN has no bf16 kernels, runs in f32 on exactly
+  // converted operands. The primitive is created per call (oneDNN's
+  // primitive cache makes a repeat cheap); this op is not a hot path.
+  const bool both_bf16 = A.dtype == DType::BF16 && B.dtype == DType::BF16;
+  if (!(both_bf16 && matmul_in(odt::bf16, A, B, C))) matmul_in(odt::f32, A, B, C);
 }
 
 }  // namespace flick::cpu

@@ -12,6 +12,11 @@ namespace flick::cpu {
 std::string linear_impl(const PackedLinear& w);
 std::string conv_impl(const PackedConv& w);
 
+// Whether this CPU runs a precision's linear layers: F32, BF16 and FP8
+// everywhere (BF16 emulated exactly in f32 below AVX-512), INT8 from AVX-512
+// VNNI on. Loaders check this and report a clear error before packing.
+bool cpu_supports(Precision p);
+
 // Whether INT8 linear layers feed oneDNN u8 activations (+128, with oneDNN's
 // zero-point compensation) instead of s8: chosen per ISA at pack time, see
 // runtime/cpu/matmul.cpp.

@@ -41,6 +41,41 @@ void append_activation(dnnl::post_ops& po, Activation act) {
   }
 }
 
+namespace {
+
+dnnl::memory::format_tag plain_tag(size_t ndims) {
+  using tag = dnnl::memory::format_tag;
+  const tag tags[] = {tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde, tag::abcdef};
+  FLICK_CHECK(ndims >= 1 && ndims <= 6, "no plain layout for this rank");
+  return tags[ndims - 1];
+}
+
+}  // namespace
+
+ReorderChain::ReorderChain(const dnnl::memory::desc& from, const dnnl::memory& to,
+                           bool round_to_bf16) {
+  using dt = dnnl::memory::data_type;
+  const auto& eng = onednn_engine();
+  from_ = dnnl::memory(from, eng, DNNL_MEMORY_NONE);
+  auto step = [&](const dnnl::memory& a, const dnnl::memory& b) {
+    steps_.emplace_back(dnnl::reorder(a, b), std::unordered_map<int, dnnl::memory>{
+                                                 {DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}});
+  };
+  if (round_to_bf16 && from.data_type() == dt::f32) {
+    const auto dims = from.dims();
+    mid_ = dnnl::memory({dims, dt::bf16, plain_tag(dims.size())}, eng);
+    step(from_, mid_);
+    step(mid_, to);
+  } else {
+    step(from_, to);
+  }
+}
+
+void ReorderChain::run(dnnl::stream& s, void* from_data) {
+  from_.set_data_handle(from_data);
+  for (auto& [r, args] : steps_) r.execute(s, args);
+}
+
 std::string impl_name(const dnnl::primitive_desc_base& pd, const std::string& what) {
   std::string impl = pd.impl_info_str();
   if (impl.rfind("ref", 0) == 0) {

@@ -4,6 +4,9 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -23,5 +26,22 @@ void append_activation(dnnl::post_ops& po, Activation act);
 // warning the first time a slow reference implementation ("ref...") shows up,
 // since that is a performance bug, not a correctness one.
 std::string impl_name(const dnnl::primitive_desc_base& pd, const std::string& what);
+
+// x -> y through oneDNN reorders (layout and dtype conversion), built once;
+// run() allocates nothing. With round_to_bf16, f32 values pass through a
+// dense bf16 buffer on the way (bf16 compute emulated by an f32 primitive
+// on CPUs whose oneDNN has no bf16 kernels gets the same bf16-rounded
+// inputs).
+class ReorderChain {
+ public:
+  ReorderChain() = default;
+  ReorderChain(const dnnl::memory::desc& from, const dnnl::memory& to, bool round_to_bf16);
+  // Reads from `from_data` (laid out as `from`), writes `to`'s buffer.
+  void run(dnnl::stream& s, void* from_data);
+
+ private:
+  dnnl::memory from_, mid_;
+  std::vector<std::pair<dnnl::reorder, std::unordered_map<int, dnnl::memory>>> steps_;
+};
 
 }  // namespace flick::cpu

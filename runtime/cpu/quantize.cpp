@@ -12,7 +12,8 @@
 namespace flick::cpu {
 namespace {
 
-// AVX2 fallback: same arithmetic as the AVX-512 kernel, 8 lanes, scalar tail.
+// AVX2 fallback: same arithmetic as the AVX-512 kernel, 8 lanes; the tail
+// divides like the scalar rule.
 template <typename Load8, typename Load1>
 float quantize_row_avx2(Load8 load8, Load1 load1, int64_t n, uint8_t* q, int offset) {
   const __m256 sign = _mm256_set1_ps(-0.f);
@@ -29,12 +30,19 @@ float quantize_row_avx2(Load8 load8, Load1 load1, int64_t n, uint8_t* q, int off
     std::memset(q, offset, static_cast<size_t>(n));
     return 1.f;
   }
-  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256 vs = _mm256_set1_ps(scale), inv = _mm256_set1_ps(1.f / scale);
+  const __m256 half = _mm256_set1_ps(0.5f), near = _mm256_set1_ps(kNearTie);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
   const __m256i off = _mm256_set1_epi32(offset);
   alignas(32) int32_t out[8];
   for (i = 0; i + 8 <= n; i += 8) {
-    __m256i v = _mm256_cvtps_epi32(_mm256_div_ps(load8(i), vs));
+    const __m256 x = load8(i);
+    __m256 r = _mm256_mul_ps(x, inv);
+    const __m256 frac = _mm256_sub_ps(r, _mm256_floor_ps(r));
+    const __m256 tie =
+        _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(frac, half)), near, _CMP_LT_OQ);
+    if (_mm256_movemask_ps(tie)) r = _mm256_blendv_ps(r, _mm256_div_ps(x, vs), tie);
+    __m256i v = _mm256_cvtps_epi32(r);
     v = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(v, lo), hi), off);
     _mm256_store_si256(reinterpret_cast<__m256i*>(out), v);
     for (int j = 0; j < 8; ++j) q[i + j] = static_cast<uint8_t>(out[j]);

@@ -14,6 +14,14 @@ namespace flick::cpu {
 // operand of u8 x s8 VNNI GEMMs). Multi-threaded over rows.
 void quantize_rows(const ref::RowsView& x, void* q, int64_t ldq, float* scales, int offset);
 
+// The kernels compute x * (1 / scale) and divide only lanes whose product
+// lies within kNearTie of a rounding tie (k + 0.5). Both the product and the
+// quotient are within 2 ulp of the true x / scale, and |x / scale| <= 127,
+// so they differ by < 127 * 2^-22 = 3e-5 < kNearTie: outside that window
+// they round to the same integer. Bit-exact with quantize_row_int8, at the
+// cost of a multiply instead of a divide for all but ~0.05 % of elements.
+inline constexpr float kNearTie = 0x1p-12f;  // 2.4e-4
+
 // One row, best kernel for this CPU. Returns the scale.
 float quantize_row(const void* x, DType dtype, int64_t n, uint8_t* q, int offset);
 

@@ -1,0 +1,202 @@
+#include "bench/bench_matmul.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "runtime/cpu/onednn_info.h"
+#include "runtime/cpu/ops.h"
+#include "runtime/tensor.h"
+
+namespace flick::bench {
+namespace {
+
+// Deterministic values in [-scale, scale): GEMM time does not depend on them
+// as long as they are normal numbers.
+void fill(const Tensor& t, float scale, uint32_t seed) {
+  uint32_t state = seed;
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    store_from_f32(t.dtype, t.data, i, (static_cast<float>(state >> 8) * 0x1p-23f - 1.f) * scale);
+  }
+}
+
+// Best time of 5 calls (2 with --quick) after one warm-up call (which creates the
+// primitive and touches the buffers).
+double best_seconds(const std::function<void()>& fn, const BenchOptions& options) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < (options.quick ? 2 : 5); ++r) {
+    const double start = bench_now(options);
+    fn();
+    best = std::min(best, bench_now(options) - start);
+  }
+  return best;
+}
+
+// The peak of the unit an implementation runs on, and its name for the table.
+double matching_peak(const Peaks& p, Precision prec, const std::string& impl, std::string* unit) {
+  const bool amx = impl.find("amx") != std::string::npos;
+  switch (prec) {
+    case Precision::F32: *unit = "FMA"; return p.f32_gflops;
+    case Precision::BF16:
+    case Precision::FP8:
+      *unit = amx ? "AMX bf16" : "vdpbf16ps";
+      return amx ? p.amx_bf16_gflops : p.bf16_gflops;
+    case Precision::INT8:
+      *unit = amx ? "AMX int8" : "vpdpbusd";
+      return amx ? p.amx_int8_gops : p.int8_gops;
+  }
+  return 0;
+}
+
+BenchResult rate_result(std::string name, double seconds, double ops, const Peaks& peaks,
+                        Precision prec, const std::string& impl, const std::string& note) {
+  BenchResult r;
+  r.name = std::move(name);
+  r.seconds = seconds;
+  r.rate = ops / seconds * 1e-9;
+  r.unit = prec == Precision::INT8 ? "GOPS" : "GFLOPS";
+  std::string peak_unit;
+  const double peak = matching_peak(peaks, prec, impl, &peak_unit);
+  r.peak_pct = peak > 0 ? 100.0 * r.rate / peak : 0.0;
+  r.detail = impl + " vs " + peak_unit + " peak";
+  // On AMX machines also say how this compares with the AVX-512 dot-product
+  // peak (the unit the design's targets were set against).
+  const double avx = prec == Precision::INT8 ? peaks.int8_gops : peaks.bf16_gflops;
+  if (impl.find("amx") != std::string::npos && avx > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "; %.0f%% of %s peak", 100.0 * r.rate / avx,
+                  prec == Precision::INT8 ? "vpdpbusd" : "vdpbf16ps");
+    r.detail += buf;
+  }
+  if (!note.empty()) r.detail += "; " + note;
+  return r;
+}
+
+struct LinearShape {
+  int64_t m, k, n;
+};
+
+std::string dims(const LinearShape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+}
+
+BenchResult bench_linear(Precision prec, const LinearShape& s, const Peaks& peaks,
+                         const BenchOptions& options) {
+  OwnedTensor x(DType::BF16, {s.m, s.k}), y(DType::BF16, {s.m, s.n});
+  OwnedTensor w(DType::F32, {s.n, s.k}), b(DType::F32, {s.n});
+  fill(x, 2.f, 1);
+  fill(w, 0.05f, 2);
+  fill(b, 0.1f, 3);
+  auto packed = cpu::pack_linear({w.t, Tensor{}, b.t, prec});
+  const double t = best_seconds([&] { cpu::linear(x, *packed, y, Activation::None); }, options);
+  return rate_result(std::string("linear ") + precision_name(prec) + " " + dims(s), t,
+                     2.0 * double(s.m) * double(s.k) * double(s.n), peaks, prec,
+                     cpu::linear_impl(*packed), "");
+}
+
+BenchResult bench_quantize(const LinearShape& s, const BenchOptions& options) {
+  OwnedTensor x(DType::BF16, {s.m, s.k}), q(DType::I8, {s.m, s.k}), scale(DType::F32, {s.m});
+  fill(x, 2.f, 4);
+  const double t = best_seconds([&] { cpu::quantize_rows_int8(x, q, scale); }, options);
+  BenchResult r;
+  r.name = "quantize_rows_int8 bf16 " + std::to_string(s.m) + "x" + std::to_string(s.k);
+  r.seconds = t;
+  r.rate = double(s.m) * double(s.k) * 3.0 / t * 1e-9;  // read 2 B, write 1 B per element
+  r.unit = "GB/s";
+  r.detail = "per-token int8 before each INT8 GEMM";
+  return r;
+}
+
+struct ConvShape {
+  int64_t c, h, w;
+};
+
+std::string conv_name(Precision prec, const ConvShape& s, bool channels_last) {
+  return std::string("conv3d ") + precision_name(prec) + " 3x3x3 " + std::to_string(s.c) + "ch " +
+         std::to_string(s.h) + "x" + std::to_string(s.w) +
+         (channels_last ? " channels-last" : " ncdhw");
+}
+
+BenchResult bench_conv3d(Precision prec, const ConvShape& s, bool channels_last, const Peaks& peaks,
+                         const BenchOptions& options) {
+  const DType dt = prec == Precision::F32 ? DType::F32 : DType::BF16;
+  // [N, C, D, H, W] views; channels-last buffers are [N, D, H, W, C].
+  OwnedTensor xbuf(dt, {1, s.c, 3, s.h, s.w}), ybuf(dt, {1, s.c, 1, s.h, s.w});
+  Tensor x = xbuf.t, y = ybuf.t;
+  if (channels_last) {
+    x = Tensor::view(xbuf.t.data, dt, {1, 3, s.h, s.w, s.c}).permute({0, 4, 1, 2, 3});
+    y = Tensor::view(ybuf.t.data, dt, {1, 1, s.h, s.w, s.c}).permute({0, 4, 1, 2, 3});
+  }
+  fill(xbuf, 1.f, 5);
+  OwnedTensor w(DType::F32, {s.c, s.c, 3, 3, 3}), b(DType::F32, {s.c});
+  fill(w, 0.02f, 6);
+  fill(b, 0.1f, 7);
+  ConvDesc d;
+  d.w = w;
+  d.bias = b;
+  d.spatial_dims = 3;
+  d.padding = {0, 1, 1};
+  d.precision = prec;
+  auto packed = cpu::pack_conv(d);
+  const double t = best_seconds([&] { cpu::conv(x, *packed, y, Activation::None); }, options);
+  const double ops = 2.0 * double(s.c) * double(s.c) * 27.0 * double(s.h) * double(s.w);
+  const std::string name = conv_name(prec, s, channels_last);
+  return rate_result(name, t, ops, peaks, prec, cpu::conv_impl(*packed),
+                     channels_last ? "in place" : "incl. reorders to/from blocked");
+}
+
+bool selected(const std::string& name, const BenchOptions& o) {
+  return name.find(o.filter) != std::string::npos;
+}
+
+}  // namespace
+
+std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptions& options) {
+  const LinearShape shapes[] = {{2640, 1536, 1536}, {2640, 1536, 8960}, {2640, 8960, 1536}};
+  std::vector<BenchResult> results;
+  for (Precision prec : {Precision::INT8, Precision::BF16, Precision::FP8, Precision::F32}) {
+    for (const LinearShape& s : shapes) {
+      if (!selected(std::string("linear ") + precision_name(prec) + " " + dims(s), options))
+        continue;
+      results.push_back(bench_linear(prec, s, peaks, options));
+    }
+  }
+  for (const LinearShape& s : {LinearShape{2640, 1536, 0}, LinearShape{2640, 8960, 0}}) {
+    if (selected("quantize_rows_int8 bf16 " + std::to_string(s.m) + "x" + std::to_string(s.k),
+                 options))
+      results.push_back(bench_quantize(s, options));
+  }
+  return results;
+}
+
+std::vector<BenchResult> run_conv_benches(const Peaks& peaks, const BenchOptions& options) {
+  struct Case {
+    Precision prec;
+    ConvShape shape;
+    bool channels_last;
+    bool quick;  // also run with --quick
+  };
+  const Case cases[] = {
+      {Precision::BF16, {384, 44, 80}, false, true},
+      {Precision::BF16, {384, 44, 80}, true, true},
+      {Precision::F32, {384, 44, 80}, false, true},
+      {Precision::BF16, {192, 176, 320}, false, true},
+      {Precision::BF16, {192, 176, 320}, true, true},
+      {Precision::BF16, {96, 352, 640}, false, false},
+      {Precision::BF16, {96, 352, 640}, true, false},
+  };
+  std::vector<BenchResult> results;
+  for (const Case& c : cases) {
+    if (options.quick && !c.quick) continue;
+    const std::string name = conv_name(c.prec, c.shape, c.channels_last);
+    if (!selected(name, options)) continue;
+    results.push_back(bench_conv3d(c.prec, c.shape, c.channels_last, peaks, options));
+  }
+  return results;
+}
+
+}  // namespace flick::bench
