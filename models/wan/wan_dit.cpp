@@ -367,7 +367,8 @@ Status WanDit::embed(const Tensor& noisy, const Tensor& cond, const Tensor& t, c
 
 void WanDit::block(int64_t i, int64_t start_frame, const Tap& tap) {
   FLICK_CHECK(i >= cfg_.action_blocks && i < cfg_.layers,
-              "Wan DiT: block " + std::to_string(i) + " has an action module (not supported)");
+              "Wan DiT: block " + std::to_string(i) +
+                  " has an action module: run attention(), the module, feed_forward()");
   attention(i, start_frame, tap);
   feed_forward(i, tap);
 }

@@ -1,6 +1,7 @@
 // The CausalWanModel DiT of Matrix-Game 2.0 (spec §5; wan/modules/causal_model.py,
-// `_forward_inference`), without the action module (spec §6, blocks below
-// action_blocks), which is not part of this component yet:
+// `_forward_inference`). The action module of blocks below action_blocks
+// (spec §6) is its own component (wan_action.h); the caller runs it between
+// a block's attention() and feed_forward():
 //
 //   x   = patch_embed(cat(noisy, cond))                   // [F*h*w, dim]
 //   e   = Lin(SiLU(Lin(sinusoid(t))))                     // [F, dim]
@@ -87,9 +88,9 @@ class WanDit {
   // [1, in_dim - 16, F, H, W], t F32 [F] (the step time of every frame).
   Status embed(const Tensor& noisy, const Tensor& cond, const Tensor& t, const Tap& tap = {});
   // Block i on the token state; start_frame = absolute latent index of the
-  // call's first frame. Blocks below action_blocks need the action module
-  // between attention() and feed_forward(), which this component does not
-  // implement yet: calling block() on one is a programmer error.
+  // call's first frame. Blocks below action_blocks need their
+  // WanActionModule between attention() and feed_forward(): calling block()
+  // on one is a programmer error.
   void block(int64_t i, int64_t start_frame, const Tap& tap = {});
   // The two halves of block i: self attention (writes the KV ring) and cross
   // attention; then the modulated feed-forward.

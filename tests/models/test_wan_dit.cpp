@@ -4,12 +4,12 @@
 // call (block 0, step 0, empty caches), every named intermediate, in the
 // reference's bf16 numerics (`ref.`) and in fp32 (`fp32.`).
 //
-// The action module (blocks < action_blocks) is not part of the component
-// yet, so each stage starts from the golden input of that stage: block 0's
-// and block 1's attention halves from the golden block input, their
-// feed-forward halves from the golden `x_after_action`, the action-free
-// blocks from the previous block's golden output and the head from the last
-// block's. That checks every stage independently.
+// Each stage starts from the golden input of that stage where the golden
+// file has it (bf16: block inputs, x_after_ca before the action module,
+// x_after_action before the feed-forward, the last block's output before the
+// head), so every stage is checked on its own; the fp32 goldens hold block
+// outputs only, so there each block runs whole (attention, the action
+// module, feed-forward) from the previous block's golden output.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/wan/wan_action.h"
 #include "models/wan/wan_dit.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/weight_store.h"
@@ -77,10 +78,12 @@ TEST_P(WanDitGolden, MatchesTheReferenceAtEveryIntermediate) {
   // <= 4e-7: 1e-5. bf16: every op rounds to bf16 where the reference rounds;
   // the fp32 accumulation order inside GEMMs and attention flips an
   // occasional rounding by 1 ulp (2^-8 relative) and the flip feeds the rest
-  // of the stage; observed: half the tensors bit-exact, the worst 2.1e-3
-  // (cross-attention output): 5e-3, well below the reference's own
-  // bf16-vs-fp32 distance at these tensors (manifest: 1.3-1.6 %).
-  const double tol = bf16 ? 5e-3 : 1e-5;
+  // of the stage. Observed: about half the tensors bit-exact, the DiT
+  // stages <= 2.1e-3, the action module (a deeper stage: two attention
+  // branches, and the bf16 RMSNorm over 64 values re-rounds 5 times) <= 5.1e-3
+  // (keyboard query): 1e-2, below the reference's own bf16-vs-fp32 distance
+  // at these tensors (manifest ref_vs_fp32_rel_l2: 1.3-1.6 %).
+  const double tol = bf16 ? 1e-2 : 1e-5;
 
   Expected<WeightStore> golden =
       WeightStore::open({kData + "pipeline_" + c.mode.name + ".safetensors"});
@@ -153,35 +156,53 @@ TEST_P(WanDitGolden, MatchesTheReferenceAtEveryIntermediate) {
     const Tensor src = g(call + name);
     backend->copy(src.reshape(x.shape), x);
   };
+  // Raw action tracks [raw_frames, C].
+  const Tensor kb_in = g("inputs.keyboard");
+  const Tensor keyboard = kb_in.reshape({kb_in.dim(1), kb_in.dim(2)});
+  Tensor mouse;  // templerun has no mouse input
+  if (golden->has("inputs.mouse")) {
+    const Tensor m = g("inputs.mouse");
+    mouse = m.reshape({m.dim(1), m.dim(2)});
+  }
   for (int64_t i = 0; i < cfg.layers; ++i) {
     const std::string blk = "blk" + std::to_string(i) + ".";
     if (i > 0) load_x("blk" + std::to_string(i - 1) + ".out");
     if (i < cfg.action_blocks) {
-      if (bf16) {  // the fp32 goldens store block outputs only
-        dit->attention(i, /*start_frame=*/0, tap);
-        load_x(blk + "x_after_action");
-        dit->feed_forward(i, tap);
-      }
+      Expected<WanActionModule> action = WanActionModule::load(
+          store->view("model.blocks." + std::to_string(i) + ".action_model."), *backend,
+          c.precision, cfg.dim, frames, shape.frame_tokens(), shape.local_attn_frames);
+      ASSERT_TRUE(action.ok()) << action.status().message();
+      EXPECT_EQ(action->config().has_mouse(), std::string(c.mode.name) != "templerun");
+      dit->attention(i, /*start_frame=*/0, tap);
+      if (bf16) load_x(blk + "x_after_ca");  // the action stage from its golden input
+      const WanDit::Tap act_tap = [&](std::string_view name, const Tensor& t) {
+        tap(blk + std::string(name), t);
+      };
+      Status st = action->forward(x, keyboard, mouse, /*start_frame=*/0, act_tap);
+      ASSERT_TRUE(st.ok()) << st.message();
+      tap(blk + "x_after_action", x.reshape({1, x.dim(0), x.dim(1)}));
+      if (bf16) load_x(blk + "x_after_action");
+      dit->feed_forward(i, tap);
     } else {
       dit->block(i, /*start_frame=*/0, tap);
     }
   }
   dit->head(tap);
 
-  // Every golden of the call but the action module's and the inputs we fed.
+  // Every golden of the call but the keyboard track before windowing
+  // (kb_raw, kb_embed: the module embeds only the gathered windows).
   int expected = 0;
   for (const std::string& n : golden->names()) {
     if (n.rfind(call, 0) != 0) continue;
     const std::string rest = n.substr(call.size());
-    if (rest.find(".act.") != std::string::npos || rest.find("x_after_action") != std::string::npos)
+    if (rest.find(".act.kb_raw") != std::string::npos ||
+        rest.find(".act.kb_embed") != std::string::npos)
       continue;
-    if (!bf16 && (rest == "blk0.out" || rest == "blk1.out")) continue;
     ++expected;
   }
   EXPECT_EQ(compared, expected);
-  // fp32: 5 embeddings, blk2/3.out, head_norm, head_out, flow. bf16: 5
-  // embeddings, 20 of block 0, x_after_sa/ca and out of blocks 1-3, 3 of the head.
-  EXPECT_EQ(expected, bf16 ? 37 : 10);
+  // fp32: 5 embeddings, blk0-3.out, head_norm, head_out, flow.
+  EXPECT_GE(expected, bf16 ? 50 : 12);
 }
 
 std::vector<Case> cases() {
@@ -223,6 +244,24 @@ TEST(WanDitLoad, ReportsBadCheckpoints) {
   Expected<WanDit> d = WanDit::load(store->view("net."), *backend, Precision::BF16, shape, 32);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("net.patch_embedding.weight"), std::string::npos);
+  // An action module where the block has none; a bad action track.
+  Expected<WanActionModule> e = WanActionModule::load(store->view("model.blocks.2.action_model."),
+                                                      *backend, Precision::BF16, 64, 3, 6, 6);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("model.blocks.2.action_model.mouse_attn_q.weight"),
+            std::string::npos)
+      << e.status().message();
+  Expected<WanActionModule> act = WanActionModule::load(store->view("model.blocks.0.action_model."),
+                                                        *backend, Precision::BF16, 64, 3, 6, 6);
+  ASSERT_TRUE(act.ok()) << act.status().message();
+  OwnedTensor x(DType::BF16, {18, 64}), kb(DType::F32, {9, 4}), mouse(DType::F32, {9, 2});
+  OwnedTensor kb_wrong(DType::F32, {9, 5}), kb_short(DType::F32, {4, 4});
+  Status bad = act->forward(x.t, kb_wrong.t, mouse.t, 0);
+  EXPECT_NE(bad.message().find("keyboard track"), std::string::npos) << bad.message();
+  // Latent 2 reads raw frames up to 7: a 4-frame track is too short.
+  bad = act->forward(x.t, kb_short.t, mouse.t, 0);
+  EXPECT_NE(bad.message().find("raw frames"), std::string::npos) << bad.message();
+  EXPECT_TRUE(act->forward(x.t, kb.t, mouse.t, 0).ok());
   // Input validation of a loaded model.
   Expected<WanDit> ok = WanDit::load(store->view("model."), *backend, Precision::BF16, shape, 32);
   ASSERT_TRUE(ok.ok()) << ok.status().message();
