@@ -39,6 +39,12 @@ const Mode kModes[] = {
     {"templerun", "weights/templerun_distilled_model/templerun_7dim_onlykey.safetensors", 6},
 };
 constexpr int64_t kTinyHeadDim = 32;  // dim 64, 2 heads (manifest tiny.dit)
+// Whole DiT calls in bf16 (4 blocks, caches filled by earlier calls): the
+// 1-ulp rounding flips of each stage now propagate through every later op
+// instead of being reset by golden inputs. Observed: cached self-attention
+// and keyboard windows bit-exact, mouse windows <= 0.43 %, flows <= 0.82 %:
+// 1.5 %, under the reference's own bf16-vs-fp32 flow distance (1.4-2.1 %).
+constexpr double kFlowTol = 1.5e-2;
 
 std::vector<float> to_f32(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
@@ -216,6 +222,132 @@ INSTANTIATE_TEST_SUITE_P(Modes, WanDitGolden, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.mode.name) + "_" +
                                   precision_name(info.param.precision);
+                         });
+
+// Whole calls across blocks in the reference's bf16 numerics: every sampler
+// step of the earlier blocks (inputs from the goldens: the first noise, the
+// re-noised x of later steps, the last x0 for the t = 0 context re-run), so
+// the self-attention, mouse and keyboard caches roll as in the pipeline; then
+// the first call of the last block, whose attended windows are stored.
+class WanDitWindows : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(WanDitWindows, RollsTheCachesLikeThePipeline) {
+  const Mode mode = GetParam();
+  const DType act = DType::BF16;
+  Expected<WeightStore> golden =
+      WeightStore::open({kData + "pipeline_" + mode.name + ".safetensors"});
+  ASSERT_TRUE(golden.ok()) << golden.status().message();
+  Expected<WeightStore> consts = WeightStore::open({kData + "constants.safetensors"});
+  ASSERT_TRUE(consts.ok());
+  Expected<WeightStore> store = WeightStore::open({kData + mode.checkpoint});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  auto g = [&](const std::string& name) {
+    Expected<Tensor> t = golden->get(name);
+    EXPECT_TRUE(t.ok()) << name << ": " << t.status().message();
+    return t.ok() ? *t : Tensor{};
+  };
+  const bool templerun = std::string(mode.name) == "templerun";
+  const Tensor steps = *consts->get(templerun ? "sampler.templerun.t" : "sampler.universal_gta.t");
+  const int64_t n_steps = steps.dim(0);
+  std::vector<float> step_t(static_cast<size_t>(n_steps));
+  convert(steps.dtype, steps.data, DType::F32, step_t.data(), n_steps);
+
+  const Tensor img_cond = g("ref.img_cond");  // [1, 16, N, h, w]
+  const int64_t lh = img_cond.dim(3), lw = img_cond.dim(4), frames = 3;
+  const int64_t blocks = img_cond.dim(2) / frames;
+  const Tensor visual = g("ref.visual_context");
+  WanDitShape shape{lh, lw, frames, visual.dim(1), mode.local_attn_frames};
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Expected<WanDit> dit =
+      WanDit::load(store->view("model."), *backend, Precision::BF16, shape, kTinyHeadDim);
+  ASSERT_TRUE(dit.ok()) << dit.status().message();
+  std::vector<WanActionModule> actions;
+  for (int64_t i = 0; i < dit->config().action_blocks; ++i) {
+    Expected<WanActionModule> a = WanActionModule::load(
+        store->view("model.blocks." + std::to_string(i) + ".action_model."), *backend,
+        Precision::BF16, dit->config().dim, frames, shape.frame_tokens(), shape.local_attn_frames);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    actions.push_back(std::move(*a));
+  }
+  const Tensor kb_in = g("inputs.keyboard");
+  const Tensor keyboard = kb_in.reshape({kb_in.dim(1), kb_in.dim(2)});
+  Tensor mouse;
+  if (golden->has("inputs.mouse")) {
+    const Tensor m = g("inputs.mouse");
+    mouse = m.reshape({m.dim(1), m.dim(2)});
+  }
+  ASSERT_TRUE(dit->set_context(visual).ok());
+
+  // One DiT call on frames [3b, 3b + 3); taps forwarded when given.
+  OwnedTensor noisy(act, {1, 16, frames, lh, lw}), cond(act, {1, 20, frames, lh, lw});
+  OwnedTensor t(DType::F32, {frames});
+  auto run = [&](int64_t b, const Tensor& x_in, float time, const WanDit::Tap& tap) -> Tensor {
+    backend->copy(x_in, noisy.t);
+    OwnedTensor cf(DType::F32, {1, 20, frames, lh, lw});
+    float* p = cf.t.ptr<float>();
+    const int64_t plane = lh * lw;
+    for (int64_t ch = 0; ch < 4; ++ch)
+      for (int64_t f = 0; f < frames; ++f)
+        for (int64_t i = 0; i < plane; ++i)
+          p[(ch * frames + f) * plane + i] = (b == 0 && f == 0) ? 1.f : 0.f;
+    Tensor img_part = cf.t.slice(1, 4, 16);
+    backend->copy(img_cond.slice(2, b * frames, frames), img_part);
+    backend->copy(cf.t, cond.t);
+    for (int64_t f = 0; f < frames; ++f) t.t.ptr<float>()[f] = time;
+    EXPECT_TRUE(dit->embed(noisy.t, cond.t, t.t, tap).ok());
+    Tensor x = dit->tokens();
+    const int64_t start = b * frames;
+    for (int64_t i = 0; i < dit->config().layers; ++i) {
+      if (i < dit->config().action_blocks) {
+        dit->attention(i, start, tap);
+        const WanDit::Tap act_tap = [&](std::string_view name, const Tensor& v) {
+          if (tap) tap("blk" + std::to_string(i) + "." + std::string(name), v);
+        };
+        EXPECT_TRUE(
+            actions[static_cast<size_t>(i)].forward(x, keyboard, mouse, start, act_tap).ok());
+        dit->feed_forward(i, tap);
+      } else {
+        dit->block(i, start, tap);
+      }
+    }
+    return dit->head(tap);
+  };
+
+  // Flows of every step stay within the bf16 tolerance of the reference's
+  // although the caches now hold our own keys: errors do not accumulate.
+  double worst = 0;
+  const Tensor noise = g("noise.initial");
+  for (int64_t b = 0; b + 1 < blocks; ++b) {
+    const std::string pb = "ref.b" + std::to_string(b) + ".";
+    Tensor last_x0;
+    for (int64_t k = 0; k < n_steps; ++k) {
+      const std::string pk = pb + "s" + std::to_string(k) + ".";
+      const Tensor x_in = k == 0 ? noise.slice(2, b * frames, frames) : g(pk + "x");
+      const Tensor flow = run(b, x_in, step_t[static_cast<size_t>(k)], {});
+      worst = std::max(worst, rel_l2(to_f32(flow), to_f32(g(pk + "flow"))));
+      last_x0 = g(pk + "x0");
+    }
+    run(b, last_x0, 0.f, {});  // the context re-run: clean keys for later blocks
+  }
+  EXPECT_LE(worst, kFlowTol);
+
+  const std::string call = "ref.call.b" + std::to_string(blocks - 1) + ".s0.";
+  int compared = 0;
+  const WanDit::Tap tap = [&](std::string_view name, const Tensor& v) {
+    const std::string key = call + std::string(name);
+    if (!golden->has(key)) return;
+    const Tensor want = *golden->get(key);
+    ASSERT_EQ(want.shape, v.shape) << key;
+    EXPECT_LE(rel_l2(to_f32(v), to_f32(want)), kFlowTol) << key;
+    ++compared;
+  };
+  run(blocks - 1, noise.slice(2, (blocks - 1) * frames, frames), step_t[0], tap);
+  EXPECT_EQ(compared, templerun ? 5 : 7);  // sa k/v, kb k/v, (mouse k/v), flow
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WanDitWindows, ::testing::ValuesIn(kModes),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return std::string(info.param.name);
                          });
 
 TEST(WanDitLoad, ReportsBadCheckpoints) {
