@@ -86,7 +86,9 @@ std::string dims(const LinearShape& s) {
 
 BenchResult bench_linear(Precision prec, const LinearShape& s, const Peaks& peaks,
                          const BenchOptions& options) {
-  OwnedTensor x(DType::BF16, {s.m, s.k}), y(DType::BF16, {s.m, s.n});
+  // Activations as a model feeds them: BF16, F32 for F32 layers.
+  const DType io = prec == Precision::F32 ? DType::F32 : DType::BF16;
+  OwnedTensor x(io, {s.m, s.k}), y(io, {s.m, s.n});
   OwnedTensor w(DType::F32, {s.n, s.k}), b(DType::F32, {s.n});
   fill(x, 2.f, 1);
   fill(w, 0.05f, 2);

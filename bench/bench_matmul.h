@@ -9,7 +9,7 @@ namespace flick::bench {
 
 // linear at the Matrix-Game / Wan DiT shapes (M x K x N = 2640 tokens x
 // 1536 -> 1536 for attention projections, 1536 -> 8960 and 8960 -> 1536 for
-// the FFN) in F32 / BF16 / INT8 / FP8, x and y BF16 as in the model, plus the
+// the FFN) in F32 / BF16 / INT8 / FP8 (x and y BF16, F32 for F32), plus the
 // per-token activation quantization INT8 runs before its GEMM. Rate =
 // 2*M*K*N per call; peak_pct against the peak of the unit oneDNN ran on (AMX
 // when its implementation name says so, else FMA / vdpbf16ps / vpdpbusd).
