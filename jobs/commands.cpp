@@ -47,8 +47,9 @@ class ProgressBar {
     std::fprintf(stderr, "\r%s [%s] %lld/%lld frames %6.1f fps", p.id.c_str(), bar.c_str(),
                  static_cast<long long>(p.frames_done), static_cast<long long>(p.frames_total),
                  p.fps);
-    std::fflush(stderr);
     drawn_ = true;
+    if (p.frames_done == p.frames_total) end();  // the log lines that follow start clean
+    std::fflush(stderr);
   }
   void end() {
     if (drawn_) std::fputc('\n', stderr);
