@@ -47,8 +47,9 @@ class ProgressBar {
     std::fprintf(stderr, "\r%s [%s] %lld/%lld frames %6.1f fps", p.id.c_str(), bar.c_str(),
                  static_cast<long long>(p.frames_done), static_cast<long long>(p.frames_total),
                  p.fps);
-    std::fflush(stderr);
     drawn_ = true;
+    if (p.frames_done == p.frames_total) end();  // the log lines that follow start clean
+    std::fflush(stderr);
   }
   void end() {
     if (drawn_) std::fputc('\n', stderr);
@@ -267,12 +268,19 @@ int cmd_status(const CommonOptions& o) {
     std::printf("active %s: %s%s\n", id.c_str(), active_state(*spool, e.name).c_str(),
                 extra.c_str());
   }
+  // Queued jobs that are retries: their ledger says why and when.
   const int64_t now = unix_now_ns();
   for (const Spool::Entry& e : lists[0]) {
-    if (e.mtime_ns > now) {
-      std::printf("queued %s: retry not before %s\n", e.name.c_str(),
-                  format_utc(e.mtime_ns).c_str());
-    }
+    Expected<std::optional<JobStatus>> l =
+        spool->read_status(SpoolDir::kActive, *job_file_stem(e.name));
+    if (!l.ok() || !l->has_value() || (*l)->state != JobState::kQueued) continue;
+    const JobStatus& ledger = **l;
+    std::printf("retry %s: %d attempt(s) so far%s%s; %s\n", e.name.c_str(), ledger.attempts,
+                ledger.error ? ", last: " : "",
+                ledger.error ? first_line(ledger.error->message).c_str() : "",
+                ledger.not_before_ns > now
+                    ? ("not before " + format_utc(ledger.not_before_ns)).c_str()
+                    : "due now");
   }
   // The most recent failures and quarantined jobs, newest last.
   for (int i : {3, 4}) {

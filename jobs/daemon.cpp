@@ -140,21 +140,12 @@ class Daemon {
   // Rescans incoming/: the jobs that may run now, and when the next delayed
   // one becomes due.
   void rescan() {
-    queue_.clear();
-    next_due_ns_ = 0;
-    Expected<std::vector<Spool::Entry>> entries = spool_->list_jobs(SpoolDir::kIncoming);
-    if (!entries.ok()) {
-      log_error(entries.status().message());
+    Expected<std::vector<std::string>> names = worker_->runnable_jobs(&next_due_ns_);
+    if (!names.ok()) {
+      log_error(names.status().message());
       return;
     }
-    const int64_t now = unix_now_ns();
-    for (Spool::Entry& e : *entries) {
-      if (e.mtime_ns > now) {  // a retry's not-before time
-        if (next_due_ns_ == 0 || e.mtime_ns < next_due_ns_) next_due_ns_ = e.mtime_ns;
-        continue;
-      }
-      queue_.push_back(std::move(e.name));
-    }
+    queue_.assign(names->begin(), names->end());
   }
 
   // Drains inotify events; true when any arrived. Names are not used: a

@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <sstream>
@@ -157,6 +158,7 @@ std::string format_status(const JobStatus& s) {
   if (!s.host.empty()) o.str("host", s.host);
   if (s.pid != 0) o.integer("pid", s.pid);
   if (!s.output_dir.empty()) o.str("output_dir", s.output_dir);
+  o.time("not_before", s.not_before_ns);
   if (s.partial_ino != 0) {
     o.str("partial_dev", std::to_string(s.partial_dev));
     o.str("partial_ino", std::to_string(s.partial_ino));
@@ -220,6 +222,12 @@ Expected<JobStatus> parse_status(const std::string& text, const std::string& dis
       std::strtoull(get<std::string>(*doc, "partial_dev").value_or("0").c_str(), nullptr, 10);
   s.partial_ino =
       std::strtoull(get<std::string>(*doc, "partial_ino").value_or("0").c_str(), nullptr, 10);
+  if (const auto it = doc->as_table().find("not_before");
+      it != doc->as_table().end() && it->second.is_offset_datetime()) {
+    const std::chrono::system_clock::time_point t = it->second.as_offset_datetime();
+    s.not_before_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
   if (doc->as_table().count("error")) {
     const toml::value& e = doc->at("error");
     Diagnostic d;

@@ -50,6 +50,10 @@ struct JobStatus {
   // .partial directory it created, which prove ownership after a crash.
   std::string output_dir;
   uint64_t partial_dev = 0, partial_ino = 0;
+  // A queued retry waits until then (Unix ns; 0 = now). Kept here, in the
+  // daemon's own file, rather than in the job file's mtime, which the daemon
+  // may not change on a file a submitter owns.
+  int64_t not_before_ns = 0;
   std::optional<JobTiming> timing;
   std::optional<Diagnostic> error;
   std::vector<OutputRecord> outputs;

@@ -581,29 +581,26 @@ JobResult Worker::requeue(Claim& c, const std::string& id, int attempts, int del
   }
   log_warning("job " + id + ": " + why.message() + "; requeued" +
               (delay_s > 0 ? " (retry in " + std::to_string(delay_s) + " s)" : ""));
-  if (c.dir == SpoolDir::kActive) {
-    JobStatus ledger = base_status(c, id);
-    ledger.state = JobState::kQueued;
-    ledger.attempts = attempts;
-    ledger.error = runtime_diagnostic(c.display, why);
-    // Keep what proves which output directory is this job's own: the next
-    // attempt may find it renamed into place by this one.
-    Expected<std::optional<JobStatus>> old = spool_.read_status(SpoolDir::kActive, id);
-    if (old.ok() && old->has_value()) {
-      ledger.pipeline = (*old)->pipeline;
-      ledger.output_dir = (*old)->output_dir;
-      ledger.partial_dev = (*old)->partial_dev;
-      ledger.partial_ino = (*old)->partial_ino;
-    }
-    Status s = spool_.write_status(SpoolDir::kActive, id, ledger, true, false);
-    if (!s.ok()) log_warning(s.message());
-  }
-  // The file's mtime is its not-before time (and its place in the queue).
   const int64_t not_before = unix_now_ns() + int64_t{delay_s} * 1000000000;
-  const timespec times[2] = {
-      {0, UTIME_OMIT}, {static_cast<time_t>(not_before / 1000000000), not_before % 1000000000}};
-  ::futimens(c.lock.get(), times);
-  if (c.dir == SpoolDir::kIncoming) return r;
+  if (c.dir == SpoolDir::kIncoming) {
+    deferred_[c.name] = not_before;
+    return r;
+  }
+  JobStatus ledger = base_status(c, id);
+  ledger.state = JobState::kQueued;
+  ledger.attempts = attempts;
+  ledger.not_before_ns = not_before;
+  ledger.error = runtime_diagnostic(c.display, why);
+  // Keep what proves which output directory is this job's own: the next
+  // attempt may find it renamed into place by this one.
+  Expected<std::optional<JobStatus>> old = spool_.read_status(SpoolDir::kActive, id);
+  if (old.ok() && old->has_value()) {
+    ledger.pipeline = (*old)->pipeline;
+    ledger.output_dir = (*old)->output_dir;
+    ledger.partial_dev = (*old)->partial_dev;
+    ledger.partial_ino = (*old)->partial_ino;
+  }
+  warn_if_error(spool_.write_status(SpoolDir::kActive, id, ledger, true, false));
   const int err = fs::rename_noreplace(spool_.fd(SpoolDir::kActive), c.name,
                                        spool_.fd(SpoolDir::kIncoming), id + kJobSuffix);
   if (err != 0) {
@@ -689,6 +686,43 @@ int Worker::recover_orphans() {
     }
   }
   return handled;
+}
+
+Expected<std::vector<std::string>> Worker::runnable_jobs(int64_t* next_due_ns) {
+  *next_due_ns = 0;
+  FLICK_ASSIGN_OR_RETURN(std::vector<Spool::Entry> entries, spool_.list_jobs(SpoolDir::kIncoming));
+  const int64_t now = unix_now_ns();
+  // Retry times of requeued jobs, from their ledgers in active/.
+  std::map<std::string, int64_t> not_before;
+  Expected<std::vector<std::string>> names =
+      fs::list_dir(spool_.fd(SpoolDir::kActive), spool_.path(SpoolDir::kActive));
+  if (names.ok()) {
+    for (const std::string& n : *names) {
+      if (n[0] == '.' || !n.ends_with(kStatusSuffix)) continue;
+      const std::string id = n.substr(0, n.size() - std::string_view(kStatusSuffix).size());
+      Expected<std::optional<JobStatus>> l = spool_.read_status(SpoolDir::kActive, id);
+      if (l.ok() && l->has_value() && (*l)->state == JobState::kQueued) {
+        not_before[id + kJobSuffix] = (*l)->not_before_ns;
+      }
+    }
+  }
+  std::map<std::string, int64_t> still_deferred;
+  std::vector<std::string> out;
+  for (const Spool::Entry& e : entries) {
+    int64_t due = 0;
+    if (auto it = not_before.find(e.name); it != not_before.end()) due = it->second;
+    if (auto it = deferred_.find(e.name); it != deferred_.end()) {
+      due = std::max(due, it->second);
+      if (it->second > now) still_deferred.insert(*it);
+    }
+    if (due > now) {
+      if (*next_due_ns == 0 || due < *next_due_ns) *next_due_ns = due;
+      continue;
+    }
+    out.push_back(e.name);
+  }
+  deferred_ = std::move(still_deferred);
+  return out;
 }
 
 JobResult Worker::run_file(const std::string& path) {

@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "jobs/config.h"
 #include "jobs/job.h"
@@ -78,6 +80,10 @@ class Worker {
   // Returns how many were handled.
   int recover_orphans();
 
+  // Names in incoming/ that may run now, in queue order; *next_due_ns is set
+  // to the earliest time a deferred retry becomes due (0 if none).
+  Expected<std::vector<std::string>> runnable_jobs(int64_t* next_due_ns);
+
  private:
   struct Claim;
 
@@ -100,6 +106,9 @@ class Worker {
   const DaemonConfig& config_;
   WorkerOptions options_;
   std::string host_;
+  // incoming/ names whose check failed for a temporary reason before they
+  // could be claimed (no ledger exists for them yet): name -> retry time.
+  std::map<std::string, int64_t> deferred_;
 };
 
 }  // namespace flick

@@ -253,10 +253,15 @@ class Sandbox {
       const std::string& extra_output_roots = "") {
     std::string outs = "\"" + path("out") + "\"";
     if (!extra_output_roots.empty()) outs += ", \"" + extra_output_roots + "\"";
+    // Fast retries and rescans unless daemon_extra sets them.
+    std::string defaults;
+    if (daemon_extra.find("retry_delay") == std::string::npos) defaults += "retry_delay = 0\n";
+    if (daemon_extra.find("rescan_interval") == std::string::npos) {
+      defaults += "rescan_interval = 1\n";
+    }
     write_text(config(), "[daemon]\nspool = \"" + spool() + "\"\ninput_roots = [\"" + path("in") +
-                             "\"]\noutput_roots = [" + outs +
-                             "]\nretry_delay = 0\nrescan_interval = 1\n" + daemon_extra + "\n" +
-                             pipelines);
+                             "\"]\noutput_roots = [" + outs + "]\n" + defaults + daemon_extra +
+                             "\n" + pipelines);
   }
 
   // `n` PNG frames in in/<name>/; frame i is pattern(w, h, i + seed).

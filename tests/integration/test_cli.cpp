@@ -1,9 +1,11 @@
 // The subcommands as a user and a batch system see them: help, exit codes,
 // flick run / submit / status / validate, refused spool files, recovery of
 // states a crash can leave, and SIGHUP.
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include "integration_util.h"
+#include "jobs/fs.h"
 
 namespace flick::testing {
 namespace {
@@ -182,6 +184,46 @@ TEST_F(Cli, ExistingOutputDirectoryIsRefused) {
   EXPECT_EQ(toml::find<int64_t>(*st, "error", "line"), 7);
   EXPECT_EQ(read_text(sb_.path("out/taken/precious.txt")), "keep");
   EXPECT_TRUE(leftovers(sb_.root()).empty());
+  EXPECT_TRUE(list(sb_.spool("active")).empty());
+}
+
+// A temporary failure (here: another process holds the output directory's
+// .partial) requeues the job; it waits retry_delay (recorded in its ledger in
+// active/, not in the submitter's file), then runs.
+TEST_F(Cli, TemporaryFailureIsRetriedAfterTheDelay) {
+  sb_.write_config("retry_delay = 2");
+  stdfs::create_directories(sb_.path("out/busy.partial"));
+  fs::Fd held(::open(sb_.path("out/busy.partial").c_str(), O_RDONLY | O_DIRECTORY));
+  ASSERT_EQ(::flock(held.get(), LOCK_EX), 0);
+  sb_.drop("busy.toml", sb_.encode_job("shot", "busy"));
+  RunResult r = sb_.drain();
+  EXPECT_EQ(r.code, 75) << r.err;
+  EXPECT_NE(r.err.find("another job is rendering into"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("jobs waiting for a retry remain"), std::string::npos) << r.err;
+  EXPECT_EQ(list(sb_.spool("incoming")), std::vector<std::string>{"busy.toml"});
+  std::optional<toml::value> ledger = sb_.status("active", "busy");
+  ASSERT_TRUE(ledger);
+  EXPECT_EQ(toml::find<std::string>(*ledger, "state"), "queued");
+  EXPECT_EQ(toml::find<int64_t>(*ledger, "attempts"), 1);
+  EXPECT_TRUE(toml::find(*ledger, "not_before").is_offset_datetime());
+  r = sb_.flick("status");
+  EXPECT_NE(r.out.find("retry busy.toml: 1 attempt(s) so far"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not before"), std::string::npos) << r.out;
+
+  // The renderer holding it finishes; the job still waits for its time.
+  held = fs::Fd();
+  stdfs::remove(sb_.path("out/busy.partial"));
+  EXPECT_EQ(sb_.drain().code, 75);
+  EXPECT_EQ(sb_.count("done"), 0);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        sb_.drain();
+        return sb_.count("done") == 1;
+      },
+      std::chrono::seconds(20)));
+  expect_done_job(sb_, "busy", 3, 16, 12);
+  EXPECT_EQ(toml::find<int64_t>(*sb_.status("done", "busy"), "attempts"), 2);
   EXPECT_TRUE(list(sb_.spool("active")).empty());
 }
 
