@@ -42,7 +42,7 @@ std::vector<std::string> submit_jobs(Sandbox& sb, int n, const std::string& fram
 // SIGKILL the daemon at random points while it works through a queue,
 // restart it, repeat until drained: nothing lost, nothing done twice.
 TEST(Crash, SigkillAtRandomPointsUntilDrained) {
-  constexpr int kJobs = 16, kFrames = 6, kW = 48, kH = 32;
+  constexpr int kJobs = 16, kFrames = 30, kW = 48, kH = 32;
   Sandbox sb;
   sb.write_config("max_attempts = 100");  // kills must not exhaust the attempts
   ASSERT_EQ(sb.drain().code, 0);
@@ -52,12 +52,25 @@ TEST(Crash, SigkillAtRandomPointsUntilDrained) {
   // FLICK_TEST_SEED varies the kill times (for stress runs); fixed by default.
   const char* seed = std::getenv("FLICK_TEST_SEED");
   std::mt19937 rng(seed != nullptr ? std::strtoul(seed, nullptr, 10) : 20240601);
-  // From before the first claim to well into the queue (a job takes tens of ms).
+  // Odd rounds kill at a random time, from before the first claim to well into
+  // the queue; even rounds wait until a job is claimed and kill shortly after,
+  // so some kills land mid-job however fast this machine renders.
   std::uniform_int_distribution<int> after_ms(5, 400);
+  std::uniform_int_distribution<int> after_claim_ms(0, 20);
+  const auto job_claimed = [&] {
+    for (const std::string& name : list(sb.spool("active"))) {
+      if (name.ends_with(".toml") && !name.ends_with(".status.toml")) return true;
+    }
+    return false;
+  };
   int kills = 0;
   for (int round = 0; round < 100 && sb.count("done") < kJobs; ++round) {
     auto daemon = sb.serve("kill-" + std::to_string(round));
-    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
+    if (round % 2 == 0 && wait_until(job_claimed, std::chrono::seconds(2))) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(after_claim_ms(rng)));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
+    }
     daemon->signal(SIGKILL);
     EXPECT_EQ(daemon->wait(), 128 + SIGKILL);
     ++kills;
