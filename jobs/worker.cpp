@@ -685,7 +685,38 @@ int Worker::recover_orphans() {
       requeue(c, id, attempts, config_.retry_delay_s, Outcome::kRequeued, why);
     }
   }
+  remove_stale_ledgers();
   return handled;
+}
+
+// A process killed between moving a committed job file out of active/ and
+// removing its attempt ledger leaves the ledger behind. It is garbage once the
+// job's final status exists and no job file of that id is queued or claimed
+// (incoming/ is looked at before active/, the order a claim moves it in).
+void Worker::remove_stale_ledgers() {
+  Expected<std::vector<std::string>> names =
+      fs::list_dir(spool_.fd(SpoolDir::kActive), spool_.path(SpoolDir::kActive));
+  if (!names.ok()) return;
+  const auto exists_in = [&](SpoolDir d, const std::string& name) {
+    struct stat st;
+    return ::fstatat(spool_.fd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  };
+  for (const std::string& n : *names) {
+    if (n[0] == '.' || !n.ends_with(kStatusSuffix)) continue;
+    const std::string id = n.substr(0, n.size() - std::string_view(kStatusSuffix).size());
+    const std::string job_name = id + kJobSuffix;
+    bool finished = false;
+    for (SpoolDir d : {SpoolDir::kDone, SpoolDir::kFailed, SpoolDir::kQuarantine}) {
+      finished |= exists_in(d, n);
+    }
+    if (!finished || exists_in(SpoolDir::kIncoming, job_name) ||
+        exists_in(SpoolDir::kActive, job_name)) {
+      continue;
+    }
+    warn_if_error(spool_.remove_status(SpoolDir::kActive, id));
+    log_info("job " + id +
+             ": removed the attempt ledger left by a process that died after its commit");
+  }
 }
 
 Expected<std::vector<std::string>> Worker::runnable_jobs(int64_t* next_due_ns) {

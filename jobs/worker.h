@@ -79,6 +79,7 @@ class Worker {
   // after max_attempts, or moved on if their status was already committed.
   // Returns how many were handled.
   int recover_orphans();
+  void remove_stale_ledgers();
 
   // Names in incoming/ that may run now, in queue order; *next_due_ns is set
   // to the earliest time a deferred retry becomes due (0 if none).
