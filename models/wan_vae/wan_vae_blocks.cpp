@@ -1,5 +1,6 @@
 #include "models/wan_vae/wan_vae_blocks.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -321,6 +322,27 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y) {
   be.copy(last_.t, head);
   be.conv(joined, *time_conv_, y, Activation::None);
   be.copy(joined.slice(2, t, 1), last_.t);
+}
+
+Expected<ResampleLayers> scan_resample_layers(const WeightView& list, std::string_view kind) {
+  ResampleLayers r;
+  const std::vector<std::string> children = list.children();
+  r.count = static_cast<int64_t>(children.size());
+  for (int64_t i = 0; i < r.count; ++i) {
+    const std::string idx = std::to_string(i);
+    if (std::find(children.begin(), children.end(), idx) == children.end())
+      return invalid_input(list.full_name(idx) + ": missing (" + std::string(kind) +
+                           " layers must be numbered 0.." + std::to_string(r.count - 1) + ")");
+    const WeightView l = list.sub(idx);
+    if (l.has("resample.1.weight")) {
+      ++r.spatial;
+      if (l.has("time_conv.weight")) ++r.temporal;
+    } else if (!l.has("residual.2.weight")) {
+      return invalid_input(l.prefix() + "*: neither a residual block nor a" +
+                           (kind.front() == 'u' ? "n " : " ") + std::string(kind) + "r");
+    }
+  }
+  return r;
 }
 
 }  // namespace flick::wan_vae

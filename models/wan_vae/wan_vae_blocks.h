@@ -46,6 +46,16 @@ class Scratch {
 // The shape of a required tensor, or an error naming it.
 Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim);
 
+// The layer list of an encoder's `downsamples` / decoder's `upsamples`: layers
+// numbered 0..n-1, each a residual block or a resampler (with `time_conv` when
+// it also resamples time). `kind` names the resampler in errors.
+struct ResampleLayers {
+  int64_t count = 0;
+  int64_t spatial = 0;
+  int64_t temporal = 0;
+};
+Expected<ResampleLayers> scan_resample_layers(const WeightView& list, std::string_view kind);
+
 // CausalConv3d (kernel kt x k x k, stride 1, "same" spatial padding, causal in
 // time) with its feature cache. kt = 1 convolutions keep no cache.
 // Weights: `<prefix>.weight` [O, I, kt, k, k], `<prefix>.bias` [O].

@@ -27,21 +27,11 @@ Expected<WanVaeDecoderConfig> WanVaeDecoderConfig::detect(const WeightView& root
     return invalid_input(dec.full_name("head.2.weight") +
                          ": expected 3 output channels, file has " + head->shape_str());
   const WeightView ups = dec.sub("upsamples");
-  const std::vector<std::string> children = ups.children();
-  c.upsamples = static_cast<int64_t>(children.size());
-  for (int64_t i = 0; i < c.upsamples; ++i) {
-    const std::string idx = std::to_string(i);
-    if (std::find(children.begin(), children.end(), idx) == children.end())
-      return invalid_input(ups.full_name(idx) + ": missing (upsample layers must be numbered 0.." +
-                           std::to_string(c.upsamples - 1) + ")");
-    const WeightView l = ups.sub(idx);
-    if (l.has("resample.1.weight")) {
-      ++c.spatial_up;
-      if (l.has("time_conv.weight")) ++c.temporal_up;
-    } else if (!l.has("residual.2.weight")) {
-      return invalid_input(l.prefix() + "*: neither a residual block nor an upsampler");
-    }
-  }
+  FLICK_ASSIGN_OR_RETURN(const wan_vae::ResampleLayers layers,
+                         wan_vae::scan_resample_layers(ups, "upsample"));
+  c.upsamples = layers.count;
+  c.spatial_up = layers.spatial;
+  c.temporal_up = layers.temporal;
   return c;
 }
 

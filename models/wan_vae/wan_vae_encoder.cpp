@@ -28,22 +28,11 @@ Expected<WanVaeEncoderConfig> WanVaeEncoderConfig::detect(const WeightView& root
                          std::to_string(2 * c.z_dim) + " output channels, file has " +
                          head->shape_str());
   const WeightView downs = enc.sub("downsamples");
-  const std::vector<std::string> children = downs.children();
-  c.downsamples = static_cast<int64_t>(children.size());
-  for (int64_t i = 0; i < c.downsamples; ++i) {
-    const std::string idx = std::to_string(i);
-    if (std::find(children.begin(), children.end(), idx) == children.end())
-      return invalid_input(downs.full_name(idx) +
-                           ": missing (downsample layers must be numbered 0.." +
-                           std::to_string(c.downsamples - 1) + ")");
-    const WeightView l = downs.sub(idx);
-    if (l.has("resample.1.weight")) {
-      ++c.spatial_down;
-      if (l.has("time_conv.weight")) ++c.temporal_down;
-    } else if (!l.has("residual.2.weight")) {
-      return invalid_input(l.prefix() + "*: neither a residual block nor a downsampler");
-    }
-  }
+  FLICK_ASSIGN_OR_RETURN(const wan_vae::ResampleLayers layers,
+                         wan_vae::scan_resample_layers(downs, "downsample"));
+  c.downsamples = layers.count;
+  c.spatial_down = layers.spatial;
+  c.temporal_down = layers.temporal;
   return c;
 }
 
