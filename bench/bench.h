@@ -26,6 +26,11 @@ struct BenchOptions {
   // robust on a machine shared with other work, meaningful with one thread
   // (OMP_NUM_THREADS=1), where the calling thread does all the work.
   bool cpu_clock = false;
+  // `--quality`: instead of speed, the quantization quality report of
+  // mg2_quality.h on the Matrix-Game golden fixtures in quality_data (empty:
+  // the source tree's tests/data/mg2).
+  bool quality = false;
+  std::string quality_data;
 };
 
 // The clock benchmarks time with, in seconds: steady wall clock, or the

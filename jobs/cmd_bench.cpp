@@ -10,6 +10,7 @@
 #include "bench/bench_attention.h"
 #include "bench/bench_io.h"
 #include "bench/bench_matmul.h"
+#include "bench/mg2_quality.h"
 #include "bench/peak.h"
 #include "jobs/cli.h"
 #include "runtime/threads.h"
@@ -66,6 +67,7 @@ void print_row(const BenchResult& r) {
 }
 
 Status run_bench(const BenchOptions& options) {
+  if (options.quality) return bench::run_quality_report(options.quality_data);
   std::printf("load average before: %.2f (%d threads)\n", load_average(), num_threads());
   if (options.cpu_clock) {
     std::printf("timing with the thread CPU clock (peaks, linear, conv)%s\n",
@@ -94,6 +96,11 @@ void register_bench(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--cpu-clock", options->cpu_clock,
                 "Time peaks, linear and conv with the thread's CPU clock: steadier on a busy "
                 "machine; use with OMP_NUM_THREADS=1");
+  cmd->add_flag("--quality", options->quality,
+                "Instead of speed: cosine of the Matrix-Game DiT's outputs at f32 / int8 / fp8 "
+                "against bf16 on the golden fixtures (tests/data/mg2)");
+  cmd->add_option("--quality-data", options->quality_data,
+                  "The golden fixture directory for --quality (default: the source tree's)");
   cmd->callback([&ctx, options] { ctx.finish(run_bench(*options)); });
 }
 

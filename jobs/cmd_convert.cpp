@@ -7,20 +7,33 @@
 // runtime/quant/quantize.h); with bf16 it is rounded to BF16. Layers that stay
 // in high precision across peers (norms, biases, embeddings, modulation,
 // output head; see kDefaultKeep) and those matching --keep are copied
-// unchanged, or to BF16 with --keep-dtype bf16. One line per tensor reports
-// what was done and, for converted ones, the error against the original.
+// unchanged, or to BF16 with --keep-dtype bf16. A Wan / Matrix-Game DiT
+// checkpoint (model.patch_embedding + model.blocks.*) keeps exactly the layers
+// of kWanKeptLayers (models/wan/wan_quant.h) instead, so the file holds what
+// the DiT loader would quantize at load. One line per tensor reports what was
+// done and, for converted ones, the error against the original.
+//
+// IN may also be a model directory (a Matrix-Game 2.0 download): OUT is then
+// a new directory of the same layout, every *.safetensors converted as above,
+// every other file hard-linked (copied across file systems), and a
+// manifest.json naming the precision, the source and what happened to each
+// file. It is built in OUT.partial and renamed into place when complete.
 #include <fnmatch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "jobs/cli.h"
+#include "models/wan/wan_quant.h"
+#include "runtime/file_util.h"
 #include "runtime/quant/quantize.h"
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/sharded.h"
@@ -107,7 +120,26 @@ bool is_convertible_float(const TensorInfo& t) {
                            *t.type->dtype == DType::F16);
 }
 
-Plan plan_tensor(const ConvertOptions& o, const std::vector<std::string>& keep, const Input& in,
+// A Wan DiT as the Matrix-Game checkpoints store it (keys under "model.").
+bool is_wan_dit(const Input& in) {
+  return in.tensors.count("model.patch_embedding.weight") > 0 &&
+         in.tensors.count("model.blocks.0.self_attn.q.weight") > 0;
+}
+
+// What one file keeps: --keep patterns, plus kDefaultKeep, or the Wan DiT
+// table for a Wan DiT (neither with --no-default-keep).
+struct KeepList {
+  bool wan = false;
+  std::vector<std::string> patterns;
+
+  std::string str() const {
+    std::string s = wan ? "wan-dit-table" : "";
+    for (const std::string& p : patterns) s += (s.empty() ? "" : ",") + p;
+    return s;
+  }
+};
+
+Plan plan_tensor(const ConvertOptions& o, const KeepList& keep, const Input& in,
                  const TensorInfo& t) {
   const auto kept = [&](std::string why) {
     const bool cast = o.keep_dtype == "bf16" && is_convertible_float(t) &&
@@ -120,7 +152,10 @@ Plan plan_tensor(const ConvertOptions& o, const std::vector<std::string>& keep, 
   if (t.shape.size() > kMaxDims) return kept("rank > " + std::to_string(kMaxDims));
   if (!is_convertible_float(t)) return kept(std::string(t.type->name));
   if (t.numel == 0) return kept("empty");
-  for (const std::string& p : keep)
+  if (keep.wan)
+    if (const WanKeptLayer* k = wan_kept_layer(t.name))
+      return kept("keep '" + std::string(k->pattern) + "'");
+  for (const std::string& p : keep.patterns)
     if (pattern_matches(p, t.name)) return kept("keep '" + p + "'");
   return {Action::kQuantize, ""};
 }
@@ -144,13 +179,25 @@ struct Worst {
   }
 };
 
-Status run_convert(const ConvertOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  FLICK_ASSIGN_OR_RETURN(Input in, open_input(o.in));
+// What converting one checkpoint did (for a directory's manifest).
+struct FileReport {
+  bool wan_dit = false;
+  int converted = 0, kept = 0;
+};
 
-  std::vector<std::string> keep;
-  if (!o.no_default_keep) keep.assign(std::begin(kDefaultKeep), std::end(kDefaultKeep));
-  keep.insert(keep.end(), o.keep.begin(), o.keep.end());
+Expected<FileReport> convert_file(const ConvertOptions& o, const std::string& in_path,
+                                  const std::string& out_path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FLICK_ASSIGN_OR_RETURN(Input in, open_input(in_path));
+
+  KeepList keep;
+  keep.wan = !o.no_default_keep && is_wan_dit(in);
+  if (!o.no_default_keep && !keep.wan)
+    keep.patterns.assign(std::begin(kDefaultKeep), std::end(kDefaultKeep));
+  keep.patterns.insert(keep.patterns.end(), o.keep.begin(), o.keep.end());
+  if (keep.wan)
+    std::printf("%s: a Wan DiT checkpoint: keeping the layers of models/wan/wan_quant.h\n",
+                in_path.c_str());
 
   const bool to_bf16 = o.precision == "bf16";
   const QuantScheme scheme = o.precision == "int8"     ? QuantScheme::kInt8PerChannel
@@ -232,10 +279,8 @@ Status run_convert(const ConvertOptions& o) {
 
   std::map<std::string, std::string> metadata = in.metadata;
   metadata["flick.precision"] = label;
-  std::string keep_list;
-  for (const std::string& p : keep) keep_list += (keep_list.empty() ? "" : ",") + p;
-  metadata["flick.keep"] = keep_list;
-  FLICK_TRY(write_safetensors(o.out, out, metadata));
+  metadata["flick.keep"] = keep.str();
+  FLICK_TRY(write_safetensors(out_path, out, metadata));
 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("flick convert: %d tensors converted to %s, %d kept; %s -> %s in %.1f s\n",
@@ -246,7 +291,109 @@ Status run_convert(const ConvertOptions& o) {
                 worst_cos.value, worst_cos.name.c_str(), cosine_sum / n_converted, worst_rel.value,
                 worst_rel.name.c_str());
   std::fflush(stdout);
+  return FileReport{keep.wan, n_converted, n_kept};
+}
+
+namespace fs = std::filesystem;
+
+Status fs_error(const std::string& what, const fs::path& p, const std::error_code& ec) {
+  return io_error(what + " " + p.string() + ": " + ec.message());
+}
+
+// Regular files under dir (symlinks followed), relative, sorted.
+Expected<std::vector<fs::path>> list_model_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    files.push_back(fs::relative(it->path(), dir, ec));
+    if (ec) break;
+  }
+  if (ec) return fs_error("cannot list", dir, ec);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// A new model directory: see the top of this file.
+Status convert_directory(const ConvertOptions& o) {
+  std::error_code ec;
+  const fs::path in = fs::absolute(o.in).lexically_normal();
+  const fs::path out = fs::absolute(o.out).lexically_normal();
+  const fs::path partial = out.string() + ".partial";
+  for (const fs::path& p : {out, partial})
+    if (fs::exists(p, ec))
+      return invalid_input(p.string() + ": already exists; flick convert writes a new directory");
+  const auto [in_end, out_it] = std::mismatch(in.begin(), in.end(), out.begin(), out.end());
+  if (in_end == in.end())
+    return invalid_input(out.string() + ": the output directory is inside the input " +
+                         in.string());
+  FLICK_ASSIGN_OR_RETURN(std::vector<fs::path> files, list_model_files(in));
+  for (const fs::path& f : files)
+    if (is_shard_index_path(f.string()))
+      return invalid_input((in / f).string() +
+                           ": sharded checkpoints inside a model directory are not supported; "
+                           "convert the index into one file first");
+
+  fs::create_directories(partial, ec);
+  if (ec) return fs_error("cannot create", partial, ec);
+  nlohmann::json listing = nlohmann::json::array();
+  bool wan = false;  // any Wan DiT among the checkpoints
+  for (const fs::path& rel : files) {
+    if (rel == "manifest.json") continue;  // an earlier conversion's: replaced below
+    const fs::path src = in / rel, dst = partial / rel;
+    fs::create_directories(dst.parent_path(), ec);
+    if (ec) return fs_error("cannot create", dst.parent_path(), ec);
+    nlohmann::json entry{{"path", rel.string()}};
+    if (rel.extension() == ".safetensors") {
+      FLICK_ASSIGN_OR_RETURN(FileReport r, convert_file(o, src.string(), dst.string()));
+      wan = wan || r.wan_dit;
+      entry["action"] = "converted";
+      entry["checkpoint"] = r.wan_dit ? "wan-dit" : "other";
+      entry["converted_tensors"] = r.converted;
+      entry["kept_tensors"] = r.kept;
+    } else {
+      // Unchanged files (VAE, CLIP, configs) are shared with the source.
+      fs::create_hard_link(fs::canonical(src, ec), dst, ec);
+      entry["action"] = "linked";
+      if (ec) {
+        fs::copy_file(src, dst, ec);
+        if (ec) return fs_error("cannot copy", src, ec);
+        entry["action"] = "copied";
+      }
+      std::printf("%-9s %s\n", entry["action"].get<std::string>().c_str(), rel.c_str());
+    }
+    listing.push_back(std::move(entry));
+  }
+
+  // What a loader needs to know without opening the checkpoints; "keep"
+  // names the keep list the DiT files used.
+  nlohmann::json manifest{
+      {"format", "flick-model"},
+      {"version", 1},
+      {"precision", o.precision},
+      {"source", in.string()},
+      {"keep", o.no_default_keep ? "none"
+               : wan             ? "wan-dit-table (models/wan/wan_quant.h)"
+                                 : "default"},
+      {"extra_keep", o.keep},
+      {"files", listing},
+  };
+  if (o.precision == "fp8") manifest["fp8_scale"] = o.fp8_scale;
+  const std::string text = manifest.dump(2) + "\n";
+  FLICK_TRY(write_file_atomic((partial / "manifest.json").string(), text.data(), text.size()));
+  fs::rename(partial, out, ec);
+  if (ec) return fs_error("cannot rename into place", partial, ec);
+  FLICK_TRY(fsync_dir(out.parent_path().string()));
+  std::printf("flick convert: wrote %s (%zu files, %s)\n", out.c_str(), listing.size(),
+              o.precision.c_str());
   return ok_status();
+}
+
+Status run_convert(const ConvertOptions& o) {
+  std::error_code ec;
+  if (fs::is_directory(o.in, ec)) return convert_directory(o);
+  return convert_file(o, o.in, o.out).status();
 }
 
 }  // namespace
@@ -257,9 +404,14 @@ void register_convert(CLI::App& app, CliContext& ctx) {
       "convert",
       "Quantize a safetensors checkpoint (INT8 / FP8 weights with F32 scales, or BF16) "
       "and report the error of every converted tensor");
-  cmd->add_option("IN", o->in, "input .safetensors, or a sharded *.safetensors.index.json")
+  cmd->add_option("IN", o->in,
+                  "input .safetensors, a sharded *.safetensors.index.json, or a model "
+                  "directory (e.g. Matrix-Game-2.0)")
       ->required();
-  cmd->add_option("OUT", o->out, "output .safetensors (written atomically)")->required();
+  cmd->add_option("OUT", o->out,
+                  "output .safetensors (written atomically), or for a directory IN a new "
+                  "directory with a manifest.json")
+      ->required();
   cmd->add_option("--precision", o->precision,
                   "int8: I8 weights, F32 scale per output channel; fp8: F8_E4M3 weights; "
                   "bf16: BF16 weights")
@@ -277,7 +429,8 @@ void register_convert(CLI::App& app, CliContext& ctx) {
       ->type_name("PATTERN")
       ->allow_extra_args(false);  // one pattern per --keep, so IN OUT may follow it
   cmd->add_flag("--no-default-keep", o->no_default_keep,
-                "quantize the default-kept layers too (only --keep patterns are kept)");
+                "quantize the default-kept layers too (the peers' list, or for a Wan DiT the "
+                "table of models/wan/wan_quant.h; only --keep patterns are kept)");
   cmd->add_option("--keep-dtype", o->keep_dtype, "kept F32/F16 tensors: unchanged, or as BF16")
       ->check(CLI::IsMember({"same", "bf16"}))
       ->capture_default_str();

@@ -6,6 +6,7 @@
 
 #include "models/wan/action_rope.h"
 #include "models/wan/action_window.h"
+#include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 
 namespace flick {
@@ -58,11 +59,12 @@ Expected<WanActionConfig> WanActionConfig::detect(const WeightView& action, int6
 Expected<WanActionModule> WanActionModule::load(const WeightView& action, Backend& backend,
                                                 Precision precision, int64_t dim, int64_t frames,
                                                 int64_t frame_tokens, int64_t cache_frames) {
+  FLICK_TRY(check_wan_precision(precision, backend, "Wan action module"));
   WanActionModule m;
   FLICK_ASSIGN_OR_RETURN(m.cfg_, WanActionConfig::detect(action, dim));
   m.backend_ = &backend;
   m.precision_ = precision;
-  m.act_ = precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  m.act_ = wan_activation_dtype(precision);
   m.frames_ = frames;
   m.frame_tokens_ = frame_tokens;
   m.cache_frames_ = cache_frames;
@@ -81,15 +83,10 @@ Status WanActionModule::load_weights(const WeightView& a) {
     convert(t.dtype, t.data, act_, o.t.data, t.numel());
     return o.t;
   };
-  auto linear = [&](std::string_view prefix, int64_t n, int64_t k,
+  // Quantized or BF16 by the table of wan_quant.h.
+  auto linear = [&](std::string_view layer, int64_t n, int64_t k,
                     bool bias) -> Expected<std::unique_ptr<PackedLinear>> {
-    const std::string p(prefix);
-    FLICK_ASSIGN_OR_RETURN(Tensor w, param(p + ".weight", {n, k}));
-    Tensor b;
-    if (bias) {
-      FLICK_ASSIGN_OR_RETURN(b, param(p + ".bias", {n}));
-    }
-    return backend_->pack_linear({w, Tensor{}, b, precision_});
+    return load_wan_linear(a, layer, Shape{n, k}, bias, precision_, *backend_);
   };
   const int64_t win = wan::kActionWindowFrames;
   if (c.has_mouse()) {

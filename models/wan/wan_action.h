@@ -15,6 +15,8 @@
 // W_f = the 12 raw frames [4f - 12, 4f) (action_window.h). The q/k RMSNorm
 // ignores its stored weight, as the reference does. Weight names are the
 // checkpoint's (`model.blocks.{i}.action_model.` prefix); dims from shapes.
+// Precisions and pre-quantized weights as in wan_dit.h (keep list:
+// wan_quant.h).
 #pragma once
 
 #include <cstdint>

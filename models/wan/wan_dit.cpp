@@ -7,6 +7,7 @@
 
 #include "models/wan/time_embedding.h"
 #include "models/wan/unpatchify.h"
+#include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 
 namespace flick {
@@ -78,9 +79,7 @@ Expected<WanDitConfig> WanDitConfig::detect(const WeightView& model, int64_t hea
 
 Expected<WanDit> WanDit::load(const WeightView& model, Backend& backend, Precision precision,
                               const WanDitShape& shape, int64_t head_dim) {
-  if (precision != Precision::F32 && precision != Precision::BF16)
-    return invalid_input(std::string("Wan DiT: precision ") + precision_name(precision) +
-                         " is not supported (F32 or BF16)");
+  FLICK_TRY(check_wan_precision(precision, backend, "Wan DiT"));
   if (shape.latent_h <= 0 || shape.latent_w <= 0 || shape.latent_h % 2 != 0 ||
       shape.latent_w % 2 != 0 || shape.frames <= 0 || shape.context_tokens <= 0 ||
       shape.local_attn_frames < shape.frames)
@@ -93,7 +92,7 @@ Expected<WanDit> WanDit::load(const WeightView& model, Backend& backend, Precisi
   m.shape_ = shape;
   m.backend_ = &backend;
   m.precision_ = precision;
-  m.act_ = precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  m.act_ = wan_activation_dtype(precision);
   m.rope_ = std::make_unique<wan::Rope3d>(static_cast<int>(m.cfg_.head_dim));
   FLICK_TRY(m.load_weights(model));
   m.plan();
@@ -113,27 +112,17 @@ Status WanDit::load_weights(const WeightView& model) {
     convert(t.dtype, t.data, act_, o.t.data, t.numel());
     return o.t;
   };
-  auto linear = [&](const WeightView& v, std::string_view prefix, int64_t n, int64_t k,
-                    bool bias = true) -> Expected<std::unique_ptr<PackedLinear>> {
-    const std::string p(prefix);
-    // The packer takes F32 or BF16 at the compute precision; the checkpoint
-    // may be either, so weights are brought to the activation dtype first.
-    FLICK_ASSIGN_OR_RETURN(Tensor wt, param(v, p + ".weight", {n, k}));
-    Tensor b;
-    if (bias) {
-      FLICK_ASSIGN_OR_RETURN(b, param(v, p + ".bias", {n}));
-    }
-    return backend_->pack_linear({wt, Tensor{}, b, precision_});
+  // Quantized or BF16 by the table of wan_quant.h.
+  auto linear = [&](const WeightView& v, std::string_view layer, int64_t n,
+                    int64_t k) -> Expected<std::unique_ptr<PackedLinear>> {
+    return load_wan_linear(v, layer, Shape{n, k}, /*bias=*/true, precision_, *backend_);
   };
 
   // Conv3d(in_dim, dim, k = s = (1, 2, 2)) as a linear over patches
   // flattened (c, ky, kx), the conv weight's own layout.
-  {
-    FLICK_ASSIGN_OR_RETURN(Tensor pw,
-                           param(model, "patch_embedding.weight", {d, c.in_dim, 1, 2, 2}));
-    FLICK_ASSIGN_OR_RETURN(Tensor pb, param(model, "patch_embedding.bias", {d}));
-    patch_embed_ = backend_->pack_linear({pw.reshape({d, c.in_dim * 4}), Tensor{}, pb, precision_});
-  }
+  FLICK_ASSIGN_OR_RETURN(patch_embed_,
+                         load_wan_linear(model, "patch_embedding", Shape{d, c.in_dim, 1, 2, 2},
+                                         /*bias=*/true, precision_, *backend_));
   FLICK_ASSIGN_OR_RETURN(time_1_, linear(model, "time_embedding.0", d, c.freq_dim));
   FLICK_ASSIGN_OR_RETURN(time_2_, linear(model, "time_embedding.2", d, d));
   FLICK_ASSIGN_OR_RETURN(time_proj_, linear(model, "time_projection.1", 6 * d, d));

@@ -18,6 +18,11 @@
 // shape carries. Precision BF16 reproduces the reference's bf16 module (no
 // autocast: every elementwise op rounds to bf16, LayerNorm/RMSNorm statistics
 // in fp32, sinusoid and RoPE in f64); Precision F32 runs everything in fp32.
+// INT8 and FP8 run the big linears quantized (the keep list and the schemes
+// are in wan_quant.h) and everything else exactly as BF16. Checkpoints may be
+// float or pre-quantized by `flick convert` (an I8 / F8_E4M3 `<name>.weight`
+// with a F32 `<name>.weight_scale`), which loads without re-quantizing; INT8
+// needs AVX-512 VNNI on the CPU backend (load() says so otherwise).
 #pragma once
 
 #include <cstdint>
