@@ -21,6 +21,7 @@
 // conditioning, and the video by PSNR.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -249,6 +250,177 @@ INSTANTIATE_TEST_SUITE_P(Modes, Mg2PipelineGolden, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.name);
                          });
+
+// ---- loading: a directory laid out like the Hugging Face download ----
+
+class Mg2PipelineLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("mg2_load_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    const fs::path src = kData + "weights";
+    for (const auto& e : fs::recursive_directory_iterator(src)) {
+      const fs::path rel = fs::relative(e.path(), src);
+      if (e.is_directory()) {
+        fs::create_directories(dir_ / rel);
+      } else {
+        fs::create_symlink(fs::absolute(e.path()), dir_ / rel);
+      }
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Status load(Mg2Mode mode = Mg2Mode::kUniversal) {
+    Mg2Options o = tiny_options(mode, Precision::F32);
+    o.weights = dir_.string();
+    std::unique_ptr<Backend> backend = make_ref_backend();
+    Expected<std::unique_ptr<Mg2Pipeline>> p = Mg2Pipeline::load(o, *backend);
+    return p.ok() ? ok_status() : p.status();
+  }
+  // Replaces `rel` by a copy with `extra` added (a stray tensor).
+  void add_tensor(const std::string& rel, const std::string& extra) {
+    const fs::path path = dir_ / rel;
+    Expected<WeightStore> store = WeightStore::open({fs::read_symlink(path).string()});
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    std::vector<SafetensorsTensor> tensors;
+    for (const std::string& name : store->names())
+      tensors.push_back(SafetensorsTensor::from_tensor(name, *store->get(name)));
+    OwnedTensor stray(DType::BF16, {4});
+    tensors.push_back(SafetensorsTensor::from_tensor(extra, stray.t));
+    fs::remove(path);
+    ASSERT_TRUE(write_safetensors(path.string(), tensors).ok());
+  }
+  fs::path dir_;
+};
+
+TEST_F(Mg2PipelineLoad, TheDownloadLayoutLoadsInEveryMode) {
+  for (const Case& c : kCases)
+    EXPECT_TRUE(load(c.mode).ok()) << c.name << ": " << load(c.mode).message();
+}
+
+TEST_F(Mg2PipelineLoad, AMissingFileIsNamed) {
+  fs::remove(dir_ / kMg2VaeFile);
+  const Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("Wan2.1_VAE.pth"), std::string::npos) << s.message();
+}
+
+TEST_F(Mg2PipelineLoad, AnotherModesCheckpointIsRecognised) {
+  const fs::path universal = dir_ / "base_distilled_model/base_distill.safetensors";
+  fs::remove(universal);
+  fs::create_symlink(
+      fs::absolute(kData + "weights/gta_distilled_model/gta_keyboard2dim.safetensors"), universal);
+  const Status s = load(Mg2Mode::kUniversal);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("takes 2 keys and mouse; mode universal has 4 keys"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST_F(Mg2PipelineLoad, AStrayTensorIsNamedWithItsFile) {
+  add_tensor("base_distilled_model/base_distill.safetensors", "model.blocks.0.extra.weight");
+  const Status s = load();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model.blocks.0.extra.weight"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("base_distill.safetensors"), std::string::npos) << s.message();
+}
+
+TEST_F(Mg2PipelineLoad, BadResolutionIsRejected) {
+  Mg2Options o = tiny_options(Mg2Mode::kUniversal, Precision::F32);
+  o.width = 40;  // not a multiple of 16
+  std::unique_ptr<Backend> backend = make_ref_backend();
+  Expected<std::unique_ptr<Mg2Pipeline>> p = Mg2Pipeline::load(o, *backend);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("multiples of 16"), std::string::npos);
+}
+
+// ---- job inputs ----
+
+Mg2Input valid_input(const Mg2Options& o, int64_t latents, bool mouse, int keys) {
+  Mg2Input in;
+  in.image.width = o.width;
+  in.image.height = o.height;
+  in.image.rgb.assign(static_cast<size_t>(3 * o.width * o.height), 128);
+  in.latent_frames = latents;
+  const int64_t t = mg2_video_frames(latents);
+  in.keyboard.assign(static_cast<size_t>(t * keys), 0.f);
+  if (mouse) in.mouse.assign(static_cast<size_t>(t * 2), 0.f);
+  return in;
+}
+
+TEST(Mg2Validate, EveryMismatchIsAnErrorSayingWhatWasExpected) {
+  const Mg2Options o = tiny_options(Mg2Mode::kUniversal, Precision::BF16);
+  EXPECT_TRUE(validate_mg2_input(o, valid_input(o, 6, true, 4)).ok());
+  auto expect_error = [&](const Mg2Input& in, const std::string& fragment) {
+    const Status s = validate_mg2_input(o, in);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidInput) << fragment;
+    EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
+  };
+  Mg2Input in = valid_input(o, 6, true, 4);
+  in.image.width = 64;
+  expect_error(in, "the pipeline runs at 48x32");
+  expect_error(valid_input(o, 4, true, 4), "positive multiple of 3");
+  in = valid_input(o, 6, true, 4);
+  in.latent_frames = 0;
+  expect_error(in, "positive multiple of 3");
+  in = valid_input(o, 6, true, 4);
+  in.keyboard.resize(in.keyboard.size() - 4);
+  expect_error(in, "need 21 video frames");
+  in = valid_input(o, 6, true, 4);
+  in.keyboard[7] = 0.5f;
+  expect_error(in, "at video frame 1 is not 0 or 1");
+  in = valid_input(o, 6, true, 4);
+  in.mouse.pop_back();
+  expect_error(in, "mouse track has");
+  in = valid_input(o, 6, true, 4);
+  in.mouse[3] = std::nanf("");
+  expect_error(in, "not finite");
+  const Mg2Options tr = tiny_options(Mg2Mode::kTemplerun, Precision::BF16);
+  in = valid_input(tr, 3, true, 7);
+  const Status s = validate_mg2_input(tr, in);
+  EXPECT_NE(s.message().find("templerun takes no mouse track"), std::string::npos) << s.message();
+}
+
+TEST(Mg2Run, StopsAtABlockBoundaryWithoutFinishingTheSink) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const Mg2Options o = tiny_options(Mg2Mode::kUniversal, Precision::BF16);
+  Expected<std::unique_ptr<Mg2Pipeline>> p = Mg2Pipeline::load(o, *backend);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  std::atomic<bool> stop{false};
+  RunContext ctx;
+  ctx.stop = &stop;
+  std::vector<std::pair<int64_t, int64_t>> progress;
+  ctx.progress = [&](int64_t done, int64_t total) {
+    progress.emplace_back(done, total);
+    stop = true;  // as SIGTERM during the first block would
+  };
+  CollectingSink sink;
+  const Status s = (*p)->run(valid_input(o, 9, true, 4), sink, ctx);
+  EXPECT_EQ(s.code(), StatusCode::kInterrupted) << s.message();
+  ASSERT_EQ(progress.size(), 1u);
+  EXPECT_EQ(progress[0], std::make_pair(int64_t{9}, int64_t{33}));  // block 0: 9 frames of 33
+  EXPECT_EQ(sink.frames.size(), 9u);
+  EXPECT_EQ(sink.finishes, 0);
+}
+
+TEST(Mg2Run, TheSameSeedGivesTheSameVideoAndAnotherSeedAnother) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const Mg2Options o = tiny_options(Mg2Mode::kTemplerun, Precision::BF16);
+  Expected<std::unique_ptr<Mg2Pipeline>> p = Mg2Pipeline::load(o, *backend);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  Mg2Input in = valid_input(o, 3, false, 7);
+  for (size_t i = 0; i < in.keyboard.size(); i += 7) in.keyboard[i] = 1.f;  // nomove
+  CollectingSink a, b, c;
+  in.seed = 7;
+  ASSERT_TRUE((*p)->run(in, a, RunContext{}).ok());
+  ASSERT_TRUE((*p)->run(in, b, RunContext{}).ok());  // caches reset between jobs
+  in.seed = 8;
+  ASSERT_TRUE((*p)->run(in, c, RunContext{}).ok());
+  EXPECT_EQ(a.frames, b.frames);
+  EXPECT_NE(a.frames, c.frames);
+}
 
 }  // namespace
 }  // namespace flick
