@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "models/pipelines/matrix_game.h"
+#include "models/pipelines/tensor_dump.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/weight_store.h"
@@ -420,6 +421,28 @@ TEST(Mg2Run, TheSameSeedGivesTheSameVideoAndAnotherSeedAnother) {
   ASSERT_TRUE((*p)->run(in, c, RunContext{}).ok());
   EXPECT_EQ(a.frames, b.frames);
   EXPECT_NE(a.frames, c.frames);
+}
+
+TEST(Mg2Run, FlickDumpWritesTheNamedIntermediates) {
+  Expected<WeightStore> g = WeightStore::open({kData + "pipeline_gta_drive.safetensors"});
+  ASSERT_TRUE(g.ok());
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Expected<std::unique_ptr<Mg2Pipeline>> p =
+      Mg2Pipeline::load(tiny_options(Mg2Mode::kGtaDrive, Precision::F32), *backend);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  const std::string path = ::testing::TempDir() + "mg2_dump.safetensors";
+  TensorDump dump(path, "frames");
+  CollectingSink sink;
+  ASSERT_TRUE((*p)->run(golden_input(*g), sink, RunContext{}, dump.tap()).ok());
+  ASSERT_TRUE(dump.write().ok());
+  Expected<WeightStore> d = WeightStore::open({path});
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  // 2 blocks x 3 steps x (x, flow, x0) + img_cond + visual_context; no frames.
+  EXPECT_EQ(d->size(), 2u * 3 * 3 + 2);
+  EXPECT_FALSE(d->has("b0.frames"));
+  EXPECT_LE(rel_l2(to_f32(*d->get("b1.s2.x0")), to_f32(*g->get("fp32.b1.s2.x0"))), 2e-5);
+  EXPECT_LE(rel_l2(to_f32(*d->get("img_cond")), to_f32(*g->get("fp32.img_cond"))), 2e-5);
+  std::filesystem::remove(path);
 }
 
 }  // namespace
