@@ -280,6 +280,8 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
     dit.emplace(std::move(*d));
     FLICK_TRY(check_used(dit_store, dit_path));
   }
+  // Every weight is packed; the mapped checkpoints need not stay resident.
+  for (const WeightStore* s : {&clip_store, &vae_store, &dit_store}) s->release_pages();
   step_t = wan::warped_step_times(schedule, mode->steps);
   return ok_status();
 }
