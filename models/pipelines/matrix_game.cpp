@@ -443,6 +443,7 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
     // The clean re-run at t = 0 leaves this block's clean K/V for later blocks.
     FLICK_TRY(dit_call(b, x0.t, 0.f, img_cond.t, keyboard, mouse, false, nullptr));
 
+    if (tap) tap(pb + "latents", x0.t);  // the block's clean latents, into the decoder
     FLICK_ASSIGN_OR_RETURN(Tensor frames, decoder->decode(x0.t));  // [1, T, 3, H, W] F32
     if (tap) tap(pb + "frames", frames);
     for (int64_t i = 0; i < frames.dim(1); ++i) {
