@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 
+#include "io/frame_sink.h"
 #include "models/wan/wan_action.h"
 #include "models/wan/wan_dit.h"
 #include "models/wan/wan_quant.h"
@@ -15,11 +17,8 @@ namespace {
 
 constexpr int64_t kFrames = 3;  // latents per DiT call
 
-const Mg2GoldenMode kModes[] = {
-    {"universal", "weights/base_distilled_model/base_distill.safetensors", 6},
-    {"gta_drive", "weights/gta_distilled_model/gta_keyboard2dim.safetensors", 4},
-    {"templerun", "weights/templerun_distilled_model/templerun_7dim_onlykey.safetensors", 6},
-};
+// Head size of the tiny CLIP tower (width 32, 2 heads).
+constexpr int64_t kTinyClipHeadDim = 16;
 
 std::vector<float> to_f32(Backend& be, const Tensor& t) {
   OwnedTensor c(DType::F32, t.shape);
@@ -53,15 +52,17 @@ Expected<Model> load_model(const WeightView& model, Precision precision, Backend
 
 }  // namespace
 
-std::span<const Mg2GoldenMode> mg2_golden_modes() { return kModes; }
+std::string mg2_golden_checkpoint(const std::string& golden_dir, const Mg2ModeSpec& mode) {
+  return golden_dir + "/weights/" + std::string(mode.checkpoint);
+}
 
 Expected<std::vector<std::vector<float>>> mg2_dit_flows(const std::string& golden_dir,
-                                                        const Mg2GoldenMode& mode,
+                                                        const Mg2ModeSpec& mode,
                                                         const WeightView& model,
                                                         Precision precision, Backend& backend) {
   const std::string dir = golden_dir + "/";
-  FLICK_ASSIGN_OR_RETURN(WeightStore golden,
-                         WeightStore::open({dir + "pipeline_" + mode.name + ".safetensors"}));
+  const std::string golden_path = dir + "pipeline_" + std::string(mode.name) + ".safetensors";
+  FLICK_ASSIGN_OR_RETURN(WeightStore golden, WeightStore::open({golden_path}));
   FLICK_ASSIGN_OR_RETURN(WeightStore consts, WeightStore::open({dir + "constants.safetensors"}));
   const bool templerun = std::string_view(mode.name) == "templerun";
   FLICK_ASSIGN_OR_RETURN(
@@ -73,8 +74,7 @@ Expected<std::vector<std::vector<float>>> mg2_dit_flows(const std::string& golde
   FLICK_ASSIGN_OR_RETURN(Tensor kb_in, golden.get("inputs.keyboard"));            // [1, T, K]
   if (img_cond.ndim() != 5 || visual.ndim() != 3 || kb_in.ndim() != 3 ||
       noise.shape != img_cond.shape)
-    return invalid_input(dir + "pipeline_" + mode.name +
-                         ".safetensors: unexpected golden shapes (img_cond " + img_cond.str() +
+    return invalid_input(golden_path + ": unexpected golden shapes (img_cond " + img_cond.str() +
                          ", noise " + noise.str() + ")");
   const Tensor keyboard = kb_in.reshape({kb_in.dim(1), kb_in.dim(2)});
   Tensor mouse;  // templerun has none
@@ -164,19 +164,101 @@ FlowAgreement compare_flows(const std::vector<std::vector<float>>& ref,
   return a;
 }
 
+namespace {
+
+class CollectingSink final : public FrameSink {
+ public:
+  Status begin(int, int, double, int64_t) override { return ok_status(); }
+  Status write(const FrameView& f) override {
+    for (int y = 0; y < f.height; ++y)
+      video.insert(video.end(), f.rgb + y * f.stride, f.rgb + y * f.stride + 3LL * f.width);
+    return ok_status();
+  }
+  Status finish() override { return ok_status(); }
+  std::vector<uint8_t> video;  // [T, H, W, 3]
+};
+
+std::vector<float> track(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  convert(t.dtype, t.data, DType::F32, v.data(), t.numel());
+  return v;
+}
+
+}  // namespace
+
+Expected<std::vector<uint8_t>> mg2_pipeline_video(const std::string& golden_dir,
+                                                  const std::string& weights_dir,
+                                                  const Mg2ModeSpec& mode, Precision precision,
+                                                  Backend& backend) {
+  const std::string golden_path =
+      golden_dir + "/pipeline_" + std::string(mode.name) + ".safetensors";
+  FLICK_ASSIGN_OR_RETURN(WeightStore golden, WeightStore::open({golden_path}));
+  FLICK_ASSIGN_OR_RETURN(Tensor img, golden.get("inputs.image_u8", DType::U8));  // [3, H, W]
+  FLICK_ASSIGN_OR_RETURN(Tensor noise, golden.get("noise.initial"));
+  FLICK_ASSIGN_OR_RETURN(Tensor keyboard, golden.get("inputs.keyboard"));
+  if (img.ndim() != 3 || img.dim(0) != 3 || noise.ndim() != 5)
+    return invalid_input(golden_path + ": unexpected image " + img.str() + " or noise " +
+                         noise.str());
+  Mg2Input in;
+  in.image.height = static_cast<int>(img.dim(1));
+  in.image.width = static_cast<int>(img.dim(2));
+  in.image.rgb.resize(static_cast<size_t>(img.numel()));
+  const int64_t plane = img.dim(1) * img.dim(2);
+  for (int64_t c = 0; c < 3; ++c)  // CHW -> HWC
+    for (int64_t i = 0; i < plane; ++i)
+      in.image.rgb[static_cast<size_t>(i * 3 + c)] = img.ptr<uint8_t>()[c * plane + i];
+  in.seed = 42;  // the goldens' (manifest seeds)
+  in.latent_frames = noise.dim(2);
+  in.keyboard = track(keyboard);
+  if (golden.has("inputs.mouse")) {
+    FLICK_ASSIGN_OR_RETURN(Tensor mouse, golden.get("inputs.mouse"));
+    in.mouse = track(mouse);
+  }
+
+  Mg2Options o;
+  o.weights = weights_dir;
+  o.mode = mode.mode;
+  o.precision = precision;
+  o.width = in.image.width;
+  o.height = in.image.height;
+  o.dit_head_dim = kMg2TinyDitHeadDim;
+  o.clip_head_dim = kTinyClipHeadDim;
+  FLICK_ASSIGN_OR_RETURN(std::unique_ptr<Mg2Pipeline> p, Mg2Pipeline::load(o, backend));
+  CollectingSink sink;
+  FLICK_TRY(p->run(in, sink, RunContext{}));
+  return std::move(sink.video);
+}
+
+double psnr_u8(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  FLICK_CHECK(a.size() == b.size() && !a.empty(), "psnr_u8: sizes differ");
+  double se = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    se += d * d;
+  }
+  if (se == 0) return std::numeric_limits<double>::infinity();
+  return 10 * std::log10(255.0 * 255.0 * static_cast<double>(a.size()) / se);
+}
+
 Expected<std::vector<Mg2QualityRow>> run_mg2_quality(const std::string& golden_dir,
                                                      std::span<const Precision> precisions) {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   std::vector<Mg2QualityRow> rows;
-  for (const Mg2GoldenMode& mode : kModes) {
+  const std::string weights = golden_dir + "/weights";
+  for (const Mg2ModeSpec& mode : mg2_modes()) {
     FLICK_ASSIGN_OR_RETURN(WeightStore store,
-                           WeightStore::open({golden_dir + "/" + mode.checkpoint}));
+                           WeightStore::open({mg2_golden_checkpoint(golden_dir, mode)}));
     const WeightView model = store.view("model.");
     FLICK_ASSIGN_OR_RETURN(auto ref,
                            mg2_dit_flows(golden_dir, mode, model, Precision::BF16, *backend));
+    FLICK_ASSIGN_OR_RETURN(
+        auto ref_video, mg2_pipeline_video(golden_dir, weights, mode, Precision::BF16, *backend));
     for (Precision p : precisions) {
       FLICK_ASSIGN_OR_RETURN(auto got, mg2_dit_flows(golden_dir, mode, model, p, *backend));
-      rows.push_back({mode.name, p, compare_flows(ref, got)});
+      FLICK_ASSIGN_OR_RETURN(auto video,
+                             mg2_pipeline_video(golden_dir, weights, mode, p, *backend));
+      rows.push_back(
+          {std::string(mode.name), p, compare_flows(ref, got), psnr_u8(ref_video, video)});
     }
   }
   return rows;
@@ -184,14 +266,15 @@ Expected<std::vector<Mg2QualityRow>> run_mg2_quality(const std::string& golden_d
 
 void print_mg2_quality(const std::vector<Mg2QualityRow>& rows, std::FILE* out) {
   std::fprintf(out,
-               "Matrix-Game DiT vs BF16 on the golden inputs (tiny model: dim 64, 4 blocks; every "
-               "call of the sampler)\n");
-  std::fprintf(out, "%-10s %-9s %5s %12s %12s %12s\n", "mode", "precision", "calls", "cos min",
-               "cos all", "rel_l2 max");
+               "Matrix-Game vs BF16 on the golden job (tiny model: DiT dim 64, 4 blocks). DiT: "
+               "flows of every sampler call on the same inputs; video: the whole pipeline's u8 "
+               "frames\n");
+  std::fprintf(out, "%-10s %-9s %5s %12s %12s %12s %14s\n", "mode", "precision", "calls", "cos min",
+               "cos all", "rel_l2 max", "video PSNR dB");
   for (const Mg2QualityRow& r : rows)
-    std::fprintf(out, "%-10s %-9s %5d %12.6f %12.6f %12.4g\n", r.mode.c_str(),
+    std::fprintf(out, "%-10s %-9s %5d %12.6f %12.6f %12.4g %14.2f\n", r.mode.c_str(),
                  precision_name(r.precision), r.dit.calls, r.dit.min_cosine, r.dit.cosine,
-                 r.dit.max_rel_l2);
+                 r.dit.max_rel_l2, r.video_psnr_db);
   std::fflush(out);
 }
 

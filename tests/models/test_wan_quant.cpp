@@ -38,18 +38,17 @@ namespace {
 
 namespace fs = std::filesystem;
 using bench::FlowAgreement;
-using bench::Mg2GoldenMode;
 
 const std::string kData = std::string(FLICK_TEST_DATA) + "/mg2";
 
 // Cosine of every DiT call's flow against the BF16 DiT's on the same inputs,
-// worst call of each mode (12 / 8 / 15 calls). Observed on this CPU (this
-// test prints the table): INT8 >= 0.99975, FP8 >= 0.99875, and F32 (the bf16
-// rounding noise itself) >= 0.99995. The thresholds keep 4x margin in
-// 1 - cosine. Structural bugs fall far below them: per-channel weight scales
-// shifted by one channel give 0.87, reversed 0.96 (measured with a doctored
-// checkpoint); a precision the loader ignores gives exactly BF16 (checked
-// through max_rel_l2 below).
+// worst call of each mode (12 / 8 / 15 calls). Observed on this CPU (the
+// test prints the table; `flick bench --quality` adds F32): INT8 >= 0.99975,
+// FP8 >= 0.99875, and F32 against BF16 (the bf16 rounding noise itself)
+// >= 0.99995. The thresholds keep 4x margin in 1 - cosine. Structural bugs
+// fall far below them: per-channel weight scales shifted by one channel give
+// 0.87, reversed 0.96 (measured with a doctored checkpoint); a precision the
+// loader ignored would give exactly BF16 (max_rel_l2 is checked below).
 //
 // What the tiny model (dim 64) says about the real one (dim 1536): a token's
 // int8 step is amax / 127 of its own row, so the noise per element relative
@@ -66,6 +65,20 @@ const std::string kData = std::string(FLICK_TEST_DATA) + "/mg2";
 // them, whose activations random weights cannot imitate.
 constexpr double kInt8MinCosine = 0.999;
 constexpr double kFp8MinCosine = 0.995;
+
+// PSNR of the whole pipeline's u8 video (CLIP, VAE, DiT with its own
+// sampler chain, decoder) against the BF16 pipeline's on the golden job,
+// where errors compound: each step's x0 feeds the next step and the next
+// blocks' caches. Observed (universal / gta_drive / templerun): INT8 31.9 /
+// 34.9 / 37.6 dB, FP8 28.0 / 30.7 / 33.5 dB; F32 against BF16 is only 35.6 /
+// 36.2 / 38.3 dB: the tiny random VAE (2-8 channels) turns a 1 % flow change
+// into visible pixels. INT8 keeps the 30 dB target. FP8 misses it on
+// universal, and that is the format, not a defect: E4M3 keeps 3 mantissa
+// bits, so a weight's rounding error is ~1.8 % rms against ~0.6 % for
+// per-channel INT8 over these 64-128-wide rows, and the flows differ 4-5 %
+// against 1.5-2.2 % for INT8. 26 dB leaves FP8 2 dB of margin, like INT8's.
+constexpr double kInt8MinPsnrDb = 30;
+constexpr double kFp8MinPsnrDb = 26;
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -122,15 +135,26 @@ class TempDir {
   fs::path path_;
 };
 
-const Mg2GoldenMode& mode_named(std::string_view name) {
-  for (const Mg2GoldenMode& m : bench::mg2_golden_modes())
-    if (name == m.name) return m;
-  FLICK_CHECK(false, "no mode " + std::string(name));
-  return bench::mg2_golden_modes()[0];
+const Mg2ModeSpec& mode_named(std::string_view name) {
+  const Mg2ModeSpec* m = find_mg2_mode(name);
+  FLICK_CHECK(m != nullptr, "no mode " + std::string(name));
+  return *m;
+}
+
+// The golden job's video from the pipeline on `weights`.
+std::vector<uint8_t> video(const Mg2ModeSpec& mode, const std::string& weights, Precision p) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  auto v = bench::mg2_pipeline_video(kData, weights, mode, p, *backend);
+  EXPECT_TRUE(v.ok()) << v.status().message();
+  return v.ok() ? *v : std::vector<uint8_t>{};
+}
+
+std::string checkpoint(const Mg2ModeSpec& mode) {
+  return bench::mg2_golden_checkpoint(kData, mode);
 }
 
 // The flows of every golden call of `mode` from the checkpoint at `path`.
-std::vector<std::vector<float>> flows(const Mg2GoldenMode& mode, const std::string& path,
+std::vector<std::vector<float>> flows(const Mg2ModeSpec& mode, const std::string& path,
                                       Precision p) {
   Expected<WeightStore> store = WeightStore::open({path});
   EXPECT_TRUE(store.ok()) << store.status().message();
@@ -141,12 +165,10 @@ std::vector<std::vector<float>> flows(const Mg2GoldenMode& mode, const std::stri
   return f.ok() ? *f : std::vector<std::vector<float>>{};
 }
 
-std::string checkpoint(const Mg2GoldenMode& mode) { return kData + "/" + mode.checkpoint; }
-
 // The tiny checkpoint of `mode` rewritten by `edit` (which may replace,
 // add or drop tensors; `keep` holds data it creates) into `dst`.
 using Edit = std::function<void(std::vector<SafetensorsTensor>&, std::deque<OwnedTensor>& keep)>;
-void rewrite(const Mg2GoldenMode& mode, const fs::path& dst, const Edit& edit) {
+void rewrite(const Mg2ModeSpec& mode, const fs::path& dst, const Edit& edit) {
   auto src = SafetensorsFile::open(checkpoint(mode));
   ASSERT_TRUE(src.ok()) << src.status().message();
   std::vector<SafetensorsTensor> ts;
@@ -255,14 +277,16 @@ TEST(WanQuantLayers, QuantizesTheBigLinearsAndKeepsTheRest) {
 
 // ---- quality against BF16 ----
 
-class WanQuantQuality : public ::testing::TestWithParam<Mg2GoldenMode> {};
+class WanQuantQuality : public ::testing::TestWithParam<Mg2ModeSpec> {};
 
-TEST_P(WanQuantQuality, FlowsStayCloseToBf16) {
-  const Mg2GoldenMode& mode = GetParam();
+TEST_P(WanQuantQuality, FlowsAndVideoStayCloseToBf16) {
+  const Mg2ModeSpec& mode = GetParam();
   const auto bf16 = flows(mode, checkpoint(mode), Precision::BF16);
   ASSERT_FALSE(bf16.empty());
+  const std::vector<uint8_t> bf16_video = video(mode, kData + "/weights", Precision::BF16);
+  ASSERT_FALSE(bf16_video.empty());
   std::vector<bench::Mg2QualityRow> rows;
-  std::vector<Precision> precisions = {Precision::F32, Precision::FP8};
+  std::vector<Precision> precisions = {Precision::FP8};
   if (cpu::cpu_supports(Precision::INT8)) {
     precisions.push_back(Precision::INT8);
   } else {  // a clear load error instead (see Int8WithoutVnniIsAStatus)
@@ -277,8 +301,9 @@ TEST_P(WanQuantQuality, FlowsStayCloseToBf16) {
     const auto got = flows(mode, checkpoint(mode), p);
     ASSERT_EQ(got.size(), bf16.size());
     const FlowAgreement a = bench::compare_flows(bf16, got);
-    rows.push_back({mode.name, p, a});
-    if (p == Precision::F32) continue;  // context: the bf16 rounding noise itself
+    const double psnr = bench::psnr_u8(bf16_video, video(mode, kData + "/weights", p));
+    rows.push_back({std::string(mode.name), p, a, psnr});
+    EXPECT_GE(psnr, p == Precision::INT8 ? kInt8MinPsnrDb : kFp8MinPsnrDb) << precision_name(p);
     const double threshold = p == Precision::INT8 ? kInt8MinCosine : kFp8MinCosine;
     EXPECT_GE(a.min_cosine, threshold) << precision_name(p);
     EXPECT_GE(a.cosine, threshold) << precision_name(p);
@@ -289,8 +314,8 @@ TEST_P(WanQuantQuality, FlowsStayCloseToBf16) {
   bench::print_mg2_quality(rows, stdout);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, WanQuantQuality, ::testing::ValuesIn(bench::mg2_golden_modes()),
-                         [](const ::testing::TestParamInfo<Mg2GoldenMode>& info) {
+INSTANTIATE_TEST_SUITE_P(Modes, WanQuantQuality, ::testing::ValuesIn(mg2_modes()),
+                         [](const ::testing::TestParamInfo<Mg2ModeSpec>& info) {
                            return std::string(info.param.name);
                          });
 
@@ -307,7 +332,7 @@ class WanQuantRoundTrip : public ::testing::TestWithParam<RoundTrip> {};
 // all three modes: WanQuantConvert below.
 TEST_P(WanQuantRoundTrip, PreQuantizedCheckpointGivesTheSameFlows) {
   const RoundTrip rt = GetParam();
-  const Mg2GoldenMode& mode = mode_named("universal");
+  const Mg2ModeSpec& mode = mode_named("universal");
   TempDir dir;
   const fs::path path = dir.path() / "quantized.safetensors";
   int quantized = 0;
@@ -351,7 +376,7 @@ INSTANTIATE_TEST_SUITE_P(Schemes, WanQuantRoundTrip,
 // ---- errors ----
 
 TEST(WanQuantLoad, RejectsBadQuantizedWeights) {
-  const Mg2GoldenMode& mode = mode_named("universal");
+  const Mg2ModeSpec& mode = mode_named("universal");
   std::unique_ptr<Backend> backend = make_cpu_backend();
   const WanDitShape shape{4, 6, 3, 10, 6};
   TempDir dir;
@@ -475,8 +500,8 @@ TEST(WanQuantConvert, ModelDirectoryLoadsWithoutRequantizing) {
   std::map<std::string, std::string> actions;
   for (const auto& f : m.at("files")) actions[f.at("path")] = f.at("action");
   ASSERT_EQ(actions.size(), 5u) << m.dump(2);
-  for (const Mg2GoldenMode& mode : bench::mg2_golden_modes()) {
-    const std::string rel = fs::relative(kData + "/" + mode.checkpoint, in).string();
+  for (const Mg2ModeSpec& mode : mg2_modes()) {
+    const std::string rel(mode.checkpoint);
     EXPECT_EQ(actions[rel], "converted") << rel;
   }
   // The VAE and the CLIP tower are the source's files.
@@ -487,21 +512,30 @@ TEST(WanQuantConvert, ModelDirectoryLoadsWithoutRequantizing) {
   }
   EXPECT_FALSE(fs::exists(out.string() + ".partial"));
 
-  // Every DiT file holds the weights the loader would quantize, already
-  // quantized: the flows equal quantizing at load bit for bit.
-  for (const Mg2GoldenMode& mode : bench::mg2_golden_modes()) {
-    const std::string rel = fs::relative(kData + "/" + mode.checkpoint, in).string();
+  // Every DiT file holds exactly the weights the loader quantizes, quantized.
+  for (const Mg2ModeSpec& mode : mg2_modes()) {
+    const std::string rel(mode.checkpoint);
     auto f = SafetensorsFile::open((out / rel).string());
     ASSERT_TRUE(f.ok()) << f.status().message();
-    const int64_t i = (*f)->find("model.blocks.2.ffn.0.weight");
-    ASSERT_GE(i, 0);
-    EXPECT_EQ((*f)->tensors()[static_cast<size_t>(i)].type->name,
-              p == Precision::INT8 ? "I8" : "F8_E4M3");
-    EXPECT_EQ((*f)->find("model.blocks.0.action_model.mouse_mlp.0.weight_scale"), -1);
-    EXPECT_EQ((*f)->find("model.head.head.weight_scale"), -1);
-    EXPECT_TRUE(same_bits(flows(mode, checkpoint(mode), p), flows(mode, (out / rel).string(), p)))
-        << mode.name;
+    int scales = 0;
+    for (const TensorInfo& t : (*f)->tensors()) {
+      if (!t.name.ends_with(".weight_scale")) continue;
+      ++scales;
+      const std::string w = t.name.substr(0, t.name.size() - 6);
+      EXPECT_EQ(wan_layer_precision(w, Precision::INT8), Precision::INT8) << w;
+      const int64_t i = (*f)->find(w);
+      ASSERT_GE(i, 0) << w;
+      EXPECT_EQ((*f)->tensors()[static_cast<size_t>(i)].type->name,
+                p == Precision::INT8 ? "I8" : "F8_E4M3");
+    }
+    EXPECT_EQ(scales, mode.mouse ? 50 : 44) << rel;
   }
+  // The pipeline loads the directory as a download (every tensor used) and
+  // renders the same video as quantizing at load (flows: WanQuantRoundTrip).
+  const Mg2ModeSpec& universal = mode_named("universal");
+  const std::vector<uint8_t> converted = video(universal, out.string(), p);
+  ASSERT_FALSE(converted.empty());
+  EXPECT_EQ(converted, video(universal, in.string(), p));
 
   // An existing output is refused (65), and nothing is changed.
   r = run({FLICK_BINARY, "convert", in.string(), out.string(), "--precision", precision},
