@@ -142,9 +142,9 @@ Status WanDit::load_weights(const WeightView& model) {
     Block& b = blocks_.emplace_back();
     FLICK_ASSIGN_OR_RETURN(Tensor mod, param(v, "modulation", {1, 6, d}));
     b.modulation = mod.reshape({6, d});
-    FLICK_ASSIGN_OR_RETURN(b.sa_q, linear(v, "self_attn.q", d, d));
-    FLICK_ASSIGN_OR_RETURN(b.sa_k, linear(v, "self_attn.k", d, d));
-    FLICK_ASSIGN_OR_RETURN(b.sa_v, linear(v, "self_attn.v", d, d));
+    static constexpr std::string_view kQkv[] = {"self_attn.q", "self_attn.k", "self_attn.v"};
+    FLICK_ASSIGN_OR_RETURN(
+        b.sa_qkv, load_wan_linears_fused(v, kQkv, d, d, /*bias=*/true, precision_, *backend_));
     FLICK_ASSIGN_OR_RETURN(b.sa_o, linear(v, "self_attn.o", d, d));
     FLICK_ASSIGN_OR_RETURN(b.sa_norm_q, param(v, "self_attn.norm_q.weight", {d}));
     FLICK_ASSIGN_OR_RETURN(b.sa_norm_k, param(v, "self_attn.norm_k.weight", {d}));
@@ -185,9 +185,9 @@ void WanDit::plan() {
   ctx_ = arena_.request("dit.ctx", act_, {s.context_tokens, d});
   h_ = arena_.request("dit.h", act_, {n, d});
   tmp_ = arena_.request("dit.tmp", act_, {f, 1, d});
+  qkv_ = arena_.request("dit.qkv", act_, {n, 3 * d});
   q_ = arena_.request("dit.q", act_, {n, d});
   k_ = arena_.request("dit.k", act_, {n, d});
-  v_ = arena_.request("dit.v", act_, {n, d});
   attn_ = arena_.request("dit.attn", act_, {n, d});
   o_ = arena_.request("dit.o", act_, {n, d});
   ffn_ = arena_.request("dit.ffn", act_, {n, c.ffn_dim});
@@ -398,19 +398,19 @@ void WanDit::attention(int64_t i, int64_t start_frame, const Tap& tap) {
   auto m = [&](int k) { return mod.slice(1, k, 1); };
 
   Tensor x = arena_.get(x_), h = arena_.get(h_), q = arena_.get(q_), k = arena_.get(k_),
-         v = arena_.get(v_), attn = arena_.get(attn_), o = arena_.get(o_);
+         attn = arena_.get(attn_), o = arena_.get(o_);
 
   // ---- self attention ----
   modulated_norm(x, m(0), m(1), h);
   emit3("sa_in", h);
-  be.linear(h, *b.sa_q, q, Activation::None);
-  rms_norm_weighted(q, b.sa_norm_q, q);
-  be.linear(h, *b.sa_k, k, Activation::None);
-  rms_norm_weighted(k, b.sa_norm_k, k);
-  be.linear(h, *b.sa_v, v, Activation::None);
+  Tensor qkv = arena_.get(qkv_);  // [n, 3 * dim]: q | k | v per token
+  be.linear(h, *b.sa_qkv, qkv, Activation::None);
+  rms_norm_weighted(qkv.slice(1, 0, d), b.sa_norm_q, q);
+  rms_norm_weighted(qkv.slice(1, d, d), b.sa_norm_k, k);
+  const Tensor v = qkv.slice(1, 2 * d, d);  // [n, dim], row stride 3 * dim
   emit3("sa_q", q);
   emit3("sa_k", k);
-  emit3("sa_v", v);
+  if (tap) tap(p + "sa_v", qkv.reshape({1, n, 3, d}).select(2, 2));
   apply_rope(q, start_frame);
   apply_rope(k, start_frame);
   const Shape heads4{1, n, c.heads, c.head_dim};

@@ -112,7 +112,8 @@ class WanDit {
   struct Block {
     Tensor modulation;  // [6, dim]
     Tensor sa_norm_q, sa_norm_k, norm3_w, norm3_b, ca_norm_q, ca_norm_k;
-    std::unique_ptr<PackedLinear> sa_q, sa_k, sa_v, sa_o, ca_q, ca_k, ca_v, ca_o, ffn1, ffn2;
+    // q, k, v as one linear [3 * dim, dim]: one GEMM, one input quantization.
+    std::unique_ptr<PackedLinear> sa_qkv, sa_o, ca_q, ca_k, ca_v, ca_o, ffn1, ffn2;
     OwnedTensor k_cache, v_cache;  // [cache_tokens, dim]
     OwnedTensor ca_kc, ca_vc;      // [Tc, dim]
     wan::KvRing ring{1};
@@ -149,7 +150,7 @@ class WanDit {
   Arena arena_;
   Arena::BufferId in_ = -1, patches_ = -1, x_ = -1, sin_ = -1, e_ = -1, e_act_ = -1, e0_ = -1,
                   mod_ = -1, hm_ = -1, ctx_in_ = -1, ctx_h_ = -1, ctx_ = -1, h_ = -1, tmp_ = -1,
-                  q_ = -1, k_ = -1, v_ = -1, attn_ = -1, o_ = -1, ffn_ = -1, cq_ = -1, ck_ = -1,
+                  qkv_ = -1, q_ = -1, k_ = -1, attn_ = -1, o_ = -1, ffn_ = -1, cq_ = -1, ck_ = -1,
                   head_out_ = -1, flow_ = -1;
 };
 

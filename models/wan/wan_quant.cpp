@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/dtype.h"
@@ -55,17 +56,22 @@ Expected<Tensor> load_scale(const WeightView& v, const std::string& name, int64_
   return s;
 }
 
-}  // namespace
+// One linear's checkpoint tensors, checked: weight [n, k] (a view into the
+// checkpoint), its scale if stored quantized, the bias in the activation
+// dtype.
+struct LayerTensors {
+  Tensor w, scale;
+  OwnedTensor bias;
+  Precision precision;
+};
 
-Expected<std::unique_ptr<PackedLinear>> load_wan_linear(const WeightView& v, std::string_view layer,
-                                                        const Shape& weight_shape, bool bias,
-                                                        Precision model, Backend& backend) {
+Expected<LayerTensors> read_layer(const WeightView& v, std::string_view layer,
+                                  const Shape& weight_shape, bool bias, Precision model) {
   const int64_t n = weight_shape[0], k = weight_shape.numel() / n;
   const std::string w_name = std::string(layer) + ".weight";
   const std::string s_name = w_name + "_scale";
-  const Precision precision = wan_layer_precision(v.full_name(w_name), model);
-  LinearDesc d;
-  d.precision = precision;
+  LayerTensors t;
+  t.precision = wan_layer_precision(v.full_name(w_name), model);
   const TensorInfo* info = v.info(w_name);
   const bool stored_quantized =
       info != nullptr && info->type->dtype && kQuantized.contains(*info->type->dtype);
@@ -74,25 +80,100 @@ Expected<std::unique_ptr<PackedLinear>> load_wan_linear(const WeightView& v, std
       return invalid_input(v.full_name(w_name) + ": has a " + v.full_name(s_name) + " but is " +
                            std::string(info->type->name) +
                            " (a quantized weight is I8 or F8_E4M3)");
-    FLICK_ASSIGN_OR_RETURN(d.w, v.get(w_name, kQuantized, weight_shape));
-    FLICK_ASSIGN_OR_RETURN(d.w_scale, load_scale(v, s_name, n));
+    FLICK_ASSIGN_OR_RETURN(t.w, v.get(w_name, kQuantized, weight_shape));
+    FLICK_ASSIGN_OR_RETURN(t.scale, load_scale(v, s_name, n));
   } else {
     if (stored_quantized)
       return invalid_input(v.full_name(w_name) + ": " + std::string(info->type->name) +
                            " weight without " + v.full_name(s_name));
     // Quantized at pack time (runtime/ref/matmul_common.h) by the rule of
     // quantize_weight(), so a converted checkpoint packs to the same bytes.
-    FLICK_ASSIGN_OR_RETURN(d.w, v.get(w_name, kFloat, weight_shape));
+    FLICK_ASSIGN_OR_RETURN(t.w, v.get(w_name, kFloat, weight_shape));
   }
-  d.w = d.w.reshape({n, k});
-  OwnedTensor b;
+  t.w = t.w.reshape({n, k});
   if (bias) {
     FLICK_ASSIGN_OR_RETURN(Tensor raw, v.get(std::string(layer) + ".bias", kFloat, Shape{n}));
-    b = OwnedTensor(wan_activation_dtype(model), raw.shape);
-    convert(raw.dtype, raw.data, b.t.dtype, b.t.data, raw.numel());
-    d.bias = b.t;
+    t.bias = OwnedTensor(wan_activation_dtype(model), raw.shape);
+    convert(raw.dtype, raw.data, t.bias.t.dtype, t.bias.t.data, raw.numel());
   }
-  return backend.pack_linear(d);  // copies what it keeps
+  return t;
+}
+
+// parts stacked along dim 0 into out (same dtype, same trailing size).
+void stack_rows(const std::vector<Tensor>& parts, Tensor& out) {
+  char* dst = static_cast<char*>(out.data);
+  for (const Tensor& p : parts) {
+    FLICK_CHECK(p.dtype == out.dtype && p.is_contiguous(), "stack_rows: " + p.str());
+    std::memcpy(dst, p.data, p.nbytes());
+    dst += p.nbytes();
+  }
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<PackedLinear>> load_wan_linear(const WeightView& v, std::string_view layer,
+                                                        const Shape& weight_shape, bool bias,
+                                                        Precision model, Backend& backend) {
+  FLICK_ASSIGN_OR_RETURN(LayerTensors t, read_layer(v, layer, weight_shape, bias, model));
+  return backend.pack_linear({t.w, t.scale, t.bias.t, t.precision});  // copies what it keeps
+}
+
+Expected<std::unique_ptr<PackedLinear>> load_wan_linears_fused(
+    const WeightView& v, std::span<const std::string_view> layers, int64_t n, int64_t k, bool bias,
+    Precision model, Backend& backend) {
+  FLICK_CHECK(!layers.empty(), "load_wan_linears_fused: no layers");
+  std::vector<LayerTensors> parts;
+  for (std::string_view layer : layers) {
+    FLICK_ASSIGN_OR_RETURN(LayerTensors t, read_layer(v, layer, Shape{n, k}, bias, model));
+    parts.push_back(std::move(t));
+  }
+  const LayerTensors& first = parts.front();
+  const int64_t total = n * static_cast<int64_t>(parts.size());
+  for (size_t i = 1; i < parts.size(); ++i) {
+    FLICK_CHECK(parts[i].precision == first.precision, "kWanKeptLayers splits the fused layers " +
+                                                           std::string(layers[0]) + " and " +
+                                                           std::string(layers[i]));
+    if (parts[i].scale.empty() != first.scale.empty() ||
+        (!first.scale.empty() && parts[i].w.dtype != first.w.dtype))
+      return invalid_input(v.full_name(std::string(layers[i]) + ".weight") + " is " +
+                           std::string(dtype_name(parts[i].w.dtype)) + " but " +
+                           v.full_name(std::string(layers[0]) + ".weight") + " is " +
+                           std::string(dtype_name(first.w.dtype)) +
+                           ": layers that run as one must be quantized alike");
+  }
+  // Float parts of different dtypes meet in F32 (exact for BF16 / F16).
+  bool same_dtype = true;
+  for (const LayerTensors& p : parts) same_dtype = same_dtype && p.w.dtype == first.w.dtype;
+  OwnedTensor w(same_dtype ? first.w.dtype : DType::F32, Shape{total, k});
+  std::vector<Tensor> rows;
+  std::vector<OwnedTensor> converted;
+  for (const LayerTensors& p : parts) {
+    if (p.w.dtype == w.t.dtype) {
+      rows.push_back(p.w);
+    } else {
+      OwnedTensor& c = converted.emplace_back(DType::F32, p.w.shape);
+      convert(p.w.dtype, p.w.data, DType::F32, c.t.data, p.w.numel());
+      rows.push_back(c.t);
+    }
+  }
+  stack_rows(rows, w.t);
+  OwnedTensor scale, b;
+  if (!first.scale.empty()) {  // per output channel; a per-tensor scale fills its part
+    scale = OwnedTensor(DType::F32, Shape{total});
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Tensor& s = parts[i].scale;
+      for (int64_t j = 0; j < n; ++j)
+        scale.t.ptr<float>()[static_cast<int64_t>(i) * n + j] =
+            s.ptr<const float>()[s.numel() == 1 ? 0 : j];
+    }
+  }
+  if (bias) {
+    b = OwnedTensor(first.bias.t.dtype, Shape{total});
+    std::vector<Tensor> biases;
+    for (const LayerTensors& p : parts) biases.push_back(p.bias.t);
+    stack_rows(biases, b.t);
+  }
+  return backend.pack_linear({w.t, scale.t, b.t, first.precision});
 }
 
 }  // namespace flick

@@ -87,4 +87,14 @@ Expected<std::unique_ptr<PackedLinear>> load_wan_linear(const WeightView& v, std
                                                         const Shape& weight_shape, bool bias,
                                                         Precision model, Backend& backend);
 
+// Linears that read the same input, each as load_wan_linear loads it
+// ([n, k] weights), packed as one whose output row holds theirs side by side
+// ([n * layers.size(), k]): one GEMM and, at INT8, one quantization of the
+// input instead of one per layer (the self-attention q, k, v). The layers
+// must share a keep-list rule and be stored alike (all float, or all
+// quantized to one dtype; per-tensor scales are broadcast per channel).
+Expected<std::unique_ptr<PackedLinear>> load_wan_linears_fused(
+    const WeightView& v, std::span<const std::string_view> layers, int64_t n, int64_t k, bool bias,
+    Precision model, Backend& backend);
+
 }  // namespace flick

@@ -417,6 +417,18 @@ TEST(WanQuantLoad, RejectsBadQuantizedWeights) {
          ts.push_back(SafetensorsTensor::from_tensor(q + "_scale", s.t));
        },
        q + ": has a " + q + "_scale but is BF16"},
+      {"q, k, v (one GEMM) quantized differently",
+       [&](auto& ts, auto& keep) {
+         std::vector<SafetensorsTensor> only_k;
+         for (const SafetensorsTensor& t : ts)
+           if (t.name == "model.blocks.1.self_attn.k.weight") only_k.push_back(t);
+         quantize_layers(only_k, keep, QuantScheme::kInt8PerChannel);
+         std::erase_if(ts, [](const SafetensorsTensor& t) {
+           return t.name == "model.blocks.1.self_attn.k.weight";
+         });
+         ts.insert(ts.end(), only_k.begin(), only_k.end());
+       },
+       "model.blocks.1.self_attn.k.weight is I8 but model.blocks.1.self_attn.q.weight is BF16"},
   };
   for (const Case& c : cases) {
     const fs::path path = dir.path() / "bad.safetensors";
