@@ -315,6 +315,9 @@ Expected<std::vector<fs::path>> list_model_files(const fs::path& dir) {
   return files;
 }
 
+Status fill_directory(const ConvertOptions& o, const fs::path& in,
+                      const std::vector<fs::path>& files, const fs::path& partial);
+
 // A new model directory: see the top of this file.
 Status convert_directory(const ConvertOptions& o) {
   std::error_code ec;
@@ -324,8 +327,7 @@ Status convert_directory(const ConvertOptions& o) {
   for (const fs::path& p : {out, partial})
     if (fs::exists(p, ec))
       return invalid_input(p.string() + ": already exists; flick convert writes a new directory");
-  const auto [in_end, out_it] = std::mismatch(in.begin(), in.end(), out.begin(), out.end());
-  if (in_end == in.end())
+  if (std::mismatch(in.begin(), in.end(), out.begin(), out.end()).first == in.end())
     return invalid_input(out.string() + ": the output directory is inside the input " +
                          in.string());
   FLICK_ASSIGN_OR_RETURN(std::vector<fs::path> files, list_model_files(in));
@@ -337,6 +339,27 @@ Status convert_directory(const ConvertOptions& o) {
 
   fs::create_directories(partial, ec);
   if (ec) return fs_error("cannot create", partial, ec);
+  // Ours alone (it did not exist): removed on failure, so a retry starts clean.
+  Status st = fill_directory(o, in, files, partial);
+  if (st.ok()) {
+    fs::rename(partial, out, ec);
+    if (ec) st = fs_error("cannot rename into place", partial, ec);
+  }
+  if (!st.ok()) {
+    fs::remove_all(partial, ec);
+    return st;
+  }
+  FLICK_TRY(fsync_dir(out.parent_path().string()));
+  std::printf("flick convert: wrote %s (%zu files, %s)\n", out.c_str(), files.size(),
+              o.precision.c_str());
+  return ok_status();
+}
+
+// The converted files, links and manifest.json of a model directory, in
+// `partial`.
+Status fill_directory(const ConvertOptions& o, const fs::path& in,
+                      const std::vector<fs::path>& files, const fs::path& partial) {
+  std::error_code ec;
   nlohmann::json listing = nlohmann::json::array();
   bool wan = false;  // any Wan DiT among the checkpoints
   for (const fs::path& rel : files) {
@@ -381,13 +404,7 @@ Status convert_directory(const ConvertOptions& o) {
   };
   if (o.precision == "fp8") manifest["fp8_scale"] = o.fp8_scale;
   const std::string text = manifest.dump(2) + "\n";
-  FLICK_TRY(write_file_atomic((partial / "manifest.json").string(), text.data(), text.size()));
-  fs::rename(partial, out, ec);
-  if (ec) return fs_error("cannot rename into place", partial, ec);
-  FLICK_TRY(fsync_dir(out.parent_path().string()));
-  std::printf("flick convert: wrote %s (%zu files, %s)\n", out.c_str(), listing.size(),
-              o.precision.c_str());
-  return ok_status();
+  return write_file_atomic((partial / "manifest.json").string(), text.data(), text.size());
 }
 
 Status run_convert(const ConvertOptions& o) {

@@ -556,5 +556,25 @@ TEST(WanQuantConvert, ModelDirectoryLoadsWithoutRequantizing) {
   EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
 }
 
+TEST(WanQuantConvert, AFailedDirectoryLeavesNothingBehind) {
+  TempDir dir;
+  const fs::path in = dir.path() / "model", out = dir.path() / "out";
+  fs::create_directories(in / "sub");
+  fs::copy_file(kData + "/weights/Wan2.1_VAE.pth", in / "Wan2.1_VAE.pth");
+  std::ofstream(in / "sub" / "broken.safetensors") << "not a checkpoint";
+  RunResult r =
+      run({FLICK_BINARY, "convert", in.string(), out.string(), "--precision", "int8"}, dir.path());
+  EXPECT_EQ(r.exit_code, 65) << r.out << r.err;
+  EXPECT_NE(r.err.find("broken.safetensors"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+  // An output inside the input is refused before anything is written.
+  r = run({FLICK_BINARY, "convert", in.string(), (in / "q").string(), "--precision", "int8"},
+          dir.path());
+  EXPECT_EQ(r.exit_code, 65);
+  EXPECT_NE(r.err.find("inside the input"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(in / "q.partial"));
+}
+
 }  // namespace
 }  // namespace flick
