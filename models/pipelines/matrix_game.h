@@ -84,7 +84,7 @@ struct Mg2Options {
 struct Mg2Input {
   Frame image;  // RGB8 at exactly the pipeline's width x height (prepare_mg2_image)
   uint64_t seed = 0;
-  int64_t latent_frames = 0;   // a positive multiple of 3
+  int64_t latent_frames = 0;    // a positive multiple of 3
   std::vector<float> keyboard;  // [mg2_video_frames(N), keyboard_dim], row-major
   std::vector<float> mouse;     // [mg2_video_frames(N), 2] ([pitch, yaw]); empty without mouse
 };
@@ -126,8 +126,7 @@ class Mg2Pipeline {
   // Runs one job: frames go to the sink as each block is decoded (begin with
   // kMg2Fps and mg2_video_frames(N), write, finish); progress after every
   // block; a stop request ends the run at the next block with interrupted().
-  Status run(const Mg2Input& input, FrameSink& sink, const RunContext& ctx,
-             const Tap& tap = {});
+  Status run(const Mg2Input& input, FrameSink& sink, const RunContext& ctx, const Tap& tap = {});
 
  private:
   struct Impl;
