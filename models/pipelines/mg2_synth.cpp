@@ -137,46 +137,62 @@ uint64_t tensor_key(uint64_t seed, std::string_view name) {
   return mix64(h ^ mix64(seed + kGolden));
 }
 
-// Sum of four 16-bit uniforms: mean 131070, variance 4 (2^32 - 1) / 12.
-constexpr double kIrwinHallMean = 131070.0;
-const double kIrwinHallInvStd = 1.0 / std::sqrt(4.0 * (65536.0 * 65536.0 - 1.0) / 12.0);
+// g = (sum of four 16-bit uniforms - mean) / std: mean 131070, variance
+// 4 (2^32 - 1) / 12. A value is offset + std * g, evaluated as
+// double(sum) * a + b with a = std / sigma, b = offset - mean * a.
+struct Affine {
+  double a = 0, b = 0;
+};
+Affine affine(const SynthScale& s) {
+  const double sigma = std::sqrt(4.0 * (65536.0 * 65536.0 - 1.0) / 12.0);
+  const double a = s.std / sigma;
+  return {a, s.offset - 131070.0 * a};
+}
 
-inline float value_at(uint64_t key, uint64_t i, double offset, double std) {
+inline float value_at(uint64_t key, uint64_t i, Affine f) {
   const uint64_t z = mix64(key + (i + 1) * kGolden);
-  const int64_t s = static_cast<int64_t>((z & 0xffff) + ((z >> 16) & 0xffff) +
-                                         ((z >> 32) & 0xffff) + (z >> 48));
-  const double g = (static_cast<double>(s) - kIrwinHallMean) * kIrwinHallInvStd;
-  return static_cast<float>(offset + std * g);
+  const auto sum = static_cast<int32_t>((z & 0xffff) + ((z >> 16) & 0xffff) +
+                                        ((z >> 32) & 0xffff) + (z >> 48));
+  return static_cast<float>(static_cast<double>(sum) * f.a + f.b);
+}
+
+// Elements [first, first + n) as fp32; a tight loop the compiler vectorises.
+void values(uint64_t key, uint64_t first, int64_t n, Affine f, float* out) {
+  for (int64_t k = 0; k < n; ++k) out[k] = value_at(key, first + static_cast<uint64_t>(k), f);
 }
 
 // The bytes of one tensor, generated chunk by chunk on every thread.
 std::function<void(uint64_t, std::span<uint8_t>)> value_filler(uint64_t seed,
                                                                 const LayoutTensor& t) {
   const uint64_t key = tensor_key(seed, t.name);
-  const SynthScale s = mg2_synth_scale(t.name, t.shape);
+  const Affine f = affine(mg2_synth_scale(t.name, t.shape));
   const DType dtype = t.dtype;
-  return [key, s, dtype](uint64_t offset, std::span<uint8_t> out) {
+  return [key, f, dtype](uint64_t offset, std::span<uint8_t> out) {
     const size_t esize = dtype_size(dtype);
     const uint64_t first = offset / esize;
     const auto n = static_cast<int64_t>(out.size() / esize);
     uint8_t* dst = out.data();
+    // Threads only for large chunks: a parallel region costs more than a
+    // small tensor's values.
     parallel_for(
         n,
         [&](int64_t begin, int64_t end) {
-          for (int64_t k = begin; k < end; ++k) {
-            const float v = value_at(key, first + static_cast<uint64_t>(k), s.offset, s.std);
-            switch (dtype) {
-              case DType::F32: std::memcpy(dst + k * 4, &v, 4); break;
-              case DType::BF16: {
-                const uint16_t b = f32_to_bf16(v);
-                std::memcpy(dst + k * 2, &b, 2);
-                break;
-              }
-              default: store_from_f32(dtype, dst, k, v); break;
+          constexpr int64_t kBlock = 4096;
+          float tmp[kBlock];
+          for (int64_t k = begin; k < end; k += kBlock) {
+            const int64_t m = std::min(kBlock, end - k);
+            values(key, first + static_cast<uint64_t>(k), m, f, tmp);
+            uint8_t* d = dst + static_cast<size_t>(k) * esize;
+            if (dtype == DType::BF16) {
+              uint16_t bits[kBlock];
+              for (int64_t j = 0; j < m; ++j) bits[j] = f32_to_bf16(tmp[j]);
+              std::memcpy(d, bits, static_cast<size_t>(m) * 2);
+            } else {
+              convert(DType::F32, tmp, dtype, d, m);
             }
           }
         },
-        1 << 14);
+        int64_t{1} << 20);
   };
 }
 
@@ -487,7 +503,7 @@ SynthScale mg2_synth_scale(std::string_view name, const std::vector<int64_t>& sh
 }
 
 float mg2_synth_value(uint64_t seed, std::string_view name, const SynthScale& scale, uint64_t i) {
-  return value_at(tensor_key(seed, name), i, scale.offset, scale.std);
+  return value_at(tensor_key(seed, name), i, affine(scale));
 }
 
 Status write_synth_checkpoint(const std::string& path, const std::vector<LayoutTensor>& tensors,

@@ -110,14 +110,18 @@ TEST(PthWriter, StoragesAre64ByteAligned) {
   for (const std::string& path : {ours, data_path("pth_writer_torch.pth")}) {
     SCOPED_TRACE(path);
     const std::vector<uint8_t> file = testing::read_bytes(path);
-    // Tensor 0's 70000 bytes and tensor 1's 2400 are long enough to be unique.
-    for (int i : {0, 1}) {
+    // Every tensor's bytes are a stretch of one 256-periodic sequence, so
+    // each is searched after the previous one: tensor 0 (70000 bytes), then
+    // tensor 1 (2400) and tensor 2 (6).
+    auto from = file.begin();
+    for (int i : {0, 1, 2}) {
       const StreamedTensor t = fixture_tensor(i);
       std::vector<uint8_t> want(*t.nbytes());
       t.fill(0, want);
-      auto at = std::search(file.begin(), file.end(), want.begin(), want.end());
+      auto at = std::search(from, file.end(), want.begin(), want.end());
       ASSERT_NE(at, file.end()) << "tensor " << i;
       EXPECT_EQ((at - file.begin()) % 64, 0) << "tensor " << i;
+      from = at + static_cast<std::ptrdiff_t>(want.size());
     }
   }
 }
