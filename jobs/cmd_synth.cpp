@@ -37,16 +37,16 @@ Status run_synth(const SynthCliOptions& opt) {
   const auto start = Clock::now();
   auto last = start;
   uint64_t total = 0;
-  Status s = write_mg2_synth(opt.out, o, [&](const std::string& path, size_t tensors,
-                                             uint64_t bytes) {
-    const auto now = Clock::now();
-    std::printf("%s: %zu tensors, %.1f MB (%.1f s)\n", path.c_str(), tensors,
-                static_cast<double>(bytes) / 1e6,
-                std::chrono::duration<double>(now - last).count());
-    std::fflush(stdout);
-    last = now;
-    total += bytes;
-  });
+  Status s =
+      write_mg2_synth(opt.out, o, [&](const std::string& path, size_t tensors, uint64_t bytes) {
+        const auto now = Clock::now();
+        std::printf("%s: %zu tensors, %.1f MB (%.1f s)\n", path.c_str(), tensors,
+                    static_cast<double>(bytes) / 1e6,
+                    std::chrono::duration<double>(now - last).count());
+        std::fflush(stdout);
+        last = now;
+        total += bytes;
+      });
   if (!s.ok()) return s;
   std::printf("wrote %s synthetic Matrix-Game 2.0 weights (seed %llu%s): %.1f MB in %.1f s\n",
               opt.size.c_str(), static_cast<unsigned long long>(opt.seed),
@@ -69,8 +69,9 @@ void register_synth(CLI::App& app, CliContext& ctx) {
                   "the released shapes (about 15 GB)")
       ->check(CLI::IsMember({"tiny", "full"}))
       ->capture_default_str();
-  cmd->add_option("--mode", opt->mode, "the DiT checkpoint(s) to write: universal, gta_drive, "
-                                       "templerun or all")
+  cmd->add_option("--mode", opt->mode,
+                  "the DiT checkpoint(s) to write: universal, gta_drive, "
+                  "templerun or all")
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "seed of the synthetic values")->capture_default_str();
   cmd->add_option("--fill", opt->fill,

@@ -25,7 +25,9 @@ using Shape64 = std::vector<int64_t>;
 class LayoutBuilder {
  public:
   LayoutBuilder(DType dtype, std::vector<LayoutTensor>& out) : dtype_(dtype), out_(out) {}
-  void add(const std::string& name, Shape64 shape) { out_.push_back({name, dtype_, std::move(shape)}); }
+  void add(const std::string& name, Shape64 shape) {
+    out_.push_back({name, dtype_, std::move(shape)});
+  }
   // nn.Linear / nn.Conv: weight [out, in, k...] and optionally bias [out].
   void linear(const std::string& p, Shape64 weight, bool bias = true) {
     const int64_t n = weight[0];
@@ -137,23 +139,24 @@ uint64_t tensor_key(uint64_t seed, std::string_view name) {
   return mix64(h ^ mix64(seed + kGolden));
 }
 
-// g = (sum of four 16-bit uniforms - mean) / std: mean 131070, variance
-// 4 (2^32 - 1) / 12. A value is offset + std * g, evaluated as
-// double(sum) * a + b with a = std / sigma, b = offset - mean * a.
+// g = (sum of four 16-bit uniforms - 131070) / sigma, sigma^2 = 4 (2^32 - 1)
+// / 12 (mean and variance of the sum). A value is fma(centred sum, a, offset)
+// in double with a = std / sigma, rounded once to fp32: the centring is exact
+// and the fused multiply-add has one rounding however the compiler schedules
+// it, so every build writes the same bits.
 struct Affine {
-  double a = 0, b = 0;
+  double a = 0, offset = 0;
 };
 Affine affine(const SynthScale& s) {
-  const double sigma = std::sqrt(4.0 * (65536.0 * 65536.0 - 1.0) / 12.0);
-  const double a = s.std / sigma;
-  return {a, s.offset - 131070.0 * a};
+  return {s.std / std::sqrt(4.0 * (65536.0 * 65536.0 - 1.0) / 12.0), s.offset};
 }
 
 inline float value_at(uint64_t key, uint64_t i, Affine f) {
   const uint64_t z = mix64(key + (i + 1) * kGolden);
-  const auto sum = static_cast<int32_t>((z & 0xffff) + ((z >> 16) & 0xffff) +
-                                        ((z >> 32) & 0xffff) + (z >> 48));
-  return static_cast<float>(static_cast<double>(sum) * f.a + f.b);
+  const auto centred =
+      static_cast<int32_t>((z & 0xffff) + ((z >> 16) & 0xffff) + ((z >> 32) & 0xffff) + (z >> 48)) -
+      131070;
+  return static_cast<float>(std::fma(static_cast<double>(centred), f.a, f.offset));
 }
 
 // Elements [first, first + n) as fp32; a tight loop the compiler vectorises.
@@ -163,7 +166,7 @@ void values(uint64_t key, uint64_t first, int64_t n, Affine f, float* out) {
 
 // The bytes of one tensor, generated chunk by chunk on every thread.
 std::function<void(uint64_t, std::span<uint8_t>)> value_filler(uint64_t seed,
-                                                                const LayoutTensor& t) {
+                                                               const LayoutTensor& t) {
   const uint64_t key = tensor_key(seed, t.name);
   const Affine f = affine(mg2_synth_scale(t.name, t.shape));
   const DType dtype = t.dtype;
@@ -201,8 +204,8 @@ std::vector<StreamedTensor> streamed(const std::vector<LayoutTensor>& tensors, u
   std::vector<StreamedTensor> out;
   out.reserve(tensors.size());
   for (const LayoutTensor& t : tensors)
-    out.push_back({t.name, t.dtype, t.shape,
-                   fill == SynthFill::kRandom ? value_filler(seed, t) : nullptr});
+    out.push_back(
+        {t.name, t.dtype, t.shape, fill == SynthFill::kRandom ? value_filler(seed, t) : nullptr});
   return out;
 }
 
@@ -213,11 +216,12 @@ Status write_safetensors_streamed(const std::string& path,
                                   const std::vector<StreamedTensor>& tensors) {
   std::vector<const StreamedTensor*> order;
   for (const StreamedTensor& t : tensors) order.push_back(&t);
-  std::stable_sort(order.begin(), order.end(), [](const StreamedTensor* a, const StreamedTensor* b) {
-    if (dtype_size(a->dtype) != dtype_size(b->dtype))
-      return dtype_size(a->dtype) > dtype_size(b->dtype);
-    return a->name < b->name;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const StreamedTensor* a, const StreamedTensor* b) {
+                     if (dtype_size(a->dtype) != dtype_size(b->dtype))
+                       return dtype_size(a->dtype) > dtype_size(b->dtype);
+                     return a->name < b->name;
+                   });
   nlohmann::json header = nlohmann::json::object();
   std::vector<uint64_t> offsets;
   uint64_t total = 0;
@@ -235,7 +239,8 @@ Status write_safetensors_streamed(const std::string& path,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i) prefix[static_cast<size_t>(i)] = static_cast<char>(text.size() >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    prefix[static_cast<size_t>(i)] = static_cast<char>(text.size() >> (8 * i));
   prefix += text;
 
   FLICK_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path));
@@ -243,6 +248,7 @@ Status write_safetensors_streamed(const std::string& path,
   const uint64_t data_start = prefix.size();
   constexpr size_t kChunk = 8u << 20;
   HostBuffer buf;
+  uint64_t end = data_start;  // end of the bytes written so far
   for (size_t k = 0; k < order.size(); ++k) {
     const StreamedTensor& t = *order[k];
     if (!t.fill) continue;
@@ -255,9 +261,10 @@ Status write_safetensors_streamed(const std::string& path,
       FLICK_TRY(out.pwrite(p, n, static_cast<int64_t>(data_start + offsets[k] + pos)));
       pos += n;
     }
+    end = data_start + offsets[k] + size;
   }
-  if (total > 0 && (order.empty() || !order.back()->fill)) {
-    const uint8_t zero = 0;  // a trailing hole still needs the file's full length
+  if (end < data_start + total) {  // trailing holes: the file still needs its full length
+    const uint8_t zero = 0;
     FLICK_TRY(out.pwrite(&zero, 1, static_cast<int64_t>(data_start + total - 1)));
   }
   FLICK_TRY(out.commit());
@@ -311,8 +318,7 @@ std::vector<std::string> compare(const WeightStore& store, const std::vector<Lay
     } else if (info->shape != t.shape) {
       problems.push_back(t.name + ": expected shape " + shape_str(t.shape) + ", file has " +
                          info->shape_str());
-    } else if (!info->type->dtype || !dtype_is_float(*info->type->dtype) ||
-               info->type->bits < 16) {
+    } else if (!info->type->dtype || !dtype_is_float(*info->type->dtype) || info->type->bits < 16) {
       problems.push_back(t.name + ": dtype " + std::string(info->type->name) +
                          ", expected F32, BF16 or F16");
     }

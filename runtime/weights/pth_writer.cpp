@@ -228,8 +228,8 @@ std::string pickle_state_dict(const std::vector<StreamedTensor>& tensors) {
 // ---- zip (stored entries, 64-byte aligned data, zip64 when needed) ----
 
 constexpr uint64_t kZip32Max = 0xffffffffu;
-constexpr uint64_t kAlignment = 64;  // torch's .storage_alignment
-constexpr size_t kChunk = 8u << 20;  // bytes generated and written per step
+constexpr uint64_t kAlignment = 64;                     // torch's .storage_alignment
+constexpr size_t kChunk = 8u << 20;                     // bytes generated and written per step
 constexpr uint16_t kDosDate = (0 << 9) | (1 << 5) | 1;  // 1980-01-01, 00:00
 
 using Filler = std::function<void(uint64_t, std::span<uint8_t>)>;
@@ -248,7 +248,6 @@ uint32_t crc32_of_zeros(uint64_t n) {
   }
   return static_cast<uint32_t>(crc);
 }
-
 
 class ZipWriter {
  public:
@@ -341,9 +340,7 @@ class ZipWriter {
   }
   static bool big_size(const Entry& e) { return e.size >= kZip32Max; }
   static bool big_offset(const Entry& e) { return e.offset >= kZip32Max; }
-  static uint16_t version_needed(const Entry& e) {
-    return big_size(e) || big_offset(e) ? 45 : 20;
-  }
+  static uint16_t version_needed(const Entry& e) { return big_size(e) || big_offset(e) ? 45 : 20; }
 
   // Local header with a CRC placeholder (patched after the data), a zip64
   // extra for sizes of 4 GiB or more, and torch's "FB" extra field of 'Z'

@@ -10,6 +10,7 @@
 //  - the values are the documented per-element rule, deterministic in the seed.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -132,7 +133,8 @@ class Mg2FullSize : public ::testing::Test {
       else if (r != fs::path(rel))
         fs::create_hard_link(e.path(), copy.file(r.string()));
     }
-    const Status w = write_synth_checkpoint(copy.file(std::string(rel)), layout, 0, SynthFill::kZeros);
+    const Status w =
+        write_synth_checkpoint(copy.file(std::string(rel)), layout, 0, SynthFill::kZeros);
     EXPECT_TRUE(w.ok()) << w.message();
     const Status s = check_mg2_layout(copy.path(), mode);
     // Errors name the copy's files; report them as the original's.
@@ -255,8 +257,8 @@ TEST_F(Mg2FullSize, EachBadTensorIsOneErrorNamingTensorAndFile) {
   const Mg2Dims d = mg2_synth_dims(Mg2SynthSize::kFull);
   const Mg2ModeSpec& uni = mode_spec(Mg2Mode::kUniversal);
   const Mg2ModeSpec& temple = mode_spec(Mg2Mode::kTemplerun);
-  const std::string dit = path(uni.checkpoint), vae = path(kMg2VaeFile),
-                    clip = path(kMg2ClipFile), temple_dit = path(temple.checkpoint);
+  const std::string dit = path(uni.checkpoint), vae = path(kMg2VaeFile), clip = path(kMg2ClipFile),
+                    temple_dit = path(temple.checkpoint);
   struct Case {
     std::string file;  // relative
     std::vector<LayoutTensor> layout;
@@ -264,8 +266,9 @@ TEST_F(Mg2FullSize, EachBadTensorIsOneErrorNamingTensorAndFile) {
     std::string error;
   };
   const std::vector<Case> cases = {
-      {std::string(uni.checkpoint), without(mg2_dit_layout(d, uni), "model.blocks.20.cross_attn.v.bias"),
-       &uni, dit + ": model.blocks.20.cross_attn.v.bias: missing (expected BF16 [1536])"},
+      {std::string(uni.checkpoint),
+       without(mg2_dit_layout(d, uni), "model.blocks.20.cross_attn.v.bias"), &uni,
+       dit + ": model.blocks.20.cross_attn.v.bias: missing (expected BF16 [1536])"},
       {std::string(uni.checkpoint),
        with_extra(mg2_dit_layout(d, uni), {"model.blocks.3.self_attn.extra", DType::BF16, {8}}),
        &uni, dit + ": model.blocks.3.self_attn.extra: not a tensor of the Matrix-Game 2.0 layout"},
@@ -308,8 +311,9 @@ TEST_F(Mg2FullSize, EachBadTensorIsOneErrorNamingTensorAndFile) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.error);
     const Status s = check_with(c.file, c.layout, *c.mode);
-    EXPECT_EQ(s.code(), c.error.find("missing from") != std::string::npos ? StatusCode::kNotFound
-                                                                           : StatusCode::kInvalidInput);
+    EXPECT_EQ(s.code(), c.error.find("missing from") != std::string::npos
+                            ? StatusCode::kNotFound
+                            : StatusCode::kInvalidInput);
     EXPECT_EQ(s.message(), c.error);
   }
 }
@@ -321,9 +325,10 @@ TEST_F(Mg2FullSize, SeveralBadTensorsAreListedOnePerLine) {
   layout = reshaped(std::move(layout), "model.head.head.bias", {65});
   const Status s = check_with(uni.checkpoint, layout, uni);
   const std::string dit = path(uni.checkpoint);
-  EXPECT_EQ(s.message(), dit + ": 2 tensors do not match the Matrix-Game 2.0 layout:\n"
-                               "  model.blocks.1.ffn.0.bias: missing (expected BF16 [8960])\n"
-                               "  model.head.head.bias: expected shape [64], file has [65]");
+  EXPECT_EQ(s.message(), dit +
+                             ": 2 tensors do not match the Matrix-Game 2.0 layout:\n"
+                             "  model.blocks.1.ffn.0.bias: missing (expected BF16 [8960])\n"
+                             "  model.head.head.bias: expected shape [64], file has [65]");
 }
 
 // ---- the tiny size ----
@@ -382,14 +387,29 @@ TEST_F(Mg2Tiny, TheCliWritesTheLibraryLayoutForEveryMode) {
   o.seed = 7;
   o.modes = {Mg2Mode::kGtaDrive};
   ASSERT_TRUE(write_mg2_synth(again.path(), o).ok());
-  for (std::string_view rel : {mode_spec(Mg2Mode::kGtaDrive).checkpoint, kMg2VaeFile, kMg2ClipFile}) {
+  for (std::string_view rel :
+       {mode_spec(Mg2Mode::kGtaDrive).checkpoint, kMg2VaeFile, kMg2ClipFile}) {
     SCOPED_TRACE(std::string(rel));
     std::ifstream a(dir_->file(std::string(rel)), std::ios::binary),
         b(again.file(std::string(rel)), std::ios::binary);
-    const std::string x{std::istreambuf_iterator<char>(a), {}}, y{std::istreambuf_iterator<char>(b), {}};
+    const std::string x{std::istreambuf_iterator<char>(a), {}},
+        y{std::istreambuf_iterator<char>(b), {}};
     EXPECT_GT(x.size(), 1000u);
     EXPECT_TRUE(x == y);
   }
+}
+
+TEST(Mg2SynthCli, BadArgumentsAreUsageErrors) {
+  TempDir dir;
+  for (const char* args : {"--size huge", "--mode racing", "--fill ones", ""}) {
+    const std::string cmd = std::string("'") + FLICK_BINARY + "' synth " +
+                            (*args ? "'" + dir.path() + "' " + args : std::string()) +
+                            " > /dev/null 2>&1";
+    const int rc = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(rc)) << cmd;
+    EXPECT_EQ(WEXITSTATUS(rc), 64) << cmd;
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
 TEST_F(Mg2Tiny, ComponentsLoadWithDefaultHeadsAndGiveLivelyOutputs) {
@@ -445,8 +465,9 @@ TEST_F(Mg2Tiny, ComponentsLoadWithDefaultHeadsAndGiveLivelyOutputs) {
   EXPECT_EQ(dit->config().action_blocks, 2);
   std::vector<WanActionModule> actions;
   for (int64_t i = 0; i < dit->config().action_blocks; ++i) {
-    auto a = WanActionModule::load(model.sub("blocks." + std::to_string(i) + ".action_model"), *be,
-                                   Precision::BF16, 256, 3, shape.frame_tokens(), m.local_attn_frames);
+    auto a =
+        WanActionModule::load(model.sub("blocks." + std::to_string(i) + ".action_model"), *be,
+                              Precision::BF16, 256, 3, shape.frame_tokens(), m.local_attn_frames);
     ASSERT_TRUE(a.ok()) << a.status().message();
     actions.push_back(std::move(*a));
   }
@@ -511,7 +532,8 @@ TEST_F(Mg2Tiny, ThePipelineLoadsWithDefaultHeadsAndRendersAVaryingVideo) {
   Mg2Input in;
   in.image.width = 48;
   in.image.height = 32;
-  for (int i = 0; i < 48 * 32 * 3; ++i) in.image.rgb.push_back(static_cast<uint8_t>((i * 37) % 256));
+  for (int i = 0; i < 48 * 32 * 3; ++i)
+    in.image.rgb.push_back(static_cast<uint8_t>((i * 37) % 256));
   in.seed = 1;
   in.latent_frames = 3;
   const int64_t t = mg2_video_frames(3);
@@ -523,7 +545,8 @@ TEST_F(Mg2Tiny, ThePipelineLoadsWithDefaultHeadsAndRendersAVaryingVideo) {
   // A picture, not a flat or saturated field: many distinct pixel values.
   std::vector<int> histogram(256, 0);
   for (uint8_t v : sink.pixels) ++histogram[v];
-  const auto levels = std::count_if(histogram.begin(), histogram.end(), [](int c) { return c > 0; });
+  const auto levels =
+      std::count_if(histogram.begin(), histogram.end(), [](int c) { return c > 0; });
   EXPECT_GT(levels, 32);
   EXPECT_LT(*std::max_element(histogram.begin(), histogram.end()),
             static_cast<int>(sink.pixels.size() / 2));

@@ -25,7 +25,7 @@ using testing::TempDir;
 constexpr int kFixtureCount = 1001;
 constexpr DType kFixtureDTypes[] = {DType::F32, DType::BF16, DType::F16,     DType::I8,
                                     DType::U8,  DType::I32,  DType::F8_E4M3, DType::F8_E5M2};
-const std::vector<int64_t> kFixtureShapes[] = {{}, {0}, {3}, {2, 3}, {4, 1, 2}, {1, 2, 1, 2, 1},
+const std::vector<int64_t> kFixtureShapes[] = {{},    {0}, {3}, {2, 3}, {4, 1, 2}, {1, 2, 1, 2, 1},
                                                {0, 5}};
 
 StreamedTensor fixture_tensor(int i) {
