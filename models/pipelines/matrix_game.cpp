@@ -280,6 +280,8 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
     dit.emplace(std::move(*d));
     FLICK_TRY(check_used(dit_store, dit_path));
   }
+  // Every weight is packed; the mapped checkpoints need not stay resident.
+  for (const WeightStore* s : {&clip_store, &vae_store, &dit_store}) s->release_pages();
   step_t = wan::warped_step_times(schedule, mode->steps);
   return ok_status();
 }
@@ -441,6 +443,7 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
     // The clean re-run at t = 0 leaves this block's clean K/V for later blocks.
     FLICK_TRY(dit_call(b, x0.t, 0.f, img_cond.t, keyboard, mouse, false, nullptr));
 
+    if (tap) tap(pb + "latents", x0.t);  // the block's clean latents, into the decoder
     FLICK_ASSIGN_OR_RETURN(Tensor frames, decoder->decode(x0.t));  // [1, T, 3, H, W] F32
     if (tap) tap(pb + "frames", frames);
     for (int64_t i = 0; i < frames.dim(1); ++i) {

@@ -105,8 +105,10 @@ class Mg2Pipeline {
   // Called with named intermediates (golden tests, FLICK_DUMP): "img_cond"
   // [16, N, h, w], "visual_context" [1, T, C], per block b and step k
   // "b{b}.s{k}.x" (the DiT input), "b{b}.s{k}.flow", "b{b}.s{k}.x0", and
+  // "b{b}.latents" (the block's final x0, as it enters the decoder) and
   // "b{b}.frames" [1, T, 3, H, W] (decoder output in [-1, 1]). Views are valid
-  // during the call only.
+  // during the call only; every tap is called right after the tensor is made,
+  // so they also time the stages (bench/bench_mg2.cpp).
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // Finds the files of `options.mode` under options.weights, detects and

@@ -437,8 +437,10 @@ TEST(Mg2Run, FlickDumpWritesTheNamedIntermediates) {
   ASSERT_TRUE(dump.write().ok());
   Expected<WeightStore> d = WeightStore::open({path});
   ASSERT_TRUE(d.ok()) << d.status().message();
-  // 2 blocks x 3 steps x (x, flow, x0) + img_cond + visual_context; no frames.
-  EXPECT_EQ(d->size(), 2u * 3 * 3 + 2);
+  // 2 blocks x (3 steps x (x, flow, x0) + latents) + img_cond + visual_context;
+  // no frames.
+  EXPECT_EQ(d->size(), 2u * (3 * 3 + 1) + 2);
+  EXPECT_EQ(to_f32(*d->get("b1.latents")), to_f32(*d->get("b1.s2.x0")));
   EXPECT_FALSE(d->has("b0.frames"));
   EXPECT_LE(rel_l2(to_f32(*d->get("b1.s2.x0")), to_f32(*g->get("fp32.b1.s2.x0"))), 2e-5);
   EXPECT_LE(rel_l2(to_f32(*d->get("img_cond")), to_f32(*g->get("fp32.img_cond"))), 2e-5);
