@@ -84,7 +84,7 @@ struct Mg2Options {
 struct Mg2Input {
   Frame image;  // RGB8 at exactly the pipeline's width x height (prepare_mg2_image)
   uint64_t seed = 0;
-  int64_t latent_frames = 0;   // a positive multiple of 3
+  int64_t latent_frames = 0;    // a positive multiple of 3
   std::vector<float> keyboard;  // [mg2_video_frames(N), keyboard_dim], row-major
   std::vector<float> mouse;     // [mg2_video_frames(N), 2] ([pitch, yaw]); empty without mouse
 };
@@ -105,8 +105,10 @@ class Mg2Pipeline {
   // Called with named intermediates (golden tests, FLICK_DUMP): "img_cond"
   // [16, N, h, w], "visual_context" [1, T, C], per block b and step k
   // "b{b}.s{k}.x" (the DiT input), "b{b}.s{k}.flow", "b{b}.s{k}.x0", and
+  // "b{b}.latents" (the block's final x0, as it enters the decoder) and
   // "b{b}.frames" [1, T, 3, H, W] (decoder output in [-1, 1]). Views are valid
-  // during the call only.
+  // during the call only; every tap is called right after the tensor is made,
+  // so they also time the stages (bench/bench_mg2.cpp).
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // Finds the files of `options.mode` under options.weights, detects and
@@ -126,8 +128,7 @@ class Mg2Pipeline {
   // Runs one job: frames go to the sink as each block is decoded (begin with
   // kMg2Fps and mg2_video_frames(N), write, finish); progress after every
   // block; a stop request ends the run at the next block with interrupted().
-  Status run(const Mg2Input& input, FrameSink& sink, const RunContext& ctx,
-             const Tap& tap = {});
+  Status run(const Mg2Input& input, FrameSink& sink, const RunContext& ctx, const Tap& tap = {});
 
  private:
   struct Impl;

@@ -63,4 +63,10 @@ void MappedFile::will_need(size_t offset, size_t len) const {
   madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_WILLNEED);
 }
 
+void MappedFile::release_pages() const {
+  // MADV_DONTNEED on a read-only private file mapping discards nothing but
+  // the page-table entries: no page was ever written, so none is anonymous.
+  if (data_) madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 }  // namespace flick

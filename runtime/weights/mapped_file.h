@@ -27,6 +27,10 @@ class MappedFile {
   size_t size() const { return size_; }
   // Hint that [offset, offset + len) will be read soon.
   void will_need(size_t offset, size_t len) const;
+  // Drops the file's pages from this process's resident memory (weights
+  // already copied into packed layouts). Pointers stay valid: a later read
+  // faults the page back in from the page cache or the disk.
+  void release_pages() const;
 
  private:
   const uint8_t* data_ = nullptr;  // nullptr for an empty file

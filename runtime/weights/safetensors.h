@@ -39,6 +39,7 @@ Expected<SafetensorsHeader> parse_safetensors(const uint8_t* data, size_t size,
 class SafetensorsFile final : public WeightFile {
  public:
   static Expected<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
+  void release_pages() const override { map_.release_pages(); }
 
   std::string_view format() const override { return "safetensors"; }
   // A pointer into the mapping (zero copy), or, for a tensor the file stores

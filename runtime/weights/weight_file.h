@@ -47,6 +47,9 @@ class WeightFile {
   // the element size, read-only, valid for the life of this object. May read
   // from disk (and fail) the first time. Not thread-safe.
   virtual Expected<const uint8_t*> data(size_t i) = 0;
+  // Gives resident pages of a memory-mapped file back to the system after
+  // loading; data() pointers stay valid. Files read into memory do nothing.
+  virtual void release_pages() const {}
 
  protected:
   WeightFile() = default;

@@ -88,6 +88,10 @@ class WeightStore {
   Expected<Tensor> get(std::string_view name, DTypeSet dtypes, const Shape& shape) const;
   std::vector<std::string> unused() const;
   Status check_all_used() const;
+  // WeightFile::release_pages of every file: call once the components have
+  // packed their weights, so the mapped checkpoints stop counting as
+  // resident memory. Views stay valid.
+  void release_pages() const;
 
  private:
   friend class WeightView;

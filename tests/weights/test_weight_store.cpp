@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/weight_store.h"
 #include "tests/weights/weights_test_util.h"
@@ -179,6 +183,40 @@ TEST(DTypeSet, ListsItsMembers) {
   EXPECT_EQ(DTypeSet({DType::F32, DType::I8}).str(), "F32 or I8");
   EXPECT_TRUE(DTypeSet::any().contains(DType::F8_E5M2));
   EXPECT_FALSE(DTypeSet(DType::BF16).contains(DType::F16));
+}
+
+// Resident set size of this process in kB (VmRSS).
+int64_t rss_kb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  return -1;
+}
+
+TEST(WeightStoreRelease, MappedPagesLeaveTheResidentSetAndViewsStayValid) {
+  const std::string path = ::testing::TempDir() + "release_pages.safetensors";
+  constexpr int64_t kN = 16 << 20;  // 64 MB of f32
+  {
+    OwnedTensor t(DType::F32, {kN});
+    for (int64_t i = 0; i < kN; ++i) t.t.ptr<float>()[i] = static_cast<float>(i % 1000);
+    ASSERT_TRUE(write_safetensors(path, {SafetensorsTensor::from_tensor("w", t.t)}).ok());
+  }
+  Expected<WeightStore> store = WeightStore::open({path});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const Tensor w = *store->get("w");
+  auto checksum = [&] {
+    double s = 0;
+    for (int64_t i = 0; i < kN; i += 1024) s += w.ptr<float>()[i];  // one read per page
+    return s;
+  };
+  const double sum = checksum();
+  const int64_t touched = rss_kb();
+  store->release_pages();
+  const int64_t released = rss_kb();
+  EXPECT_LT(released, touched - 48 * 1024) << "kB before " << touched << ", after " << released;
+  EXPECT_EQ(checksum(), sum);  // the view faults its pages back in
+  std::filesystem::remove(path);
 }
 
 }  // namespace
