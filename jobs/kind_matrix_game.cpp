@@ -178,6 +178,9 @@ std::optional<Mg2Tracks> read_actions(TableReader& job, const Mg2ModeSpec& mode,
   bool ok = !actions->has("file") || file.has_value();
   if (actions->has("keyboard")) ok &= (keyboard = read_keyboard(*actions, mode)).has_value();
   if (actions->has("mouse")) ok &= (mouse = read_mouse(*actions, mode)).has_value();
+  // Known even when absent, for the did-you-mean of a misspelt one.
+  actions->value("keyboard");
+  actions->value("mouse");
   actions->check_unknown_keys();
   if (file && (actions->has("keyboard") || actions->has("mouse"))) {
     actions->error("file", "give the actions either as a CSV file or as keyboard/mouse segments, "
