@@ -194,7 +194,8 @@ Status validate_output_spec(const OutputSpec& spec) {
     return invalid_input("output.frames.level must be 1..19 (zstd), got " +
                          std::to_string(f.zstd_level));
   }
-  for (const auto& [key, video] : {std::pair{"video", &spec.video}, std::pair{"overlay", &spec.overlay}}) {
+  for (const auto& [key, video] :
+       {std::pair{"video", &spec.video}, std::pair{"overlay", &spec.overlay}}) {
     if (!*video) continue;
     FLICK_TRY(validate_video_spec(**video).with_context(std::string("output.") + key));
     const std::string& name = (*video)->file;

@@ -83,7 +83,8 @@ struct PixelBox {
   int x0, y0, x1, y1;  // inclusive
 };
 PixelBox clip(const Frame& f, float x0, float y0, float x1, float y1) {
-  return {std::max(0, static_cast<int>(std::floor(x0))), std::max(0, static_cast<int>(std::floor(y0))),
+  return {std::max(0, static_cast<int>(std::floor(x0))),
+          std::max(0, static_cast<int>(std::floor(y0))),
           std::min(f.width - 1, static_cast<int>(std::ceil(x1))),
           std::min(f.height - 1, static_cast<int>(std::ceil(y1)))};
 }

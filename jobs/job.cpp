@@ -108,9 +108,9 @@ void parse_output(TableReader& out, const DaemonConfig& config, Job* job) {
                                 job->output.frames.format != FrameFormat::None ||
                                 job->output.contact_sheet;
   if (!writes_something && out.diagnostics().ok()) {
-    out.diagnostics().error_at(out.toml(), out.path(),
-                               "[output] writes nothing: set video, overlay, frames or contact_sheet",
-                               "nothing to write");
+    out.diagnostics().error_at(
+        out.toml(), out.path(),
+        "[output] writes nothing: set video, overlay, frames or contact_sheet", "nothing to write");
   }
   if (out.diagnostics().ok()) {
     // The writers' own checks (names that would clash, ranges) as a last word.

@@ -48,8 +48,10 @@ void element_error(TableReader& t, const toml::value& v, const std::string& key,
   t.diagnostics().error_at(v, key, key + ": " + what, comment, std::move(hints));
 }
 
-std::optional<int64_t> segment_frames(TableReader& t, const toml::value& v, const std::string& key) {
-  if (!v.is_integer() || v.as_integer() < 1 || v.as_integer() > mg2_video_frames(kMaxLatentFrames)) {
+std::optional<int64_t> segment_frames(TableReader& t, const toml::value& v,
+                                      const std::string& key) {
+  if (!v.is_integer() || v.as_integer() < 1 ||
+      v.as_integer() > mg2_video_frames(kMaxLatentFrames)) {
     element_error(t, v, key,
                   "expected a frame count (an integer >= 1), got " +
                       (v.is_integer() ? std::to_string(v.as_integer()) : toml_type_words(v.type())),
@@ -127,7 +129,8 @@ std::optional<std::vector<Mg2MouseSegment>> read_mouse(TableReader& actions,
   for (const toml::value& e : v->as_array()) {
     const std::string element = key + "[" + std::to_string(i++) + "]";
     if (!e.is_array() || e.as_array().size() != 3) {
-      element_error(actions, e, element, "expected a [pitch, yaw, frames] triple like [0.0, 0.1, 12]",
+      element_error(actions, e, element,
+                    "expected a [pitch, yaw, frames] triple like [0.0, 0.1, 12]",
                     "expected [pitch, yaw, frames]");
       ok = false;
       continue;
@@ -183,8 +186,9 @@ std::optional<Mg2Tracks> read_actions(TableReader& job, const Mg2ModeSpec& mode,
   actions->value("mouse");
   actions->check_unknown_keys();
   if (file && (actions->has("keyboard") || actions->has("mouse"))) {
-    actions->error("file", "give the actions either as a CSV file or as keyboard/mouse segments, "
-                           "not both",
+    actions->error("file",
+                   "give the actions either as a CSV file or as keyboard/mouse segments, "
+                   "not both",
                    "file and segments both given");
     ok = false;
   }
@@ -203,8 +207,7 @@ std::optional<Mg2Tracks> read_actions(TableReader& job, const Mg2ModeSpec& mode,
     }
     Expected<Mg2Tracks> tracks = parse_mg2_actions_csv(mode, *text, frames, *canonical);
     if (!tracks.ok()) {
-      actions->error("file", tracks.status().message(), "bad action file",
-                     {frames_rule(latents)});
+      actions->error("file", tracks.status().message(), "bad action file", {frames_rule(latents)});
       return std::nullopt;
     }
     return std::move(*tracks);
@@ -214,7 +217,8 @@ std::optional<Mg2Tracks> read_actions(TableReader& job, const Mg2ModeSpec& mode,
   if (keyboard) {
     Expected<std::vector<float>> k = expand_mg2_keyboard(mode, *keyboard, frames);
     if (!k.ok()) {
-      actions->error("keyboard", k.status().message(), "wrong total length", {frames_rule(latents)});
+      actions->error("keyboard", k.status().message(), "wrong total length",
+                     {frames_rule(latents)});
       ok = false;
     } else {
       tracks.keyboard = std::move(*k);
@@ -298,8 +302,7 @@ class Mg2Instance : public PipelineInstance {
     const auto image =
         input->string("image", Need::kRequired, "a PNG or JPEG file under an input root");
     const auto seed = input->integer("seed", Need::kOptional, 0, INT64_MAX);
-    const auto latents =
-        input->integer("latent_frames", Need::kRequired, 3, kMaxLatentFrames);
+    const auto latents = input->integer("latent_frames", Need::kRequired, 3, kMaxLatentFrames);
     input->check_unknown_keys();
     bool ok = image && (seed || !input->has("seed")) && latents;
     if (latents && *latents % kMg2FramesPerBlock != 0) {
@@ -375,7 +378,8 @@ std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry
     if (const Mg2ModeSpec* spec = find_mg2_mode(*mode)) {
       o.mode = spec->mode;
     } else {
-      entry.error("mode", "unknown mode \"" + *mode + "\" (expected one of " + mg2_mode_names() + ")",
+      entry.error("mode",
+                  "unknown mode \"" + *mode + "\" (expected one of " + mg2_mode_names() + ")",
                   "not a Matrix-Game 2.0 mode");
       ok = false;
     }
@@ -417,8 +421,8 @@ std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry
     if (!entry.has(key)) continue;
     const auto v = entry.integer(key, Need::kOptional, 16, 4096);
     if (v && *v % 16 != 0) {
-      entry.error(key, "expected a multiple of 16 (VAE 8x and DiT patch 2x), got " +
-                           std::to_string(*v),
+      entry.error(key,
+                  "expected a multiple of 16 (VAE 8x and DiT patch 2x), got " + std::to_string(*v),
                   "not a multiple of 16");
     }
     ok &= v && *v % 16 == 0;

@@ -106,7 +106,8 @@ Mg2Tracks mg2_idle_tracks(const Mg2ModeSpec& mode, int64_t frames) {
 
 Expected<uint32_t> parse_mg2_keys(const Mg2ModeSpec& mode, std::string_view combo) {
   FLICK_CHECK(mode.keys.size() == static_cast<size_t>(mode.keyboard_dim) && mode.keys.size() <= 32);
-  const std::string valid = std::string("(") + std::string(mode.name) + " keys: " + mg2_key_list(mode) + ")";
+  const std::string valid =
+      std::string("(") + std::string(mode.name) + " keys: " + mg2_key_list(mode) + ")";
   uint32_t pressed = 0;
   if (!trim(combo).empty()) {
     for (std::string_view part : split(combo, '+')) {
@@ -127,8 +128,9 @@ Expected<uint32_t> parse_mg2_keys(const Mg2ModeSpec& mode, std::string_view comb
     }
   }
   if (is_templerun(mode) && std::popcount(pressed) != 1) {
-    return invalid_input(std::string("templerun takes exactly one key per segment (one-hot), got ") +
-                         quoted(combo) + "; use \"nomove\" to stand still " + valid);
+    return invalid_input(
+        std::string("templerun takes exactly one key per segment (one-hot), got ") + quoted(combo) +
+        "; use \"nomove\" to stand still " + valid);
   }
   return pressed;
 }
@@ -161,8 +163,8 @@ Expected<std::vector<float>> expand_mg2_keyboard(const Mg2ModeSpec& mode,
     total += s.frames;
   }
   if (total != frames) {
-    return invalid_input("the segments cover " + std::to_string(total) + " video frames, expected " +
-                         std::to_string(frames));
+    return invalid_input("the segments cover " + std::to_string(total) +
+                         " video frames, expected " + std::to_string(frames));
   }
   std::vector<float> track(static_cast<size_t>(frames * k_dim), 0.0f);
   int64_t f = 0;
@@ -182,8 +184,8 @@ Expected<std::vector<float>> expand_mg2_mouse(std::span<const Mg2MouseSegment> s
     total += s.frames;
   }
   if (total != frames) {
-    return invalid_input("the segments cover " + std::to_string(total) + " video frames, expected " +
-                         std::to_string(frames));
+    return invalid_input("the segments cover " + std::to_string(total) +
+                         " video frames, expected " + std::to_string(frames));
   }
   std::vector<float> track(static_cast<size_t>(frames * 2));
   int64_t f = 0;
@@ -231,14 +233,14 @@ Expected<Mg2Tracks> parse_mg2_actions_csv(const Mg2ModeSpec& mode, std::string_v
         if (c < 0 && (equal_ci(name, "pitch") || equal_ci(name, "yaw"))) {
           if (!mode.mouse) {
             return at(line_no, std::string(mode.name) + " has no mouse input: column '" +
-                                   std::string(name) + "' is not allowed (columns: " +
-                                   expected_columns + ")");
+                                   std::string(name) +
+                                   "' is not allowed (columns: " + expected_columns + ")");
           }
           c = equal_ci(name, "pitch") ? kPitch : kYaw;
         }
         if (c == -1 && name.empty()) {
-          return at(line_no, "the header has an empty column name (columns: " +
-                                 expected_columns + ")");
+          return at(line_no,
+                    "the header has an empty column name (columns: " + expected_columns + ")");
         }
         if (c == -1) {
           return at(line_no, "unknown column '" + std::string(name) + "' for " +
@@ -257,7 +259,8 @@ Expected<Mg2Tracks> parse_mg2_actions_csv(const Mg2ModeSpec& mode, std::string_v
       }
       std::string missing;
       for (size_t k = 0; k < mode.keys.size(); ++k) {
-        if (((seen_keys >> k) & 1u) == 0) missing += (missing.empty() ? "" : ", ") + std::string(mode.keys[k]);
+        if (((seen_keys >> k) & 1u) == 0)
+          missing += (missing.empty() ? "" : ", ") + std::string(mode.keys[k]);
       }
       if (mode.mouse && !seen_pitch) missing += missing.empty() ? "pitch" : ", pitch";
       if (mode.mouse && !seen_yaw) missing += missing.empty() ? "yaw" : ", yaw";
@@ -279,15 +282,16 @@ Expected<Mg2Tracks> parse_mg2_actions_csv(const Mg2ModeSpec& mode, std::string_v
     float* keys = &t.keyboard[row * mode.keyboard_dim];
     double pitch = 0, yaw = 0;
     for (size_t i = 0; i < fields.size(); ++i) {
-      const std::string column = "column " + std::to_string(i + 1) + " ('" + std::string(names[i]) + "')";
+      const std::string column =
+          "column " + std::to_string(i + 1) + " ('" + std::string(names[i]) + "')";
       const std::optional<double> v = parse_number(fields[i]);
       if (!v) {
         return at(line_no, column + ": expected a number, got '" + std::string(fields[i]) + "'");
       }
       if (columns[i] >= 0) {
         if (*v != 0 && *v != 1) {
-          return at(line_no, column + ": a key is 0 (up) or 1 (pressed), got " +
-                                 std::string(fields[i]));
+          return at(line_no,
+                    column + ": a key is 0 (up) or 1 (pressed), got " + std::string(fields[i]));
         }
         keys[columns[i]] = static_cast<float>(*v);
       } else {

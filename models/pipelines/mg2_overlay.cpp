@@ -16,10 +16,17 @@ struct Slot {
 // reference's overlay: jump/slide/leftside/rightside on the W/S/A/D places,
 // the turns beside jump.
 constexpr Slot kSlots[] = {
-    {"w", "W", 1, 0},           {"a", "A", 0, 1},          {"s", "S", 1, 1},
-    {"d", "D", 2, 1},           {"turnleft", "TURN L", 0, 0}, {"jump", "JUMP", 1, 0},
-    {"turnright", "TURN R", 2, 0}, {"leftside", "LEFT", 0, 1}, {"slide", "SLIDE", 1, 1},
-    {"rightside", "RIGHT", 2, 1},  {"nomove", "IDLE", 3, 1},
+    {"w", "W", 1, 0},
+    {"a", "A", 0, 1},
+    {"s", "S", 1, 1},
+    {"d", "D", 2, 1},
+    {"turnleft", "TURN L", 0, 0},
+    {"jump", "JUMP", 1, 0},
+    {"turnright", "TURN R", 2, 0},
+    {"leftside", "LEFT", 0, 1},
+    {"slide", "SLIDE", 1, 1},
+    {"rightside", "RIGHT", 2, 1},
+    {"nomove", "IDLE", 3, 1},
 };
 
 const Slot& slot_of(const Mg2ModeSpec& mode, std::string_view key) {
@@ -37,7 +44,9 @@ const Slot& slot_of(const Mg2ModeSpec& mode, std::string_view key) {
 }
 
 // The unit of the layout: a key's height, 50 px at the released 352 px.
-int unit(int height) { return std::clamp(static_cast<int>(std::lround(height * 50.0 / 352)), 8, 128); }
+int unit(int height) {
+  return std::clamp(static_cast<int>(std::lround(height * 50.0 / 352)), 8, 128);
+}
 int margin(int s) { return static_cast<int>(std::lround(0.4 * s)); }
 int text_scale(int s) { return std::max(1, s / 20); }
 

@@ -18,8 +18,8 @@
 
 #include "io/frame.h"
 #include "io/overlay.h"
-#include "models/pipelines/mg2_actions.h"
 #include "models/pipelines/matrix_game.h"
+#include "models/pipelines/mg2_actions.h"
 
 namespace flick {
 

@@ -88,8 +88,8 @@ TEST(Overlay, DiscCoversCentresWithinTheRadius) {
 TEST(Overlay, ArrowShaftAndHeadBlendEachPixelOnce) {
   Frame f = solid(40, 30, kBlack);
   draw_arrow(f, 5, 15, 35, 15, 2, kWhite, 0.5f);  // head: length 6, half base 3, base at x = 29
-  const Rgb half{128, 128, 128};                   // round(127.5)
-  EXPECT_TRUE(is(f, 10, 14, half));                // shaft rows 14, 15 (centres 0.5 from y = 15)
+  const Rgb half{128, 128, 128};                  // round(127.5)
+  EXPECT_TRUE(is(f, 10, 14, half));               // shaft rows 14, 15 (centres 0.5 from y = 15)
   EXPECT_TRUE(is(f, 10, 15, half));
   EXPECT_TRUE(is(f, 10, 13, kBlack));  // centre 1.5 from the axis
   EXPECT_TRUE(is(f, 10, 16, kBlack));

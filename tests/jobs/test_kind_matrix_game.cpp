@@ -16,9 +16,10 @@ constexpr int kWidth = 48, kHeight = 32;
 class Mg2KindTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(testing::write_png_file(dir_ / "in/start.png", 64, 48, testing::pattern(64, 48, 1)));
-    ASSERT_TRUE(testing::write_png_file(dir_ / "secret/start.png", 64, 48,
-                                        testing::pattern(64, 48, 1)));
+    ASSERT_TRUE(
+        testing::write_png_file(dir_ / "in/start.png", 64, 48, testing::pattern(64, 48, 1)));
+    ASSERT_TRUE(
+        testing::write_png_file(dir_ / "secret/start.png", 64, 48, testing::pattern(64, 48, 1)));
     testing::write_text(dir_ / "in/bad.png", "not a png at all");
     std::filesystem::create_directories(dir_ / "out");
     std::string pipelines;
@@ -38,7 +39,8 @@ class Mg2KindTest : public ::testing::Test {
 
   std::optional<Job> parse(std::string body) {
     for (auto [from, to] : {std::pair<std::string, std::string>{"{{IN}}", dir_ / "in"},
-                            {"{{OUT}}", dir_ / "out"}, {"{{SECRET}}", dir_ / "secret"}}) {
+                            {"{{OUT}}", dir_ / "out"},
+                            {"{{SECRET}}", dir_ / "secret"}}) {
       for (size_t p; (p = body.find(from)) != std::string::npos;) body.replace(p, from.size(), to);
     }
     diag_ = Diagnostics("walk.toml");
@@ -68,19 +70,19 @@ class Mg2KindTest : public ::testing::Test {
   }
 
   static constexpr const char* kGood =
-      "version = 1\n"                                      // 1
-      "pipeline = \"universal\"\n"                         // 2
-      "[input]\n"                                          // 3
-      "image = \"{{IN}}/start.png\"\n"                     // 4
-      "seed = 7\n"                                         // 5
-      "latent_frames = 3\n"                                // 6: 9 video frames
-      "[actions]\n"                                        // 7
+      "version = 1\n"                                       // 1
+      "pipeline = \"universal\"\n"                          // 2
+      "[input]\n"                                           // 3
+      "image = \"{{IN}}/start.png\"\n"                      // 4
+      "seed = 7\n"                                          // 5
+      "latent_frames = 3\n"                                 // 6: 9 video frames
+      "[actions]\n"                                         // 7
       "keyboard = [[\"w\", 4], [\"w+a\", 2], [\"\", 3]]\n"  // 8
-      "mouse = [[0.0, 0.1, 9]]\n"                          // 9
-      "[output]\n"                                         // 10
-      "dir = \"{{OUT}}/walk\"\n"                           // 11
-      "video = { file = \"walk.mp4\" }\n"                  // 12
-      "overlay = { file = \"walk_icon.mp4\" }\n";          // 13
+      "mouse = [[0.0, 0.1, 9]]\n"                           // 9
+      "[output]\n"                                          // 10
+      "dir = \"{{OUT}}/walk\"\n"                            // 11
+      "video = { file = \"walk.mp4\" }\n"                   // 12
+      "overlay = { file = \"walk_icon.mp4\" }\n";           // 13
 
   testing::ScratchDir dir_;
   DaemonConfig config_;
@@ -136,8 +138,8 @@ TEST_F(Mg2KindTest, WithoutActionsTheCameraStandsStill) {
   expect_tracks(*j, *find_mg2_mode("universal"), mg2_idle_tracks(*find_mg2_mode("universal"), 9));
 
   // Only a keyboard track: the mouse stays still. templerun idles with nomove.
-  job = with_line(9, "", with_line(2, "pipeline = \"templerun\"",
-                                    with_line(8, "keyboard = [[\"jump\", 9]]")));
+  job = with_line(
+      9, "", with_line(2, "pipeline = \"templerun\"", with_line(8, "keyboard = [[\"jump\", 9]]")));
   j = parse(job);
   ASSERT_TRUE(j) << diag_.status().message();
   Mg2Tracks t = mg2_idle_tracks(*find_mg2_mode("templerun"), 9);
@@ -192,9 +194,10 @@ TEST_F(Mg2KindTest, MouseSegmentErrors) {
                "expected a [pitch, yaw, frames] triple");
   expect_error(with_line(8, "keyboard = [[\"jump\", 9]]", with_line(2, "pipeline = \"templerun\"")),
                9, "actions.mouse", "templerun has no mouse input (keyboard only)");
-  expect_error(with_line(9, "mouse = [[0.1, 0.0, 9]]", with_line(8, "keyboard = [[\"w\", 9]]",
-                                                               with_line(2, "pipeline = \"gta_drive\""))),
-               9, "actions.mouse[0]", "gta_drive steers with yaw only: pitch must be 0, got 0.1");
+  expect_error(
+      with_line(9, "mouse = [[0.1, 0.0, 9]]",
+                with_line(8, "keyboard = [[\"w\", 9]]", with_line(2, "pipeline = \"gta_drive\""))),
+      9, "actions.mouse[0]", "gta_drive steers with yaw only: pitch must be 0, got 0.1");
 }
 
 TEST_F(Mg2KindTest, InputErrors) {
@@ -212,8 +215,7 @@ TEST_F(Mg2KindTest, InputErrors) {
   expect_error(with_line(4, "image = \"{{SECRET}}/start.png\""), 4, "input.image",
                "outside the input roots");
   expect_error(with_line(4, "image = \"{{IN}}/none.png\""), 4, "input.image", "does not exist");
-  expect_error(with_line(4, "image = \"{{IN}}/bad.png\""), 4, "input.image",
-               dir_ / "in/bad.png");
+  expect_error(with_line(4, "image = \"{{IN}}/bad.png\""), 4, "input.image", dir_ / "in/bad.png");
   expect_error(with_line(4, "image = \"start.png\""), 4, "input.image", "not an absolute path");
   expect_error(with_line(3, "", with_line(4, "", with_line(5, "", with_line(6, "")))), 0, "input",
                "missing key input");
@@ -231,8 +233,8 @@ TEST_F(Mg2KindTest, CsvActions) {
   ASSERT_TRUE(j) << diag_.status().message();
   Mg2Tracks t;
   t.frames = 9;
-  t.keyboard = {0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1, 0,
-                0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  t.keyboard = {0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0,
+                1, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
   t.mouse = {0, 0, 0, 0, 0, 0, 0, 0.1f, 0, 0.1f, -0.1f, 0, -0.1f, 0, 0, 0, 0, 0};
   expect_tracks(*j, *find_mg2_mode("universal"), t);
 
@@ -245,17 +247,19 @@ TEST_F(Mg2KindTest, CsvActions) {
   expect_error(with_line(9, "", with_line(8, "file = \"{{IN}}/none.csv\"")), 8, "actions.file",
                "does not exist");
   testing::write_text(dir_ / "secret/walk.csv", "w,s,a,d,pitch,yaw\n");
-  expect_error(with_line(9, "", with_line(8, "file = \"{{SECRET}}/walk.csv\"")), 8,
-               "actions.file", "outside the input roots");
-  expect_error(with_line(8, "file = \"{{IN}}/walk.csv\"\nkeyboard = [[\"w\", 9]]", with_line(9, "")),
-               8, "actions.file", "either as a CSV file or as keyboard/mouse segments, not both");
+  expect_error(with_line(9, "", with_line(8, "file = \"{{SECRET}}/walk.csv\"")), 8, "actions.file",
+               "outside the input roots");
+  expect_error(
+      with_line(8, "file = \"{{IN}}/walk.csv\"\nkeyboard = [[\"w\", 9]]", with_line(9, "")), 8,
+      "actions.file", "either as a CSV file or as keyboard/mouse segments, not both");
   // The same file for templerun: its columns are not the universal ones.
   expect_error(with_line(2, "pipeline = \"templerun\"", csv_job), 8, "actions.file",
                ":1: unknown column 'w' for templerun");
 }
 
 TEST_F(Mg2KindTest, ActionsTableErrors) {
-  expect_error(with_line(9, "mouze = [[0.0, 0.1, 9]]"), 9, "actions.mouze", "did you mean 'mouse'?");
+  expect_error(with_line(9, "mouze = [[0.0, 0.1, 9]]"), 9, "actions.mouze",
+               "did you mean 'mouse'?");
   // Top-level `actions` that is not a table.
   expect_error(with_line(2, "pipeline = \"universal\"\nactions = 3",
                          with_line(7, "", with_line(8, "", with_line(9, "")))),
@@ -266,11 +270,10 @@ TEST_F(Mg2KindTest, PipelineEntryErrors) {
   const auto config_error = [&](const std::string& entry, const std::string& key,
                                 const std::string& text) {
     Diagnostics d("flick.toml");
-    std::optional<DaemonConfig> c =
-        parse_config("[daemon]\nspool = \"/x\"\ninput_roots = [\"" + (dir_ / "in") +
-                         "\"]\noutput_roots = [\"" + (dir_ / "out") +
-                         "\"]\n[[pipeline]]\nname = \"m\"\nkind = \"matrix-game-2\"\n" + entry,
-                     "flick.toml", "", d);
+    std::optional<DaemonConfig> c = parse_config(
+        "[daemon]\nspool = \"/x\"\ninput_roots = [\"" + (dir_ / "in") + "\"]\noutput_roots = [\"" +
+            (dir_ / "out") + "\"]\n[[pipeline]]\nname = \"m\"\nkind = \"matrix-game-2\"\n" + entry,
+        "flick.toml", "", d);
     ASSERT_FALSE(c) << entry;
     EXPECT_EQ(d.first().key, key) << d.first().message;
     EXPECT_NE(d.first().message.find(text), std::string::npos) << d.first().message;
@@ -282,8 +285,8 @@ TEST_F(Mg2KindTest, PipelineEntryErrors) {
   config_error("mode = \"universal\"\n", "pipeline[0].weights", "missing key pipeline[0].weights");
   config_error("mode = \"universal\"\nweights = \"models/mg2\"\n", "pipeline[0].weights",
                "not an absolute path");
-  config_error("mode = \"universal\"\n" + weights + "precision = \"fp4\"\n", "pipeline[0].precision",
-               "\"bf16\", \"int8\", \"fp8\", \"f32\"");
+  config_error("mode = \"universal\"\n" + weights + "precision = \"fp4\"\n",
+               "pipeline[0].precision", "\"bf16\", \"int8\", \"fp8\", \"f32\"");
   config_error("mode = \"universal\"\n" + weights + "backend = \"cuda\"\n", "pipeline[0].backend",
                "this build has no CUDA backend");
   config_error("mode = \"universal\"\n" + weights + "width = 650\n", "pipeline[0].width",

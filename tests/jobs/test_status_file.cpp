@@ -91,9 +91,8 @@ TEST(StatusFile, DetailsAndSecondsPerFrame) {
   JobStatus s = sample();
   s.timing->render_ms = 9000;
   s.timing->s_per_frame = 3.0;
-  s.details = {{"mode", "universal"},
-               {"precision", "int8 DiT, bf16 CLIP, f32 VAE"},
-               {"odd key", "quoted"}};
+  s.details = {
+      {"mode", "universal"}, {"precision", "int8 DiT, bf16 CLIP, f32 VAE"}, {"odd key", "quoted"}};
   const std::string text = format_status(s);
   std::istringstream in(text);
   const toml::value v = toml::parse(in, "x");

@@ -2,8 +2,8 @@
 // against tracks written out by hand, and every kind of bad input.
 #include <gtest/gtest.h>
 
-#include "models/pipelines/mg2_actions.h"
 #include "mg2_test_modes.h"
+#include "models/pipelines/mg2_actions.h"
 
 namespace flick {
 namespace {
@@ -16,11 +16,11 @@ std::string message_of(const Expected<T>& e) {
   return e.ok() ? "" : e.status().message();
 }
 
-#define EXPECT_ERROR_HAS(expr, text)                                                \
-  do {                                                                              \
-    const auto& r_ = (expr);                                                        \
-    EXPECT_FALSE(r_.ok());                                                          \
-    EXPECT_NE(message_of(r_).find(text), std::string::npos) << message_of(r_);      \
+#define EXPECT_ERROR_HAS(expr, text)                                           \
+  do {                                                                         \
+    const auto& r_ = (expr);                                                   \
+    EXPECT_FALSE(r_.ok());                                                     \
+    EXPECT_NE(message_of(r_).find(text), std::string::npos) << message_of(r_); \
   } while (0)
 
 TEST(Mg2Actions, VideoFramesPerLatents) {
@@ -63,7 +63,8 @@ TEST(Mg2Actions, KeyCombos) {
 TEST(Mg2Actions, MouseValues) {
   EXPECT_TRUE(check_mg2_mouse(mg2_mode("universal"), 0.1, -0.1).ok());
   EXPECT_TRUE(check_mg2_mouse(mg2_mode("universal"), -1.0, 1.0).ok());
-  EXPECT_ERROR_HAS(check_mg2_mouse(mg2_mode("universal"), 1.5, 0), "pitch must be finite and within");
+  EXPECT_ERROR_HAS(check_mg2_mouse(mg2_mode("universal"), 1.5, 0),
+                   "pitch must be finite and within");
   EXPECT_ERROR_HAS(check_mg2_mouse(mg2_mode("universal"), 0, std::nan("")), "yaw must be finite");
   EXPECT_ERROR_HAS(check_mg2_mouse(mg2_mode("universal"), 0, INFINITY), "yaw");
   EXPECT_TRUE(check_mg2_mouse(mg2_mode("gta_drive"), 0, -0.1).ok());
@@ -104,8 +105,8 @@ TEST(Mg2Actions, CsvUniversal) {
   Expected<Mg2Tracks> t = parse_mg2_actions_csv(mg2_mode("universal"), csv, 3, "a.csv");
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ(t->frames, 3);
-  EXPECT_EQ(t->keyboard, (std::vector<float>{1, 0, 0, 0,  // w
-                                             1, 0, 1, 0,  // w a
+  EXPECT_EQ(t->keyboard, (std::vector<float>{1, 0, 0, 0,     // w
+                                             1, 0, 1, 0,     // w a
                                              0, 1, 0, 1}));  // s d
   EXPECT_EQ(t->mouse, (std::vector<float>{0, 0, -0.05f, 0.1f, 1, -1}));
 }
@@ -113,14 +114,14 @@ TEST(Mg2Actions, CsvUniversal) {
 TEST(Mg2Actions, CsvTemplerunAndGta) {
   Expected<Mg2Tracks> t = parse_mg2_actions_csv(
       mg2_mode("templerun"),
-      "nomove,jump,slide,turnleft,turnright,leftside,rightside\n0,1,0,0,0,0,0\n1,0,0,0,0,0,0\n",
-      2, "t.csv");
+      "nomove,jump,slide,turnleft,turnright,leftside,rightside\n0,1,0,0,0,0,0\n1,0,0,0,0,0,0\n", 2,
+      "t.csv");
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ(t->keyboard, (std::vector<float>{0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}));
   EXPECT_TRUE(t->mouse.empty());
 
-  Expected<Mg2Tracks> g =
-      parse_mg2_actions_csv(mg2_mode("gta_drive"), "w,s,pitch,yaw\n1,0,0,0.1\n0,1,0.0,-0.1\n", 2, "g.csv");
+  Expected<Mg2Tracks> g = parse_mg2_actions_csv(
+      mg2_mode("gta_drive"), "w,s,pitch,yaw\n1,0,0,0.1\n0,1,0.0,-0.1\n", 2, "g.csv");
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(g->keyboard, (std::vector<float>{1, 0, 0, 1}));
   EXPECT_EQ(g->mouse, (std::vector<float>{0, 0.1f, 0, -0.1f}));
@@ -133,8 +134,9 @@ TEST(Mg2Actions, CsvErrorsNameLineAndColumn) {
     return parse_mg2_actions_csv(u, text, frames, "/in/a.csv");
   };
   EXPECT_ERROR_HAS(parse(""), "/in/a.csv: no header row");
-  EXPECT_ERROR_HAS(parse("w,s,a,d,pitch,yaw,q\n"),
-                   "/in/a.csv:1: unknown column 'q' for universal (columns: w, s, a, d, pitch, yaw)");
+  EXPECT_ERROR_HAS(
+      parse("w,s,a,d,pitch,yaw,q\n"),
+      "/in/a.csv:1: unknown column 'q' for universal (columns: w, s, a, d, pitch, yaw)");
   EXPECT_ERROR_HAS(parse("w,s,a,pitch,yaw\n"), "/in/a.csv:1: the header lacks column(s) d");
   EXPECT_ERROR_HAS(parse("w,s,a,d\n"), "lacks column(s) pitch, yaw");
   EXPECT_ERROR_HAS(parse("w,s,a,d,pitch,yaw,w\n"), "/in/a.csv:1: column 'w' appears twice");

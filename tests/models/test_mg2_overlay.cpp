@@ -5,8 +5,12 @@
 
 #include <cmath>
 
+#include "../io/av_decode.h"
+#include "../io/io_test_util.h"
+#include "io/output_sink.h"
 #include "mg2_test_modes.h"
 #include "models/pipelines/mg2_overlay.h"
+#include "runtime/backend.h"
 
 namespace flick {
 namespace {
@@ -122,8 +126,8 @@ TEST(Mg2Overlay, PressedKeysAreGreenAndTheArrowFollowsTheMouse) {
   Frame f2 = grey(640, 352);
   o.draw(2, f2);
   for (float angle = 0; angle < 6.28f; angle += 0.5f) {
-    expect_rgb(f2, c.cx + std::cos(angle) * c.radius * 0.6f, c.cy + std::sin(angle) * c.radius * 0.6f,
-               kReleasedOnGrey, "still disc");
+    expect_rgb(f2, c.cx + std::cos(angle) * c.radius * 0.6f,
+               c.cy + std::sin(angle) * c.radius * 0.6f, kReleasedOnGrey, "still disc");
   }
   // Everything outside the key boxes and the compass is untouched.
   Frame plain = grey(640, 352);
@@ -165,7 +169,8 @@ TEST(Mg2Overlay, TemplerunHasSevenKeysAndNoCompass) {
   for (size_t i = 0; i < boxes.size(); ++i) {
     for (size_t j = i + 1; j < boxes.size(); ++j) {
       const auto &a = boxes[i], &b = boxes[j];
-      const bool apart = a.x + a.w <= b.x || b.x + b.w <= a.x || a.y + a.h <= b.y || b.y + b.h <= a.y;
+      const bool apart =
+          a.x + a.w <= b.x || b.x + b.w <= a.x || a.y + a.h <= b.y || b.y + b.h <= a.y;
       EXPECT_TRUE(apart) << a.label << " overlaps " << b.label;
     }
     EXPECT_GE(boxes[i].w, text_width(boxes[i].label, 2)) << boxes[i].label;  // the label fits
@@ -182,7 +187,7 @@ TEST(Mg2Overlay, TemplerunHasSevenKeysAndNoCompass) {
 TEST(Mg2Overlay, GtaDriveAndTinyFrames) {
   const Mg2ModeSpec& g = mg2_mode("gta_drive");
   Mg2Tracks t = mg2_idle_tracks(g, 1);
-  t.keyboard[1] = 1;  // s
+  t.keyboard[1] = 1;   // s
   t.mouse[1] = -0.1f;  // steer left
   Mg2Overlay o(g, t);
   const auto boxes = o.key_boxes(640, 352);
@@ -199,6 +204,62 @@ TEST(Mg2Overlay, GtaDriveAndTinyFrames) {
   Frame tiny = grey(48, 32);
   o.draw(0, tiny);
   EXPECT_EQ(tiny.rgb.size(), 48u * 32 * 3);
+}
+
+// A real (tiny) run through the output sink: the overlay video is the plain
+// video with the overlay drawn on each frame, frame for frame (FFV1, so the
+// decoded frames are exact).
+TEST(Mg2Overlay, OverlayVideoOfAPipelineRun) {
+  Mg2Options o;
+  o.weights = std::string(FLICK_TEST_DATA) + "/mg2/weights";
+  o.mode = Mg2Mode::kUniversal;
+  o.precision = Precision::BF16;
+  o.width = 48;
+  o.height = 32;
+  o.dit_head_dim = 32;  // the tiny checkpoints' (tests/data/mg2/README.md)
+  o.clip_head_dim = 16;
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Expected<std::unique_ptr<Mg2Pipeline>> pipeline = Mg2Pipeline::load(o, *backend);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+
+  const Mg2ModeSpec& u = mg2_mode("universal");
+  Mg2Input in;
+  in.image = testing::smooth_frame(48, 32, 3);
+  in.seed = 5;
+  in.latent_frames = 3;
+  const Mg2KeySegment keys[] = {{0b0001, 4}, {0b1000, 5}};  // w, then d
+  const Mg2MouseSegment mouse[] = {{0, 0.1, 6}, {-0.1, 0, 3}};
+  in.keyboard = *expand_mg2_keyboard(u, keys, 9);
+  in.mouse = *expand_mg2_mouse(mouse, 9);
+  Mg2Tracks tracks{9, in.keyboard, in.mouse};
+  const Mg2Overlay overlay(u, tracks);
+
+  testing::TempDir dir;
+  OutputSpec spec;
+  VideoSpec plain;
+  plain.file = "plain.mkv";
+  plain.codec = "ffv1";
+  spec.video = plain;
+  spec.overlay = plain;
+  spec.overlay->file = "icon.mkv";
+  Expected<std::unique_ptr<FrameSink>> sink =
+      make_output_sink(spec, dir.path(), [&overlay](int64_t i, Frame& f) { overlay.draw(i, f); });
+  ASSERT_TRUE(sink.ok()) << sink.status().message();
+  ASSERT_TRUE((*pipeline)->run(in, **sink, RunContext{}).ok());
+
+  const auto video = testing::decode_video(dir.file("plain.mkv"));
+  const auto icon = testing::decode_video(dir.file("icon.mkv"));
+  ASSERT_EQ(video.error, "");
+  ASSERT_EQ(icon.error, "");
+  ASSERT_EQ(video.rgb.size(), 9u);
+  ASSERT_EQ(icon.rgb.size(), 9u);
+  EXPECT_EQ(av_cmp_q(icon.avg_frame_rate, AVRational{kMg2Fps, 1}), 0);
+  for (int i = 0; i < 9; ++i) {
+    Frame want = video.rgb[i];
+    overlay.draw(i, want);
+    EXPECT_EQ(icon.rgb[i].rgb, want.rgb) << "frame " << i;
+    EXPECT_NE(icon.rgb[i].rgb, video.rgb[i].rgb) << "frame " << i << " has no overlay";
+  }
 }
 
 }  // namespace
