@@ -8,6 +8,7 @@ namespace flick {
 void register_job_commands(CLI::App& app, CliContext& ctx);  // jobs/commands.cpp
 void register_inspect(CLI::App& app, CliContext& ctx);
 void register_convert(CLI::App& app, CliContext& ctx);
+void register_synth(CLI::App& app, CliContext& ctx);  // jobs/cmd_synth.cpp
 void register_bench(CLI::App& app, CliContext& ctx);  // jobs/cmd_bench.cpp
 }  // namespace flick
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   flick::register_job_commands(app, ctx);
   flick::register_inspect(app, ctx);
   flick::register_convert(app, ctx);
+  flick::register_synth(app, ctx);
   flick::register_bench(app, ctx);
   try {
     app.parse(argc, argv);
