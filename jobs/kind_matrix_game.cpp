@@ -18,6 +18,7 @@
 //   mouse    = [[0.0, 0.0, 30], [0.0, 0.1, 27]]   # [pitch, yaw, frames]
 //   # file = "/srv/render/in/forest-actions.csv"  # or one CSV row per frame
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cmath>
 
@@ -157,6 +158,9 @@ std::optional<std::vector<Mg2MouseSegment>> read_mouse(TableReader& actions,
 Expected<std::string> read_input_file(const std::string& canonical, int64_t limit) {
   fs::Fd fd(::open(canonical.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) return errno_status("opening", canonical, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errno_status("stat", canonical, errno);
+  if (!S_ISREG(st.st_mode)) return invalid_input(canonical + " is not a regular file");
   bool over = false;
   FLICK_ASSIGN_OR_RETURN(std::string text, fs::read_limited(fd.get(), limit, &over, canonical));
   if (over) {

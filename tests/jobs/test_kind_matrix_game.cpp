@@ -246,6 +246,9 @@ TEST_F(Mg2KindTest, CsvActions) {
                dir_ / "in/bad.csv" + ":3: column 4 ('d'): expected a number, got 'yes'");
   expect_error(with_line(9, "", with_line(8, "file = \"{{IN}}/none.csv\"")), 8, "actions.file",
                "does not exist");
+  std::filesystem::create_directories(dir_ / "in/dir.csv");
+  expect_error(with_line(9, "", with_line(8, "file = \"{{IN}}/dir.csv\"")), 8, "actions.file",
+               "is not a regular file");
   testing::write_text(dir_ / "secret/walk.csv", "w,s,a,d,pitch,yaw\n");
   expect_error(with_line(9, "", with_line(8, "file = \"{{SECRET}}/walk.csv\"")), 8, "actions.file",
                "outside the input roots");
