@@ -89,8 +89,8 @@ TEST_F(Mg2Job, DrainRendersVideoFramesAndOverlay) {
   // The overlay video is each PNG frame with the job's actions drawn on it.
   Mg2Tracks tracks;
   tracks.frames = kFrames;
-  tracks.keyboard = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1,
-                     1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  tracks.keyboard = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0,
+                     0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   for (int f = 0; f < kFrames; ++f) {
     if (f < 5) {
       tracks.mouse.insert(tracks.mouse.end(), {0.0f, 0.1f});
