@@ -26,6 +26,9 @@ struct BenchOptions {
   // robust on a machine shared with other work, meaningful with one thread
   // (OMP_NUM_THREADS=1), where the calling thread does all the work.
   bool cpu_clock = false;
+  // A `flick synth --size full` directory for the mg2 benchmarks (empty: one
+  // is written to $TMPDIR and removed afterwards).
+  std::string mg2_weights;
 };
 
 // The clock benchmarks time with, in seconds: steady wall clock, or the
