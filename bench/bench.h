@@ -31,6 +31,9 @@ struct BenchOptions {
   // the source tree's tests/data/mg2).
   bool quality = false;
   std::string quality_data;
+  // A `flick synth --size full` directory for the mg2 benchmarks (empty: one
+  // is written to $TMPDIR and removed afterwards).
+  std::string mg2_weights;
 };
 
 // The clock benchmarks time with, in seconds: steady wall clock, or the

@@ -11,7 +11,7 @@ action module and without the KV cache: diffusers' self attention sees the
 block's 2640 tokens, flick's sees 2640 queries against a 5280-token window, so
 flick does about 8 % more attention work per block.
 
-With --flick PATH it also runs `flick bench --filter mg2.dit` in the same run
+With --flick PATH it also runs `flick bench --filter mg2.bf16` in the same run
 (same machine state) and prints the ratio. Without torch it prints why and
 exits 0, so scripts can call it unconditionally.
 
@@ -26,7 +26,7 @@ import time
 
 
 def run_flick(flick, weights):
-    cmd = [flick, "bench", "--filter", "mg2.dit"]
+    cmd = [flick, "bench", "--filter", "mg2.bf16"]
     if weights:
         cmd += ["--mg2-weights", weights]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -34,12 +34,13 @@ def run_flick(flick, weights):
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         return {}
-    # Lines look like "mg2.dit.bf16 ... 11.2 s/block ...".
+    # Rows look like "mg2.bf16 dit 2640 tok, 5280 kv   11234.567  ...": the
+    # second column is milliseconds.
     found = {}
     for line in out.stdout.splitlines():
-        m = re.match(r"\s*(mg2\.dit\.\w+)\s.*?([0-9.]+) s/block", line)
+        m = re.match(r"(mg2\.\w+ dit) .*? kv\s+([0-9.]+)\s", line)
         if m:
-            found[m.group(1)] = float(m.group(2))
+            found[m.group(1)] = float(m.group(2)) / 1e3
     return found
 
 

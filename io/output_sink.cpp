@@ -1,5 +1,6 @@
 #include "io/output_sink.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -17,7 +18,8 @@ constexpr int kContactSheetPngLevel = 6;
 
 class OutputSink final : public FrameSink {
  public:
-  OutputSink(OutputSpec spec, std::string dir) : spec_(std::move(spec)), dir_(std::move(dir)) {}
+  OutputSink(OutputSpec spec, std::string dir, FrameAnnotator annotate)
+      : spec_(std::move(spec)), dir_(std::move(dir)), annotate_(std::move(annotate)) {}
 
   Status begin(int width, int height, double fps, int64_t total_frames) override {
     FLICK_CHECK(!begun_, "begin called twice");
@@ -58,6 +60,15 @@ class OutputSink final : public FrameSink {
       if (video.fps <= 0) video.fps = fps;
       FLICK_ASSIGN_OR_RETURN(
           video_, VideoWriter::create(join_path(dir_, video.file), video, width_, height_));
+    }
+    if (spec_.overlay) {
+      VideoSpec overlay = *spec_.overlay;
+      if (overlay.fps <= 0) overlay.fps = fps;
+      FLICK_ASSIGN_OR_RETURN(
+          overlay_, VideoWriter::create(join_path(dir_, overlay.file), overlay, width_, height_));
+      annotated_.width = width_;
+      annotated_.height = height_;
+      annotated_.rgb.resize(static_cast<size_t>(width_) * height_ * 3);
     }
     switch (spec_.frames.format) {
       case FrameFormat::Zst: {
@@ -103,6 +114,14 @@ class OutputSink final : public FrameSink {
     if (archive_) FLICK_TRY(archive_->write(frame));
     if (video_) FLICK_TRY(video_->write(frame));
     if (sheet_) FLICK_TRY(sheet_->add(frame));
+    if (overlay_) {
+      for (int y = 0; y < height_; ++y) {
+        std::copy_n(frame.rgb + y * frame.stride, 3 * width_,
+                    annotated_.rgb.data() + static_cast<size_t>(y) * 3 * width_);
+      }
+      annotate_(frames_, annotated_);
+      FLICK_TRY(overlay_->write(annotated_.view()));
+    }
     ++frames_;
     return ok_status();
   }
@@ -115,6 +134,10 @@ class OutputSink final : public FrameSink {
     if (video_) {
       FLICK_TRY(video_->finish());
       FLICK_TRY(record(spec_.video->file));
+    }
+    if (overlay_) {
+      FLICK_TRY(overlay_->finish());
+      FLICK_TRY(record(spec_.overlay->file));
     }
     if (sheet_ && frames_ > 0) {
       Frame sheet = sheet_->render();
@@ -132,12 +155,15 @@ class OutputSink final : public FrameSink {
 
   const OutputSpec spec_;
   const std::string dir_;
+  const FrameAnnotator annotate_;
   bool begun_ = false;
   bool finished_ = false;
   Status failed_;  // the first error; every later call returns it
   int width_ = 0, height_ = 0;
   int64_t frames_ = 0;
   std::unique_ptr<VideoWriter> video_;
+  std::unique_ptr<VideoWriter> overlay_;
+  Frame annotated_;  // the copy of the current frame the annotator draws on
   std::unique_ptr<FrameArchiveWriter> archive_;
   std::optional<JpegEncoder> jpeg_;
   std::optional<ContactSheet> sheet_;
@@ -168,22 +194,32 @@ Status validate_output_spec(const OutputSpec& spec) {
     return invalid_input("output.frames.level must be 1..19 (zstd), got " +
                          std::to_string(f.zstd_level));
   }
-  if (spec.video) {
-    FLICK_TRY(validate_video_spec(*spec.video).with_context("output"));
-    const std::string& name = spec.video->file;
+  for (const auto& [key, video] :
+       {std::pair{"video", &spec.video}, std::pair{"overlay", &spec.overlay}}) {
+    if (!*video) continue;
+    FLICK_TRY(validate_video_spec(**video).with_context(std::string("output.") + key));
+    const std::string& name = (*video)->file;
     if (name == kContactSheetName || name == kFrameArchiveName || name.rfind("frame_", 0) == 0) {
-      return invalid_input("output.video.file \"" + name +
+      return invalid_input("output." + std::string(key) + ".file \"" + name +
                            "\" clashes with the names of the frame / contact sheet outputs");
     }
+  }
+  if (spec.video && spec.overlay && spec.video->file == spec.overlay->file) {
+    return invalid_input("output.overlay.file \"" + spec.overlay->file +
+                         "\" is also output.video.file: the overlay needs a name of its own");
   }
   return ok_status();
 }
 
 Expected<std::unique_ptr<FrameSink>> make_output_sink(const OutputSpec& spec,
-                                                      const std::string& dir) {
+                                                      const std::string& dir,
+                                                      FrameAnnotator annotate) {
   FLICK_TRY(validate_output_spec(spec));
+  if (spec.overlay && !annotate) {
+    return invalid_input("output.overlay: this pipeline draws no overlay");
+  }
   FLICK_TRY(ensure_dir(dir));
-  return std::unique_ptr<FrameSink>(new OutputSink(spec, dir));
+  return std::unique_ptr<FrameSink>(new OutputSink(spec, dir, std::move(annotate)));
 }
 
 }  // namespace flick

@@ -27,6 +27,9 @@ struct FramesSpec {
 struct OutputSpec {
   std::string dir;  // final directory; writers render into "<dir>.partial/"
   std::optional<VideoSpec> video;
+  // A second video of the same frames with the pipeline's per-frame
+  // annotations drawn on them (Matrix-Game: the pressed keys and the mouse).
+  std::optional<VideoSpec> overlay;
   FramesSpec frames;
   bool contact_sheet = false;
 };

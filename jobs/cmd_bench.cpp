@@ -10,6 +10,7 @@
 #include "bench/bench_attention.h"
 #include "bench/bench_io.h"
 #include "bench/bench_matmul.h"
+#include "bench/bench_mg2.h"
 #include "bench/mg2_quality.h"
 #include "bench/peak.h"
 #include "jobs/cli.h"
@@ -31,6 +32,7 @@ const std::vector<std::pair<const char*, BenchGroup>>& groups() {
       {"conv", bench::run_conv_benches},
       {"attention", bench::run_attention_benches},
       {"io", [](const Peaks&, const BenchOptions& o) { return bench::run_io_benches(o); }},
+      {"mg2", bench::run_mg2_benches},
   };
   return all;
 }
@@ -93,6 +95,9 @@ void register_bench(CLI::App& app, CliContext& ctx) {
       "bench", "Measure this machine's peak rates and the speed of flick's kernels");
   cmd->add_flag("--quick", options->quick, "Fewer repetitions, skip the largest shapes");
   cmd->add_option("--filter", options->filter, "Run only cases whose name contains this");
+  cmd->add_option("--mg2-weights", options->mg2_weights,
+                  "A `flick synth --size full` directory for the mg2 benchmarks (which run only "
+                  "when --filter names them: mg2, mg2.int8, ...)");
   cmd->add_flag("--cpu-clock", options->cpu_clock,
                 "Time peaks, linear and conv with the thread's CPU clock: steadier on a busy "
                 "machine; use with OMP_NUM_THREADS=1");

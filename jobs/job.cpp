@@ -16,7 +16,7 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void parse_video(TableReader& v, OutputSpec* out) {
+VideoSpec parse_video(TableReader& v) {
   VideoSpec spec;
   const auto codec = v.choice("codec", Need::kOptional, {"h264", "ffv1"});
   if (codec) spec.codec = *codec == 0 ? "h264" : "ffv1";
@@ -50,7 +50,7 @@ void parse_video(TableReader& v, OutputSpec* out) {
   // 0 = not set: the frame rate the pipeline produces.
   spec.fps = v.number("fps", Need::kOptional, 0, 1000, /*lo_open=*/true).value_or(0);
   v.check_unknown_keys();
-  out->video = spec;
+  return spec;
 }
 
 void parse_frames(TableReader& f, OutputSpec* out) {
@@ -96,18 +96,21 @@ void parse_output(TableReader& out, const DaemonConfig& config, Job* job) {
       job->output.dir = job->output_dir.final_path();
     }
   }
-  if (auto video = out.table("video", Need::kOptional)) parse_video(*video, &job->output);
+  if (auto video = out.table("video", Need::kOptional)) job->output.video = parse_video(*video);
+  if (auto overlay = out.table("overlay", Need::kOptional)) {
+    job->output.overlay = parse_video(*overlay);
+  }
   if (auto frames = out.table("frames", Need::kOptional)) parse_frames(*frames, &job->output);
   if (auto sheet = out.boolean("contact_sheet", Need::kOptional))
     job->output.contact_sheet = *sheet;
   out.check_unknown_keys();
-  const bool writes_something = job->output.video.has_value() ||
+  const bool writes_something = job->output.video.has_value() || job->output.overlay.has_value() ||
                                 job->output.frames.format != FrameFormat::None ||
                                 job->output.contact_sheet;
   if (!writes_something && out.diagnostics().ok()) {
-    out.diagnostics().error_at(out.toml(), out.path(),
-                               "[output] writes nothing: set video, frames or contact_sheet",
-                               "nothing to write");
+    out.diagnostics().error_at(
+        out.toml(), out.path(),
+        "[output] writes nothing: set video, overlay, frames or contact_sheet", "nothing to write");
   }
   if (out.diagnostics().ok()) {
     // The writers' own checks (names that would clash, ranges) as a last word.
@@ -211,6 +214,11 @@ std::optional<Job> parse_job(const JobSource& src, const DaemonConfig& config, D
 
   if (pipeline != nullptr) {
     job.prepared = pipeline->instance->prepare(root, config);
+    if (job.prepared != nullptr && job.output.overlay && !job.prepared->overlay()) {
+      diag.add(job.error_at("output.overlay",
+                            "the " + job.kind + " pipeline has nothing to draw an overlay from",
+                            "not supported by " + job.kind));
+    }
   } else {
     // The kind's tables cannot be checked without a known pipeline.
     for (const auto& [key, v] : job.document->as_table()) root.value(key);

@@ -8,6 +8,7 @@
 //   [output]
 //   dir    = "/srv/render/out/shot-12"
 //   video  = { file = "shot.mp4", codec = "h264", crf = 20, fps = 25, preset = "veryfast" }
+//   overlay = { file = "shot_icon.mp4" }  # same keys as video; kinds that draw one (matrix-game-2)
 //   frames = { format = "png" }   # png (level 0-9) | jpeg (quality) | zst (level 1-19) | none
 //   contact_sheet = true
 #pragma once

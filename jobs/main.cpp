@@ -1,7 +1,10 @@
 // flick: one binary for the daemon, one-shot jobs, weight tools and benchmarks.
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "jobs/cli.h"
+#include "runtime/log.h"
 
 namespace flick {
 // Each lives in the file that implements the subcommand.
@@ -13,6 +16,13 @@ void register_bench(CLI::App& app, CliContext& ctx);  // jobs/cmd_bench.cpp
 }  // namespace flick
 
 int main(int argc, char** argv) {
+  // FLICK_LOG=debug shows per-stage detail (memory while loading, per block).
+  if (const char* level = std::getenv("FLICK_LOG")) {
+    const std::string_view l(level);
+    if (l == "debug") flick::log_set_level(flick::LogLevel::kDebug);
+    if (l == "warning") flick::log_set_level(flick::LogLevel::kWarning);
+    if (l == "error") flick::log_set_level(flick::LogLevel::kError);
+  }
   CLI::App app{"flick: headless batch renderer for video-generation and vision transformers"};
   app.set_version_flag("--version", "flick 0.1.0");
   app.require_subcommand(1);

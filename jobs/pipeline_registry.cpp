@@ -6,6 +6,10 @@ namespace {
 constexpr PipelineKind kKinds[] = {
     {"encode", "frames (a PNG/JPEG glob or a .zst frame archive) to video and frames, no weights",
      &create_encode_pipeline},
+    {"matrix-game-2",
+     "Matrix-Game 2.0: a start image and a keyboard/mouse track to video (universal, gta_drive, "
+     "templerun)",
+     &create_matrix_game_pipeline},
 };
 
 }  // namespace

@@ -14,7 +14,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include "io/output_sink.h"
 #include "jobs/toml_reader.h"
 #include "models/pipelines/pipeline.h"
 
@@ -29,6 +32,12 @@ class PreparedJob {
   // One line for logs and status files ("120 frames from /in/shot/*.png").
   virtual std::string summary() const = 0;
   virtual Status run(FrameSink& sink, const RunContext& ctx) = 0;
+  // What draws the [output] overlay video; empty when the kind has nothing
+  // to draw (then a job asking for an overlay is invalid).
+  virtual FrameAnnotator overlay() const { return {}; }
+  // Extra key/values for the [details] table of the status file, asked after
+  // a successful run ("precision" = "int8 DiT, bf16 CLIP, f32 VAE").
+  virtual std::vector<std::pair<std::string, std::string>> status_details() const { return {}; }
 };
 
 class PipelineInstance {
@@ -59,5 +68,6 @@ std::string pipeline_kind_names();
 
 // The factories, one per kind file.
 std::unique_ptr<PipelineInstance> create_encode_pipeline(TableReader& entry);
+std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry);
 
 }  // namespace flick

@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -62,6 +64,14 @@ class TomlOut {
  private:
   std::ostringstream s_;
 };
+
+// A key as TOML writes it: bare when it can be, quoted otherwise.
+std::string bare_key(const std::string& k) {
+  const bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+  return bare ? k : toml_quote(k);
+}
 
 template <typename T>
 std::optional<T> get(const toml::value& t, const char* key) {
@@ -172,6 +182,11 @@ std::string format_status(const JobStatus& s) {
     o.number("total_ms", s.timing->total_ms);
     o.integer("frames", s.timing->frames);
     o.number("fps", s.timing->fps);
+    o.number("s_per_frame", s.timing->s_per_frame);
+  }
+  if (!s.details.empty()) {
+    o.header("details");
+    for (const auto& [key, value] : s.details) o.str(bare_key(key), value);
   }
   if (s.error) {
     o.header("error");
@@ -237,6 +252,16 @@ Expected<JobStatus> parse_status(const std::string& text, const std::string& dis
     d.line = static_cast<int>(get<int64_t>(e, "line").value_or(0));
     d.column = static_cast<int>(get<int64_t>(e, "column").value_or(0));
     s.error = d;
+  }
+  if (doc->as_table().count("details") && doc->at("details").is_table()) {
+    for (const auto& [key, v] : doc->at("details").as_table()) {
+      if (v.is_string()) s.details.emplace_back(key, v.as_string().str);
+    }
+    // toml11's tables are unordered: keep the file's order.
+    std::sort(s.details.begin(), s.details.end(), [&](const auto& a, const auto& b) {
+      const toml::value& t = doc->at("details");
+      return t.at(a.first).location().line() < t.at(b.first).location().line();
+    });
   }
   if (doc->as_table().count("outputs") && doc->at("outputs").is_array()) {
     for (const toml::value& o : doc->at("outputs").as_array()) {

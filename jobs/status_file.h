@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jobs/toml_reader.h"
@@ -31,7 +32,8 @@ struct JobTiming {
   double commit_ms = 0;    // fsync, hash, rename into place, status
   double total_ms = 0;     // claim to status committed
   int64_t frames = 0;
-  double fps = 0;  // frames / render time
+  double fps = 0;          // frames / render time
+  double s_per_frame = 0;  // render time / frames
 };
 
 struct JobStatus {
@@ -55,6 +57,9 @@ struct JobStatus {
   // may not change on a file a submitter owns.
   int64_t not_before_ns = 0;
   std::optional<JobTiming> timing;
+  // [details]: what the pipeline reports about a finished run
+  // (PreparedJob::status_details), e.g. precision = "int8 DiT, bf16 CLIP, f32 VAE".
+  std::vector<std::pair<std::string, std::string>> details;
   std::optional<Diagnostic> error;
   std::vector<OutputRecord> outputs;
 };

@@ -397,7 +397,8 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   };
   if (options_.on_progress) options_.on_progress({job.id, 0, 0, 0});
   {
-    Expected<std::unique_ptr<FrameSink>> sink = make_output_sink(job.output, partial_path);
+    Expected<std::unique_ptr<FrameSink>> sink =
+        make_output_sink(job.output, partial_path, job.prepared->overlay());
     s = sink.ok() ? job.prepared->run(**sink, ctx) : sink.status();
   }  // the sink's destructor discards unfinished files
   const double render_ms = ms_since(render_start);
@@ -420,6 +421,7 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   done.attempts = previous_attempts + 1;
   done.pipeline = job.pipeline;
   done.summary = job.prepared->summary();
+  done.details = job.prepared->status_details();
   Expected<std::vector<std::string>> files = fs::list_files_recursive(partial->get(), partial_path);
   if (!files.ok()) s = files.status();
   for (size_t i = 0; s.ok() && i < files->size(); ++i) {
@@ -458,6 +460,7 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   t.render_ms = render_ms;
   t.frames = frames_done;
   t.fps = render_ms > 0 ? double(frames_done) / (render_ms / 1000) : 0;
+  t.s_per_frame = frames_done > 0 ? render_ms / 1000 / double(frames_done) : 0;
   t.commit_ms = ms_since(commit_start);  // up to the status write itself
   t.total_ms = ms_since(c.start);
   done.timing = t;

@@ -93,7 +93,10 @@ Status ClipVision::load_weights(const WeightView& visual) {
   // runs on the bf16-cast module, so the bf16 path rounds every parameter.
   auto param = [&](const WeightView& v, std::string_view name, Shape shape) -> Expected<Tensor> {
     FLICK_ASSIGN_OR_RETURN(Tensor t, v.get(name, kFloat, shape));
-    if (t.dtype == act_) return t;
+    if (t.dtype == act_) {
+      borrows_store_ = true;  // a view into the checkpoint
+      return t;
+    }
     OwnedTensor& o = owned_.emplace_back(act_, t.shape);
     convert(t.dtype, t.data, act_, o.t.data, t.numel());
     return o.t;

@@ -73,6 +73,10 @@ class ClipVision {
   const ClipVisionConfig& config() const { return cfg_; }
   // F32 or BF16, as the precision.
   DType activation_dtype() const { return act_; }
+  // Whether any parameter is a view into the WeightStore it was loaded from
+  // (a parameter already stored in the activation dtype). When not, the
+  // store may be closed after load: linear weights are packed copies.
+  bool borrows_store() const { return borrows_store_; }
 
   // image: [1, 3, H, W] in [-1, 1], F32 or BF16, any H, W (the reference
   // passes it in the run's dtype). Returns [1, T, W] in activation_dtype(),
@@ -98,6 +102,7 @@ class ClipVision {
   Backend* backend_ = nullptr;
   Precision precision_ = Precision::F32;
   DType act_ = DType::F32;
+  bool borrows_store_ = false;
 
   // Parameters in activation dtype (owned copies when rounded to bf16).
   std::vector<OwnedTensor> owned_;

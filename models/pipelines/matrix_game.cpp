@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "io/image_preprocess.h"
@@ -43,7 +45,6 @@ const Mg2ModeSpec kModes[] = {
 constexpr int kLatentChannels = 16;
 constexpr int kMaskChannels = 4;            // cond_concat keeps 4 of the mask's channels
 constexpr int kVaeStride = 8;               // pixels per latent, each side
-constexpr int64_t kMaxLatentFrames = 3000;  // 11997 video frames, 16.6 min at 12 fps
 
 const Mg2ModeSpec& spec_of(Mg2Mode mode) {
   for (const Mg2ModeSpec& m : kModes) {
@@ -76,6 +77,20 @@ Status check_used(const WeightStore& store, const std::string& path) {
   return Status(s.code(), path + ": " + s.message());
 }
 
+// Resident memory, for the load log: "1.23 GiB".
+std::string resident() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f GiB", std::stod(line.substr(6)) / (1024.0 * 1024.0));
+      return buf;
+    }
+  }
+  return "?";
+}
+
 }  // namespace
 
 std::span<const Mg2ModeSpec> mg2_modes() { return kModes; }
@@ -104,9 +119,9 @@ Status validate_mg2_input(const Mg2Options& options, const Mg2Input& input) {
                          std::to_string(input.image.height) + ", the pipeline runs at " +
                          std::to_string(options.width) + "x" + std::to_string(options.height));
   const int64_t n = input.latent_frames;
-  if (n <= 0 || n % kMg2FramesPerBlock != 0 || n > kMaxLatentFrames)
+  if (n <= 0 || n % kMg2FramesPerBlock != 0 || n > kMg2MaxLatentFrames)
     return invalid_input("latent_frames must be a positive multiple of 3 up to " +
-                         std::to_string(kMaxLatentFrames) + ", got " + std::to_string(n));
+                         std::to_string(kMg2MaxLatentFrames) + ", got " + std::to_string(n));
   const int64_t t = mg2_video_frames(n);
   const size_t kb_want = static_cast<size_t>(t * mode.keyboard_dim);
   if (input.keyboard.size() != kb_want)
@@ -213,6 +228,10 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
       clip_store.view("textual").mark_used(n);
     if (root.has("log_scale")) root.mark_used("log_scale");
     FLICK_TRY(check_used(clip_store, clip_path));
+    // The .pth storages are read into memory (2.5 GB of fp32 for ViT-H); a
+    // bf16 tower keeps rounded copies of everything, so they can go.
+    if (!clip->borrows_store()) clip_store = WeightStore();
+    log_debug("Matrix-Game 2.0: CLIP loaded, " + resident() + " resident");
   }
 
   // ---- VAE encoder and streaming decoder ----
@@ -237,6 +256,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
     encoder.emplace(std::move(*e));
     decoder.emplace(std::move(*d));
     FLICK_TRY(check_used(vae_store, vae_path));
+    log_debug("Matrix-Game 2.0: VAE loaded, " + resident() + " resident");
   }
 
   // ---- DiT and its action modules ----
@@ -279,9 +299,11 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
     }
     dit.emplace(std::move(*d));
     FLICK_TRY(check_used(dit_store, dit_path));
+    log_debug("Matrix-Game 2.0: DiT loaded, " + resident() + " resident");
   }
   // Every weight is packed; the mapped checkpoints need not stay resident.
   for (const WeightStore* s : {&clip_store, &vae_store, &dit_store}) s->release_pages();
+  log_debug("Matrix-Game 2.0: mapped checkpoints released, " + resident() + " resident");
   step_t = wan::warped_step_times(schedule, mode->steps);
   return ok_status();
 }
@@ -397,9 +419,11 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
   OwnedTensor image(act, {3, opt.height, opt.width});
   to_normalized_chw(input.image.view(), {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}, image.t);
   FLICK_ASSIGN_OR_RETURN(OwnedTensor img_cond, encode_image(image.t, n, tap));
+  log_debug("Matrix-Game 2.0: image encoded, " + resident() + " resident");
   FLICK_ASSIGN_OR_RETURN(Tensor visual,
                          clip->forward(image.t.reshape({1, 3, opt.height, opt.width})));
   if (tap) tap("visual_context", visual);
+  log_debug("Matrix-Game 2.0: CLIP context, " + resident() + " resident");
   dit->reset_caches();
   for (WanActionModule& a : actions) a.reset_caches();
   FLICK_TRY(dit->set_context(visual));
@@ -451,6 +475,8 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
       FLICK_TRY(sink.write(rgb.view()));
     }
     done += frames.dim(1);
+    log_debug("Matrix-Game 2.0: block " + std::to_string(b) + " decoded, " + resident() +
+              " resident");
     if (ctx.progress) ctx.progress(done, total);
   }
   if (done != total)

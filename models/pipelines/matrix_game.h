@@ -65,6 +65,9 @@ inline constexpr std::string_view kMg2ClipFile =
     "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth";
 inline constexpr int kMg2Fps = 12;  // the reference writes its videos at 12 fps
 inline constexpr int kMg2FramesPerBlock = 3;
+// The DiT's 3-D RoPE table has 1024 time positions (absolute latent index),
+// so a video has at most 1023 latents (a multiple of 3): 4089 frames, 5.7 min.
+inline constexpr int64_t kMg2MaxLatentFrames = 1023;
 
 // Video frames of a run of `latents` latent frames: 1 + 4 (N - 1).
 constexpr int64_t mg2_video_frames(int64_t latents) { return latents <= 0 ? 0 : 4 * latents - 3; }

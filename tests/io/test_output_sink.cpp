@@ -147,6 +147,68 @@ TEST(OutputSink, AbandonedSinkLeavesOnlyFinishedFrames) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"frame_000000.png"});
 }
 
+// The overlay video holds the annotated frames (the annotator sees each
+// frame's index and a copy, so the plain video and frames stay untouched).
+TEST(OutputSink, OverlayVideoGetsAnnotatedCopies) {
+  TempDir dir;
+  OutputSpec spec;
+  VideoSpec overlay;
+  overlay.file = "icon.mkv";
+  overlay.codec = "ffv1";  // lossless: the decoded frames are the annotated ones exactly
+  spec.overlay = overlay;
+  spec.frames.format = FrameFormat::Png;
+  const auto frames = clip(3, 24, 16);
+  std::vector<int64_t> seen;
+  // Paints row `index` white.
+  FrameAnnotator annotate = [&seen](int64_t index, Frame& f) {
+    seen.push_back(index);
+    std::fill_n(f.rgb.begin() + index * f.width * 3, f.width * 3, uint8_t{255});
+  };
+  {
+    auto sink = make_output_sink(spec, dir.path(), annotate);
+    ASSERT_TRUE(sink.ok()) << sink.status().message();
+    ASSERT_TRUE((*sink)->begin(24, 16, 12, 3).ok());
+    for (const Frame& f : frames) ASSERT_TRUE((*sink)->write(f.view()).ok());
+    ASSERT_TRUE((*sink)->finish().ok());
+    expect_listing_matches(dir, "", (*sink)->outputs());
+  }
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2}));
+  auto v = decode_video(dir.file("icon.mkv"));
+  ASSERT_EQ(v.error, "");
+  EXPECT_EQ(av_cmp_q(v.avg_frame_rate, AVRational{12, 1}), 0);
+  ASSERT_EQ(v.rgb.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    Frame expected = frames[i];
+    std::fill_n(expected.rgb.begin() + i * 24 * 3, 24 * 3, uint8_t{255});
+    EXPECT_EQ(v.rgb[i].rgb, expected.rgb) << "frame " << i;
+    auto png = read_png(dir.file(frame_file_name(i, FrameFormat::Png)));
+    ASSERT_TRUE(png.ok());
+    EXPECT_EQ(png->rgb, frames[i].rgb) << "frame " << i << " must not be annotated";
+  }
+}
+
+TEST(OutputSink, OverlayNeedsAnnotatorAndItsOwnName) {
+  TempDir dir;
+  OutputSpec spec;
+  VideoSpec video;
+  video.file = "walk.mp4";
+  spec.overlay = video;
+  auto no_annotator = make_output_sink(spec, dir.path());
+  ASSERT_FALSE(no_annotator.ok());
+  EXPECT_NE(no_annotator.status().message().find("output.overlay"), std::string::npos);
+
+  spec.video = video;  // the same name twice
+  Status clash = validate_output_spec(spec);
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.message().find("output.overlay.file"), std::string::npos) << clash.message();
+
+  spec.video.reset();
+  spec.overlay->crf = 60;
+  Status crf = validate_output_spec(spec);
+  ASSERT_FALSE(crf.ok());
+  EXPECT_NE(crf.message().find("output.overlay"), std::string::npos) << crf.message();
+}
+
 TEST(OutputSink, SpecValidation) {
   TempDir dir;
   OutputSpec spec;

@@ -146,6 +146,18 @@ TEST_F(JobTest, OutputChecks) {
       5, "output");
 }
 
+// An overlay video needs a pipeline that draws one; encode has no actions.
+TEST_F(JobTest, OverlayOnlyWhereThePipelineDrawsOne) {
+  std::string t = kGood;
+  t.insert(t.find("frames = {"), "overlay = { file = \"icon.mp4\" }\n");
+  const std::string m = expect_error(t, 9, "output.overlay");
+  EXPECT_NE(m.find("the encode pipeline has nothing to draw an overlay from"), std::string::npos)
+      << m;
+  t = kGood;
+  t.insert(t.find("frames = {"), "overlay = { file = \"shot.mp4\" }\n");
+  EXPECT_NE(expect_error(t, 6, "output").find("needs a name of its own"), std::string::npos);
+}
+
 TEST_F(JobTest, MissingInput) {
   std::string t = kGood;
   t.replace(t.find("shot/*.png"), 10, "nothing/*.png");

@@ -85,6 +85,27 @@ TEST(StatusFile, ErrorsWithHostileTextStayValidToml) {
       std::string("[error] bad \"x\"\n --> f\t\x01\x7f end \xef\xbf\xbd\xef\xbf\xbd ok \xc3\xa9"));
 }
 
+// What a pipeline reports about its run ([details]) and the seconds per
+// frame come back in the file's order.
+TEST(StatusFile, DetailsAndSecondsPerFrame) {
+  JobStatus s = sample();
+  s.timing->render_ms = 9000;
+  s.timing->s_per_frame = 3.0;
+  s.details = {
+      {"mode", "universal"}, {"precision", "int8 DiT, bf16 CLIP, f32 VAE"}, {"odd key", "quoted"}};
+  const std::string text = format_status(s);
+  std::istringstream in(text);
+  const toml::value v = toml::parse(in, "x");
+  EXPECT_DOUBLE_EQ(v.at("timing").at("s_per_frame").as_floating(), 3.0);
+  EXPECT_EQ(v.at("details").at("precision").as_string().str, "int8 DiT, bf16 CLIP, f32 VAE");
+  EXPECT_EQ(v.at("details").at("odd key").as_string().str, "quoted");
+  Expected<JobStatus> back = parse_status(text, "x.status.toml");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->details, s.details);
+  // Without details there is no [details] table.
+  EXPECT_EQ(format_status(sample()).find("[details]"), std::string::npos);
+}
+
 TEST(StatusFile, RejectsGarbage) {
   EXPECT_FALSE(parse_status("state = \"bogus\"\n", "x").ok());
   EXPECT_FALSE(parse_status("not toml", "x").ok());

@@ -1,0 +1,239 @@
+#include "bench/bench_mg2.h"
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "models/pipelines/matrix_game.h"
+#include "models/pipelines/mg2_synth.h"
+#include "runtime/backend.h"
+
+namespace flick::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kLatents = 6;  // two blocks: block 1 attends a full 6-latent window
+constexpr uint64_t kSeed = 1;
+
+struct Precisions {
+  const char* name;
+  Precision precision;
+};
+constexpr Precisions kPrecisions[] = {
+    {"bf16", Precision::BF16}, {"int8", Precision::INT8}, {"fp8", Precision::FP8}};
+
+// /proc/self/status fields in kB: VmRSS, VmHWM.
+int64_t proc_status_kb(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(f, line))
+    if (line.rfind(k, 0) == 0) return std::stoll(line.substr(k.size()));
+  return -1;
+}
+
+// Restarts VmHWM (the peak RSS) at the current RSS (Linux >= 4.0).
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+}
+
+double gib(int64_t kb) { return static_cast<double>(kb) / (1024.0 * 1024.0); }
+
+class CountingSink : public FrameSink {
+ public:
+  Status begin(int, int, double, int64_t) override { return ok_status(); }
+  Status write(const FrameView&) override {
+    ++frames;
+    return ok_status();
+  }
+  Status finish() override { return ok_status(); }
+  int64_t frames = 0;
+};
+
+// A start image with structure (a diagonal gradient) and an action track:
+// forward throughout, the camera turning right in the second half.
+Mg2Input bench_input(const Mg2Options& o) {
+  Mg2Input in;
+  in.image.width = o.width;
+  in.image.height = o.height;
+  in.image.rgb.resize(static_cast<size_t>(3 * o.width * o.height));
+  for (int y = 0; y < o.height; ++y)
+    for (int x = 0; x < o.width; ++x)
+      for (int c = 0; c < 3; ++c)
+        in.image.rgb[static_cast<size_t>((y * o.width + x) * 3 + c)] =
+            static_cast<uint8_t>((x + y + 80 * c) & 255);
+  in.seed = kSeed;
+  in.latent_frames = kLatents;
+  const int64_t t = mg2_video_frames(kLatents);
+  in.keyboard.assign(static_cast<size_t>(4 * t), 0.f);
+  in.mouse.assign(static_cast<size_t>(2 * t), 0.f);
+  for (int64_t i = 0; i < t; ++i) {
+    in.keyboard[static_cast<size_t>(4 * i)] = 1.f;                  // w
+    if (i >= t / 2) in.mouse[static_cast<size_t>(2 * i + 1)] = 0.1f;  // yaw right
+  }
+  return in;
+}
+
+// FLOPs of one DiT call (linear layers and attention; the action module's
+// and the elementwise work are left out, so the rate is a slight underestimate).
+struct DitFlops {
+  double linear = 0, attention = 0;
+};
+DitFlops dit_flops() {
+  const double t = 2640, d = 1536, f = 8960, layers = 30, kv = 5280, ctx = 257;
+  DitFlops r;
+  r.linear = layers * (2 * t * d * d * 6 + 2 * t * d * f * 2);  // q k v o, cross q o, ffn
+  r.attention = layers * (4 * t * kv * d + 4 * t * ctx * d);    // QK^T and PV
+  return r;
+}
+
+double linear_peak(const Peaks& p, Precision precision) {
+  if (precision == Precision::INT8) return p.amx_int8_gops > 0 ? p.amx_int8_gops : p.int8_gops;
+  // BF16 and FP8 (E4M3 weights widened to bf16) run bf16 dot products.
+  return p.amx_bf16_gflops > 0 ? p.amx_bf16_gflops : p.bf16_gflops;
+}
+double attention_peak(const Peaks& p) {
+  return p.amx_bf16_gflops > 0 ? p.amx_bf16_gflops : p.bf16_gflops;
+}
+
+std::vector<BenchResult> run_precision(const std::string& weights, const Precisions& prec,
+                                       const Peaks& peaks) {
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  std::vector<BenchResult> out;
+  const std::string name = std::string("mg2.") + prec.name;
+  auto failed = [&](const Status& s) {
+    BenchResult r;
+    r.name = name;
+    r.detail = "failed: " + s.message();
+    return std::vector<BenchResult>{r};
+  };
+
+  reset_peak_rss();
+  Mg2Options o;
+  o.weights = weights;
+  o.mode = Mg2Mode::kUniversal;
+  o.precision = prec.precision;
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const auto load_start = clock::now();
+  Expected<std::unique_ptr<Mg2Pipeline>> p = Mg2Pipeline::load(o, *backend);
+  if (!p.ok()) return failed(p.status());
+  const double load_s = seconds(load_start, clock::now());
+  const int64_t rss_loaded = proc_status_kb("VmRSS");
+
+  std::map<std::string, clock::time_point> at;
+  const Mg2Pipeline::Tap tap = [&](std::string_view n, const Tensor&) {
+    at[std::string(n)] = clock::now();
+  };
+  CountingSink sink;
+  const Mg2Input in = bench_input(o);
+  const auto run_start = clock::now();
+  const Status s = (*p)->run(in, sink, RunContext{}, tap);
+  const auto run_end = clock::now();
+  if (!s.ok()) return failed(s);
+  const int64_t rss_peak = proc_status_kb("VmHWM");
+
+  const DitFlops fl = dit_flops();
+  const double dit_s = seconds(at["b1.s0.x"], at["b1.s0.flow"]);
+  const double bound = fl.linear / (linear_peak(peaks, prec.precision) * 1e9) +
+                       fl.attention / (attention_peak(peaks) * 1e9);
+  const char* dit_target = prec.precision == Precision::INT8   ? "7"
+                           : prec.precision == Precision::BF16 ? "12"
+                                                               : "-";
+  char buf[256];
+  BenchResult dit;
+  dit.name = name + " dit 2640 tok, 5280 kv";
+  dit.seconds = dit_s;
+  dit.rate = (fl.linear + fl.attention) / dit_s * 1e-9;
+  dit.unit = prec.precision == Precision::INT8 ? "GOPS" : "GFLOPS";
+  dit.peak_pct = bound > 0 ? 100.0 * bound / dit_s : 0;
+  std::snprintf(buf, sizeof buf, "target <= %s s; peak-derived lower bound %.2f s (%s)", dit_target,
+                bound, precision_name(prec.precision));
+  dit.detail = buf;
+  out.push_back(dit);
+
+  const int64_t block_frames = 4 * kMg2FramesPerBlock;  // every block after the first
+  BenchResult dec;
+  dec.name = name + " vae decode 352x640";
+  dec.seconds = seconds(at["b1.latents"], at["b1.frames"]) / block_frames;
+  dec.rate = 1.0 / dec.seconds;
+  dec.unit = "frames/s";
+  dec.detail = "per video frame, steady state; target <= 1.5 s";
+  out.push_back(dec);
+
+  BenchResult e2e;
+  e2e.name = name + " e2e per frame";
+  e2e.seconds = seconds(at["b0.frames"], at["b1.frames"]) / block_frames;
+  e2e.rate = 1.0 / e2e.seconds;
+  e2e.unit = "frames/s";
+  std::snprintf(buf, sizeof buf,
+                "steady state; whole %lld-frame job %.1f s/frame (conditioning %.1f s), load "
+                "%.0f s, RSS %.2f GiB loaded, peak %.2f GiB%s",
+                static_cast<long long>(sink.frames),
+                seconds(run_start, run_end) / static_cast<double>(sink.frames),
+                seconds(run_start, at["b0.s0.x"]), load_s, gib(rss_loaded), gib(rss_peak),
+                prec.precision == Precision::INT8 ? "; target <= 5 s, <= 6 GiB" : "");
+  e2e.detail = buf;
+  out.push_back(e2e);
+  return out;
+}
+
+}  // namespace
+
+std::vector<BenchResult> run_mg2_benches(const Peaks& peaks, const BenchOptions& options) {
+  std::vector<const Precisions*> todo;
+  for (const Precisions& p : kPrecisions) {
+    // Opt-in: an empty filter (a plain `flick bench`) does not run these.
+    if (!options.filter.empty() &&
+        (std::string("mg2.") + p.name).find(options.filter) != std::string::npos)
+      todo.push_back(&p);
+  }
+  if (todo.empty()) return {};
+
+  std::string weights = options.mg2_weights;
+  std::string scratch;
+  if (weights.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/flick-bench-mg2.XXXXXX";
+    if (!mkdtemp(templ.data())) {
+      BenchResult r;
+      r.name = "mg2";
+      r.detail = "failed: cannot create a directory for the synthetic weights in " + templ;
+      return {r};
+    }
+    scratch = weights = templ;
+    std::printf("writing full-size synthetic Matrix-Game weights (universal) to %s ...\n",
+                weights.c_str());
+    std::fflush(stdout);
+    Mg2SynthOptions so;
+    so.size = Mg2SynthSize::kFull;
+    so.modes = {Mg2Mode::kUniversal};
+    so.seed = kSeed;
+    const Status s = write_mg2_synth(weights, so);
+    if (!s.ok()) {
+      fs::remove_all(scratch);
+      BenchResult r;
+      r.name = "mg2";
+      r.detail = "failed: " + s.message();
+      return {r};
+    }
+  }
+  std::vector<BenchResult> results;
+  for (const Precisions* p : todo) {
+    for (BenchResult& r : run_precision(weights, *p, peaks)) results.push_back(std::move(r));
+  }
+  if (!scratch.empty()) fs::remove_all(scratch);
+  return results;
+}
+
+}  // namespace flick::bench
