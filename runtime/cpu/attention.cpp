@@ -345,7 +345,14 @@ HostBuffer& thread_scratch(size_t bytes) {
   return buffer;
 }
 
+bool host_runs(const Kernel& kernel) {
+  if (&kernel == &kAmxKernel) return amx_bf16_supported();  // also asks for the tile state
+  if (&kernel == &kAvx512Kernel) return avx512_bf16_supported();
+  return true;
+}
+
 void run_kernel(const Kernel& kernel, const Problem& p) {
+  FLICK_CHECK(host_runs(kernel), std::string("attention: this CPU cannot run kernel ") + kernel.name);
   FLICK_CHECK(kernel_accepts(kernel, p),
               std::string("attention: kernel ") + kernel.name + " does not take this problem");
   const int64_t tiles = (p.q_len + kernel.tile_rows - 1) / kernel.tile_rows;

@@ -101,54 +101,77 @@ struct Chunk {
 // that the softmax can be interleaved between steps.
 class TileQueue {
  public:
-  void clear() { n_ = cur_ = step_ = total_ = done_ = 0; }
+  void clear() { n_ = cur_ = step_ = half_ = total_ = 0; }
   void push(const Chunk& c) {
     chunks_[n_++] = c;
-    total_ += c.steps;
+    total_ += c.a[1] ? 2 * c.steps : c.steps;
   }
-  int64_t total() const { return total_; }
-  // Runs k-steps until `target` of the total have run.
-  void run_until(int64_t target) {
-    while (done_ < target) step();
+  // Spreads the queued half k-steps evenly over `ticks` calls of tick().
+  void pace(int64_t ticks) {
+    ticks_ = ticks;
+    credit_ = 0;
   }
-  void finish() { run_until(total_); }
+  void tick() {
+    credit_ += total_;
+    while (credit_ >= ticks_) {
+      credit_ -= ticks_;
+      half_step();
+    }
+  }
+  void finish() {
+    while (cur_ < n_) half_step();
+  }
 
  private:
-  void step() {
+  // Half a k-step: A row 0 against both B tiles, or A row 1 against both.
+  // C tiles are stored as soon as their last product is issued.
+  void half_step() {
     const Chunk& k = chunks_[cur_];
     const bool full = k.a[1] != nullptr;
-    if (step_ == 0) {
-      if (k.load_c) {
-        _tile_loadd(0, k.c[0], 64);
-        _tile_loadd(1, k.c[1], 64);
-        if (full) {
-          _tile_loadd(2, k.c[2], 64);
-          _tile_loadd(3, k.c[3], 64);
+    const bool last = step_ + 1 == k.steps;
+    if (half_ == 0) {
+      if (step_ == 0) {
+        if (k.load_c) {
+          _tile_loadd(0, k.c[0], 64);
+          _tile_loadd(1, k.c[1], 64);
+          if (full) {
+            _tile_loadd(2, k.c[2], 64);
+            _tile_loadd(3, k.c[3], 64);
+          }
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
         }
-      } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
       }
-    }
-    _tile_loadd(4, k.a[0] + step_ * k.a_step, 64);
-    _tile_loadd(6, k.b[0] + step_ * k.b_step, 64);
-    _tile_loadd(7, k.b[1] + step_ * k.b_step, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    if (full) {
+      _tile_loadd(4, k.a[0] + step_ * k.a_step, 64);
+      _tile_loadd(6, k.b[0] + step_ * k.b_step, 64);
+      _tile_loadd(7, k.b[1] + step_ * k.b_step, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if (last) {
+        _tile_stored(0, k.c[0], 64);
+        _tile_stored(1, k.c[1], 64);
+      }
+      if (full) {
+        half_ = 1;
+        return;
+      }
+    } else {
       _tile_loadd(5, k.a[1] + step_ * k.a_step, 64);
+
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
+      if (last) {
+        _tile_stored(2, k.c[2], 64);
+        _tile_stored(3, k.c[3], 64);
+      }
+      half_ = 0;
     }
-    ++done_;
-    if (++step_ < k.steps) return;
-    _tile_stored(0, k.c[0], 64);
-    _tile_stored(1, k.c[1], 64);
-    if (full) {
-      _tile_stored(2, k.c[2], 64);
-      _tile_stored(3, k.c[3], 64);
+    if (!last) {
+      ++step_;
+      return;
     }
     step_ = 0;
     ++cur_;
@@ -157,7 +180,8 @@ class TileQueue {
   static constexpr int kMaxChunks = kBlock / kPair + kMaxHeadDim / kPair;
   Chunk chunks_[kMaxChunks];
   int n_ = 0, cur_ = 0;
-  int64_t step_ = 0, total_ = 0, done_ = 0;
+  int64_t step_ = 0, total_ = 0, ticks_ = 1, credit_ = 0;
+  int half_ = 0;
 };
 
 // ---- vector helpers ----
@@ -375,8 +399,9 @@ void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0
 
 class TileRun {
  public:
-  TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0)
-      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0) {}
+  TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
+          bool reverse)
+      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0), reverse_(reverse) {}
 
   void run() {
     const int64_t rows = min64(kRows, p_.q_len - row0_);
@@ -434,7 +459,11 @@ class TileRun {
     std::memset(w_.o, 0, size_t(2 * pairs * d_.dtiles * 256) * 4);
 
     int64_t n = 0;
-    for (int64_t key0 = 0; key0 < p_.kv_len; key0 += kBlock) {
+    const int64_t blocks = ceil_div(p_.kv_len, kBlock);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      // Odd work items walk the keys backwards: they start on the blocks the
+      // previous item touched last, which are still in L2.
+      const int64_t key0 = (reverse_ ? blocks - 1 - blk : blk) * kBlock;
       const bool padded = has_padding(key0, min64(key0 + kBlock, p_.kv_len));
       for (int64_t pr = 0; pr < pairs; ++pr) {
         if (pair_max[pr] <= key0) continue;
@@ -546,57 +575,33 @@ class TileRun {
   // max / sum / alpha of the pair's two groups, with the tile queue's k-steps
   // spread between key pairs.
   void softmax(const Step& s, int buf, TileQueue& tq) {
-    const float c = (p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e;
-    const __m512 vc = _mm512_set1_ps(c);
+    const __m512 vc = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
     const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    float* sbuf = w_.s[buf];
-    const int64_t nk = round_up(s.nkeys, kPair);
-    auto svec = [sbuf](int64_t jl, int gi) {  // S^T row of key jl (block-local), group gi
-      return sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16;
-    };
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    // S^T tile (kt, gi) of the step: rows = keys 16 kt + m, lanes = queries.
+    float* const sbuf = w_.s[buf];
+    auto stile = [sbuf](int64_t kt, int gi) { return sbuf + (kt * 2 + gi) * 256; };
 
     // Pass 1: the block's max per query. Masked steps store the scaled,
     // biased and masked scores (-inf where invisible) back into S^T.
     __m512 shift[2];
     for (int gi = 0; gi < 2; ++gi) {
       const int64_t g = 2 * s.pair + gi;
-      __m512 bmax = neg_inf;
+      __m512 bmax;
       if (!s.masked) {
-        for (int64_t jl = 0; jl < nk; ++jl)
-          bmax = _mm512_max_ps(bmax, _mm512_load_ps(svec(jl, gi)));
-        bmax = _mm512_mul_ps(bmax, vc);
-      } else {
-        // Padding queries past Lq have no bias row to read.
-        const __mmask16 real = first_lanes(p_.q_len - (row0_ + g * kGroup));
-        for (int64_t jl = 0; jl < nk; ++jl) {
-          const int64_t j = s.key0 + jl;
-          const __mmask16 m = j < p_.kv_len ? visible(g, j) : __mmask16(0);
-          float* sv = svec(jl, gi);
-          __m512 t = _mm512_mul_ps(_mm512_load_ps(sv), vc);
-          if (p_.bias && (m & real)) t = _mm512_add_ps(t, bias_lanes(g, j, m & real));
-          t = _mm512_mask_blend_ps(m, neg_inf, t);
-          _mm512_store_ps(sv, t);
-          bmax = _mm512_max_ps(bmax, t);
+        __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
+        for (int64_t kt = 0; kt < ktiles; ++kt) {
+          const float* t = stile(kt, gi);
+          for (int m = 0; m < 16; m += 4)
+            for (int e = 0; e < 4; ++e)
+              m4[e] = _mm512_max_ps(m4[e], _mm512_load_ps(t + (m + e) * 16));
         }
+        bmax = _mm512_mul_ps(
+            _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), vc);
+      } else {
+        bmax = masked_scores(s, g, sbuf + gi * 256, ktiles, vc);
       }
-      const __m512 old_max = _mm512_load_ps(w_.max + g * kGroup);
-      // Raise the max only when the block exceeds it by more than 2^kLazyLog2.
-      const __mmask16 raise =
-          _mm512_cmp_ps_mask(bmax, _mm512_add_ps(old_max, _mm512_set1_ps(kLazyLog2)), _CMP_GT_OQ);
-      const __m512 new_max = _mm512_mask_blend_ps(raise, old_max, bmax);
-      // alpha = 2^(old - new): 1 where kept, 0 where the old max was -inf.
-      const __m512 alpha = _mm512_mask_blend_ps(
-          raise, _mm512_set1_ps(1.f),
-          exp2_poly(_mm512_max_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(-200.f))));
-      _mm512_store_ps(w_.max + g * kGroup, new_max);
-      _mm512_store_ps(w_.alpha + g * kGroup, alpha);
-      _mm512_store_ps(w_.sum + g * kGroup,
-                      _mm512_mul_ps(_mm512_load_ps(w_.sum + g * kGroup), alpha));
-      // O^T needs rescaling where the old max was finite (else it is zero).
-      w_.rescale[g] |= (raise & _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ)) != 0;
-      // While a query sees nothing its max is -inf; shifting by 0 keeps its weights 0.
-      shift[gi] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ), new_max,
-                                       _mm512_setzero_ps());
+      shift[gi] = update_max(g, bmax);
     }
 
     // Pass 2: weights, sums and P^T rows, a key pair at a time, with the
@@ -606,31 +611,76 @@ class TileRun {
         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i interleave = _mm512_load_si512(kInterleave);
     const __m512 floor = _mm512_set1_ps(-200.f);
-    uint16_t* pbuf = w_.p[buf];
-    __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
-    const int64_t units = nk / 2, total = tq.total();
-    for (int64_t u = 0; u < units; ++u) {
-      const int64_t jl = 2 * u;
-      __m512 w[2][2];
-      for (int gi = 0; gi < 2; ++gi) {
-        const float* sv = svec(jl, gi);
-        for (int e = 0; e < 2; ++e) {
-          const __m512 x = _mm512_load_ps(sv + 16 * e);
-          w[gi][e] = s.masked ? exp2_poly(_mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor))
-                              : exp2_poly(_mm512_fmsub_ps(x, vc, shift[gi]));
+    uint16_t* const pbuf = w_.p[buf];
+    __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    tq.pace(ktiles * 16);
+    for (int64_t kt = 0; kt < ktiles; ++kt) {
+      for (int m = 0; m < 16; m += 2) {
+        for (int gi = 0; gi < 2; ++gi) {
+          const float* sv = stile(kt, gi) + m * 16;
+          __m512 w[2];
+          for (int e = 0; e < 2; ++e) {
+            const __m512 x = _mm512_load_ps(sv + 16 * e);
+            w[e] = s.masked ? exp2_poly(_mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor))
+                            : exp2_poly(_mm512_fmsub_ps(x, vc, shift[gi]));
+          }
+          sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
+          // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
+          _mm512_store_si512(
+              pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
+              _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
+          tq.tick();
         }
-        const __m512i units16 =
-            _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[gi][1], w[gi][0]));
-        _mm512_store_si512(pbuf + ((jl / kPair) * 2 + gi) * kTileElems + (jl % kPair) / 2 * 32,
-                           units16);
       }
-      sum0 = _mm512_add_ps(sum0, _mm512_add_ps(w[0][0], w[0][1]));
-      sum1 = _mm512_add_ps(sum1, _mm512_add_ps(w[1][0], w[1][1]));
-      tq.run_until((u + 1) * total / units);
     }
-    float* sum = w_.sum + 2 * s.pair * kGroup;
-    _mm512_store_ps(sum, _mm512_add_ps(_mm512_load_ps(sum), sum0));
-    _mm512_store_ps(sum + kGroup, _mm512_add_ps(_mm512_load_ps(sum + kGroup), sum1));
+    for (int gi = 0; gi < 2; ++gi) {
+      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
+      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sum[gi]));
+    }
+  }
+
+  // Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
+  // apart): scaled, biased scores with -inf where invisible, stored back;
+  // returns their max per query.
+  __m512 masked_scores(const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 vc) {
+    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+    // Padding queries past Lq have no bias row to read.
+    const __mmask16 real = first_lanes(p_.q_len - (row0_ + g * kGroup));
+    __m512 bmax = neg_inf;
+    for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
+      const int64_t j = s.key0 + jl;
+      const __mmask16 m = j < p_.kv_len ? visible(g, j) : __mmask16(0);
+      float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
+      __m512 x = _mm512_mul_ps(_mm512_load_ps(t), vc);
+      if (p_.bias && (m & real)) x = _mm512_add_ps(x, bias_lanes(g, j, m & real));
+      x = _mm512_mask_blend_ps(m, neg_inf, x);
+      _mm512_store_ps(t, x);
+      bmax = _mm512_max_ps(bmax, x);
+    }
+    return bmax;
+  }
+
+  // Folds a block's max into group g's running max (raised only when the block
+  // exceeds it by more than kLazyLog2), sets alpha and the rescale flag, and
+  // returns the shift the block's weights are taken against.
+  __m512 update_max(int64_t g, __m512 bmax) {
+    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+    const __m512 old_max = _mm512_load_ps(w_.max + g * kGroup);
+    const __mmask16 raise =
+        _mm512_cmp_ps_mask(bmax, _mm512_add_ps(old_max, _mm512_set1_ps(kLazyLog2)), _CMP_GT_OQ);
+    const __m512 new_max = _mm512_mask_blend_ps(raise, old_max, bmax);
+    // alpha = 2^(old - new): 1 where kept, 0 where the old max was -inf.
+    const __m512 alpha = _mm512_mask_blend_ps(
+        raise, _mm512_set1_ps(1.f),
+        exp2_poly(_mm512_max_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(-200.f))));
+    _mm512_store_ps(w_.max + g * kGroup, new_max);
+    _mm512_store_ps(w_.alpha + g * kGroup, alpha);
+    _mm512_store_ps(w_.sum + g * kGroup, _mm512_mul_ps(_mm512_load_ps(w_.sum + g * kGroup), alpha));
+    // O^T needs rescaling where the old max was finite (else it is zero).
+    w_.rescale[g] |= (raise & _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ)) != 0;
+    // While a query sees nothing its max is -inf; shifting by 0 keeps its weights 0.
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ), new_max,
+                                _mm512_setzero_ps());
   }
 
   // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was
@@ -690,6 +740,7 @@ class TileRun {
   const Workspace& w_;
   const Dims& d_;
   const int64_t b_, h_, row0_;
+  const bool reverse_;
   TileQueue queue_;
 };
 
@@ -711,7 +762,7 @@ void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
       pack_vt(p, d, b, h, w.vt);
       packed = bh;
     }
-    TileRun(p, w, d, b, h, tile * kRows).run();
+    TileRun(p, w, d, b, h, tile * kRows, item % 2 == 1).run();
   }
   _tile_release();
 }

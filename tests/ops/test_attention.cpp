@@ -555,7 +555,9 @@ bool tile_data_permitted() {
 TEST(AttentionAmx, TakenExactlyWhenTheHostHasAmx) {
   const bool amx = cpu::attention_detail::amx_bf16_supported();
   EXPECT_EQ(amx, host_has_amx_bf16()) << "CPUID says AMX-BF16 " << host_has_amx_bf16();
-  if (amx) EXPECT_TRUE(tile_data_permitted()) << "probe passed but no tile data permission";
+  if (amx) {
+    EXPECT_TRUE(tile_data_permitted()) << "probe passed but no tile data permission";
+  }
   std::mt19937 rng(11);
   OwnedTensor qb = random4(DType::BF16, {1, 40, 2, 64}, rng, 1.f);
   OwnedTensor kb = random4(DType::BF16, {1, 50, 2, 64}, rng, 1.f);
@@ -568,8 +570,9 @@ TEST(AttentionAmx, TakenExactlyWhenTheHostHasAmx) {
 }
 
 std::string shape_name(const SweepCase& c) {
-  return "B" + std::to_string(c.B) + " Lq" + std::to_string(c.Lq) + " Lk" + std::to_string(c.Lk) +
-         " H" + std::to_string(c.H) + " D" + std::to_string(c.D);
+  std::ostringstream os;
+  os << "B" << c.B << " Lq" << c.Lq << " Lk" << c.Lk << " H" << c.H << " D" << c.D;
+  return os.str();
 }
 
 // Lengths off every multiple of 16, 32 and 128, several query tiles and key
