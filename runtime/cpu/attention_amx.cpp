@@ -266,7 +266,9 @@ struct Dims {
 };
 
 // One step of the schedule: keys [key0, key0 + nkeys) for the queries of
-// pair `pair`; masked: some (key, query) is masked, or there is a bias.
+// pair `pair` (computed up to a multiple of 32 keys; the keys past nkeys get
+// weight 0); masked: some query of the pair cannot see some of those keys, or
+// there is a bias.
 struct Step {
   int32_t key0, nkeys, pair;
   bool masked;
@@ -472,7 +474,7 @@ class TileRun {
         s.key0 = static_cast<int32_t>(key0);
         s.nkeys = static_cast<int32_t>(nkeys);
         s.pair = static_cast<int32_t>(pr);
-        s.masked = p_.bias != nullptr || padded || pair_min[pr] < key0 + nkeys || nkeys % kPair;
+        s.masked = p_.bias != nullptr || padded || pair_min[pr] < key0 + nkeys;
       }
     }
     return n;
@@ -590,12 +592,14 @@ class TileRun {
       __m512 bmax;
       if (!s.masked) {
         __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-        for (int64_t kt = 0; kt < ktiles; ++kt) {
+        for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
           const float* t = stile(kt, gi);
           for (int m = 0; m < 16; m += 4)
             for (int e = 0; e < 4; ++e)
               m4[e] = _mm512_max_ps(m4[e], _mm512_load_ps(t + (m + e) * 16));
         }
+        for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)  // keys of a last, partial tile
+          m4[0] = _mm512_max_ps(m4[0], _mm512_load_ps(stile(jl / 16, gi) + (jl % 16) * 16));
         bmax = _mm512_mul_ps(
             _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), vc);
       } else {
@@ -623,6 +627,11 @@ class TileRun {
             const __m512 x = _mm512_load_ps(sv + 16 * e);
             w[e] = s.masked ? exp2_poly(_mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor))
                             : exp2_poly(_mm512_fmsub_ps(x, vc, shift[gi]));
+          }
+          const int64_t jl = kt * 16 + m;
+          if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
+            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
+            w[1] = _mm512_setzero_ps();
           }
           sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
           // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.

@@ -92,7 +92,8 @@ inline bool kernel_accepts(const Kernel& kernel, const Problem& p) {
   return kernel.accepts == nullptr || kernel.accepts(p);
 }
 // The kernel cpu::attention runs for p on this host: AMX where the host has
-// it and the kernel accepts p, else AVX-512, else the portable one.
+// it, the kernel accepts p and p is not tiny (under 8 queries and under 64
+// keys), else AVX-512, else the portable one.
 const Kernel& select_kernel(const Problem& p);
 
 // cpu::attention with a chosen kernel, which must accept the problem (tests
