@@ -72,13 +72,17 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
   result.peak_pct = peak > 0 ? 100.0 * result.rate / peak : 0.0;
   char detail[96];
   if (kernel == "amx") {
-    std::snprintf(detail, sizeof detail, "of AMX bf16 peak (%.0f%% of vdpbf16ps peak)",
+    std::snprintf(detail, sizeof detail, "of AMX bf16 peak (%.0f%% of vdpbf16ps)",
                   peaks.bf16_gflops > 0 ? 100.0 * result.rate / peaks.bf16_gflops : 0.0);
   } else {
     std::snprintf(detail, sizeof detail, "of %s peak",
                   c.dtype == DType::BF16 ? "vdpbf16ps" : "FMA");
   }
   result.detail = detail;
+  Tensor o = out;
+  namespace ad = cpu::attention_detail;
+  if (&ad::select_kernel(ad::resolve_problem(q, k, v, o, {})) == c.kernel)
+    result.detail += ", cpu::attention's choice";
   return result;
 }
 
