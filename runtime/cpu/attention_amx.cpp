@@ -110,8 +110,8 @@ struct Chunk {
   bool load_c;
 };
 
-// The tile work of one pipeline iteration, executed one k-step at a time so
-// that the softmax can be interleaved between steps.
+// The tile work of one pipeline iteration, executed half a k-step at a time
+// so that the softmax can be interleaved between the pieces.
 class TileQueue {
  public:
   void clear() { n_ = cur_ = step_ = half_ = total_ = 0; }
@@ -173,7 +173,6 @@ class TileQueue {
       }
     } else {
       _tile_loadd(5, k.a[1] + step_ * k.a_step, 64);
-
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
       if (last) {
