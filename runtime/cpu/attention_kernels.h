@@ -88,7 +88,7 @@ bool amx_bf16_supported();
 // The checked, resolved problem of cpu::attention's arguments.
 Problem resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                         const AttentionParams& p);
-inline bool kernel_accepts(const Kernel& kernel, const Problem& p) {
+static inline bool kernel_accepts(const Kernel& kernel, const Problem& p) {
   return kernel.accepts == nullptr || kernel.accepts(p);
 }
 // The kernel cpu::attention runs for p on this host: AMX where the host has

@@ -539,16 +539,20 @@ TEST(AttentionRealShape, ClipVisionBf16SampledRows) {
 // and tile edges (16 / 32), with every mask. On a host without AMX these
 // cases still run the other kernels.
 
-// CPUID.(7,0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE), and whether Linux let
-// this process use the tile data state (ARCH_GET_XCOMP_PERM bit 18), read
-// here independently of the kernel's own probe.
+// CPUID.(7,0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE) with AVX-512 BF16,
+// and a Linux that supports the tile data state (ARCH_GET_XCOMP_SUPP bit 18),
+// read here independently of the kernel's own probe.
 bool host_has_amx_bf16() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   if (!(d >> 22 & 1u) || !(d >> 24 & 1u)) return false;
-  return __builtin_cpu_supports("avx512bf16") != 0;
+  if (!__builtin_cpu_supports("avx512bf16")) return false;
+  constexpr int kArchGetXcompSupp = 0x1021;
+  uint64_t features = 0;
+  return syscall(SYS_arch_prctl, kArchGetXcompSupp, &features) == 0 && (features >> 18 & 1u);
 }
 
+// Whether this process was granted the tile data state (ARCH_GET_XCOMP_PERM).
 bool tile_data_permitted() {
   constexpr int kArchGetXcompPerm = 0x1022;
   uint64_t features = 0;
@@ -557,7 +561,7 @@ bool tile_data_permitted() {
 
 TEST(AttentionAmx, TakenExactlyWhenTheHostHasAmx) {
   const bool amx = cpu::attention_detail::amx_bf16_supported();
-  EXPECT_EQ(amx, host_has_amx_bf16()) << "CPUID says AMX-BF16 " << host_has_amx_bf16();
+  EXPECT_EQ(amx, host_has_amx_bf16()) << "CPUID + Linux say AMX-BF16: " << host_has_amx_bf16();
   if (amx) {
     EXPECT_TRUE(tile_data_permitted()) << "probe passed but no tile data permission";
   }
