@@ -1,20 +1,24 @@
 #include "bench/bench_attention.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
+#include "runtime/cpu/attention_kernels.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/tensor.h"
 
 namespace flick::bench {
 namespace {
 
+using cpu::attention_detail::Kernel;
+
 struct AttentionCase {
   const char* what;
   DType dtype;
-  int64_t q_len, kv_len, heads, head_dim;
+  int64_t batch, q_len, kv_len, heads, head_dim;
+  const Kernel* kernel;
 };
 
 // Deterministic values in [-2, 2): attention time does not depend on them, as
@@ -27,54 +31,98 @@ void fill(Tensor& t) {
   }
 }
 
-// "attention bf16 self 2640x5280 12x128"
+// "attention bf16 self 2640x5280 12x128 amx" (batch prefixed when > 1).
 std::string case_name(const AttentionCase& c) {
+  std::string shape = std::to_string(c.q_len) + "x" + std::to_string(c.kv_len) + " " +
+                      std::to_string(c.heads) + "x" + std::to_string(c.head_dim);
+  if (c.batch > 1) shape = std::to_string(c.batch) + "x" + shape;
   return std::string("attention ") + (c.dtype == DType::BF16 ? "bf16 " : "f32 ") + c.what + " " +
-         std::to_string(c.q_len) + "x" + std::to_string(c.kv_len) + " " + std::to_string(c.heads) +
-         "x" + std::to_string(c.head_dim);
+         shape + " " + c.kernel->name;
 }
 
-BenchResult run_case(const AttentionCase& c, const Peaks& peaks, int repetitions) {
-  OwnedTensor q(c.dtype, {1, c.q_len, c.heads, c.head_dim});
-  OwnedTensor k(c.dtype, {1, c.kv_len, c.heads, c.head_dim});
-  OwnedTensor v(c.dtype, {1, c.kv_len, c.heads, c.head_dim});
-  OwnedTensor out(c.dtype, {1, c.q_len, c.heads, c.head_dim});
+BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOptions& options) {
+  const Shape qs{c.batch, c.q_len, c.heads, c.head_dim};
+  const Shape ks{c.batch, c.kv_len, c.heads, c.head_dim};
+  OwnedTensor q(c.dtype, qs), k(c.dtype, ks), v(c.dtype, ks), out(c.dtype, qs);
   fill(q);
   fill(k);
   fill(v);
-  cpu::attention(q, k, v, out, {});  // warm-up: pages, per-thread scratch
-  double best = 1e30;
-  for (int r = 0; r < repetitions; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    cpu::attention(q, k, v, out, {});
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    best = std::min(best, took.count());
+  auto call = [&] { cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, {}); };
+  call();  // warm-up: pages, per-thread scratch
+  // The best of several runs of at least ~0.3 s in all (one in quick mode).
+  const double flops = 4.0 * double(c.batch) * double(c.heads) * double(c.q_len) *
+                       double(c.kv_len) * double(c.head_dim);
+  double best = 1e30, spent = 0;
+  for (int r = 0; r < (options.quick ? 1 : 50) && (r < 3 || spent < 0.3); ++r) {
+    const double start = bench_now(options);
+    call();
+    const double took = bench_now(options) - start;
+    best = std::min(best, took);
+    spent += took;
   }
-  const double flops =
-      4.0 * double(c.heads) * double(c.q_len) * double(c.kv_len) * double(c.head_dim);
-  const double peak = c.dtype == DType::BF16 ? peaks.bf16_gflops : peaks.f32_gflops;
+  const std::string kernel = c.kernel->name;
+  const double peak = kernel == "amx"          ? peaks.amx_bf16_gflops
+                      : c.dtype == DType::BF16 ? peaks.bf16_gflops
+                                               : peaks.f32_gflops;
   BenchResult result;
   result.name = case_name(c);
   result.seconds = best;
   result.rate = flops / best * 1e-9;
   result.unit = "GFLOPS";
   result.peak_pct = peak > 0 ? 100.0 * result.rate / peak : 0.0;
+  char detail[96];
+  if (kernel == "amx") {
+    std::snprintf(detail, sizeof detail, "of AMX bf16 peak (%.0f%% of vdpbf16ps)",
+                  peaks.bf16_gflops > 0 ? 100.0 * result.rate / peaks.bf16_gflops : 0.0);
+  } else {
+    std::snprintf(detail, sizeof detail, "of %s peak",
+                  c.dtype == DType::BF16 ? "vdpbf16ps" : "FMA");
+  }
+  result.detail = detail;
+  Tensor o = out;
+  namespace ad = cpu::attention_detail;
+  if (&ad::select_kernel(ad::resolve_problem(q, k, v, o, {})) == c.kernel)
+    result.detail += ", cpu::attention's choice";
   return result;
 }
 
 }  // namespace
 
 std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOptions& options) {
-  const AttentionCase cases[] = {
-      {"self", DType::BF16, 2640, 5280, 12, 128},
-      {"self", DType::F32, 2640, 5280, 12, 128},
-      {"cross", DType::BF16, 2640, 257, 12, 128},
-      {"cross", DType::F32, 2640, 257, 12, 128},
+  namespace ad = cpu::attention_detail;
+  // The SIMD kernels this host runs (the portable one where it has none):
+  // each BF16 shape runs on every one of them, F32 on the AVX-512 one.
+  std::vector<const Kernel*> bf16_kernels;
+  if (ad::amx_bf16_supported()) bf16_kernels.push_back(&ad::kAmxKernel);
+  if (ad::avx512_bf16_supported()) bf16_kernels.push_back(&ad::kAvx512Kernel);
+  if (bf16_kernels.empty()) bf16_kernels.push_back(&ad::kPortableKernel);
+  const Kernel* f32_kernel =
+      ad::avx512_bf16_supported() ? &ad::kAvx512Kernel : &ad::kPortableKernel;
+
+  struct Shape5 {
+    const char* what;
+    int64_t batch, q_len, kv_len, heads, head_dim;
+    bool f32;  // also time F32 inputs
   };
+  const Shape5 shapes[] = {
+      {"self", 1, 2640, 5280, 12, 128, true},   // Matrix-Game DiT, 3-latent block, 6-latent window
+      {"cross", 1, 2640, 257, 12, 128, true},   // DiT cross-attention to the CLIP tokens
+      {"keyboard", 1, 2640, 6, 16, 64, false},  // action module, all tokens over the frames
+      {"mouse", 880, 3, 6, 16, 64, false},      // action module, per token over frames
+      {"clip", 1, 257, 257, 16, 80, false},     // CLIP ViT-H/14 vision tower
+  };
+  std::vector<AttentionCase> cases;
+  for (const Shape5& s : shapes) {
+    for (const Kernel* k : bf16_kernels)
+      cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, k});
+    if (s.f32)
+      cases.push_back(
+          {s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, f32_kernel});
+  }
   std::vector<BenchResult> results;
   for (const AttentionCase& c : cases) {
     if (case_name(c).find(options.filter) == std::string::npos) continue;  // "" matches all
-    results.push_back(run_case(c, peaks, options.quick ? 1 : 5));
+    results.push_back(run_case(c, peaks, options));
   }
   return results;
 }

@@ -590,6 +590,6 @@ void avx512_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
 
 }  // namespace
 
-const Kernel kAvx512Kernel = {"avx512", kRows, avx512_scratch_bytes, avx512_run};
+const Kernel kAvx512Kernel = {"avx512", kRows, avx512_scratch_bytes, avx512_run, nullptr};
 
 }  // namespace flick::cpu::attention_detail

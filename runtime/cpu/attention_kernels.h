@@ -5,11 +5,11 @@
 // -- one per (batch, head, query tile) -- over the thread pool. A kernel owns
 // its numerics; the driver owns threads and per-thread scratch.
 //
-// The AVX-512 kernel lives in attention_avx512.cpp, a translation unit built
-// with AVX-512 flags. To keep AVX-512 code from leaking into code that runs on
-// AVX2-only hosts through the linker's choice among identical inline
-// definitions, that file calls no inline function of another header and
-// exposes only the plain functions below; shared helpers here are `static`.
+// The AVX-512 kernel lives in attention_avx512.cpp and the AMX one in
+// attention_amx.cpp, translation units built with AVX-512 (+AMX) flags. To keep AVX-512 code from
+// leaking into code that runs on AVX2-only hosts through the linker's choice among identical inline
+// definitions, those files call no inline function of another header and
+// expose only the plain functions below; shared helpers here are `static`.
 #pragma once
 
 #include <cstddef>
@@ -65,8 +65,13 @@ struct Kernel {
   int64_t tile_rows;
   size_t (*scratch_bytes)(const Problem& p);
   void (*run)(const Problem& p, int64_t begin, int64_t end, void* scratch);
+  // Problems the kernel computes; null: all of them.
+  bool (*accepts)(const Problem& p);
 };
 
+// Flash-style AMX-BF16 kernel (Sapphire Rapids and later) for BF16 q/k/v:
+// both products on the tile unit, the online softmax in AVX-512.
+extern const Kernel kAmxKernel;
 // Flash-style AVX-512 kernel: bf16 inputs through vdpbf16ps (P rounded to
 // bf16 for the P.V product), anything else through fp32 FMA.
 extern const Kernel kAvx512Kernel;
@@ -75,8 +80,24 @@ extern const Kernel kPortableKernel;
 
 // True when the host runs kAvx512Kernel (AVX-512 F/BW/VL/DQ + BF16).
 bool avx512_bf16_supported();
+// True when the host runs kAmxKernel: AVX-512 BF16, CPUID AMX-TILE and
+// AMX-BF16, and Linux granted this process the tile data state
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once).
+bool amx_bf16_supported();
 
-// cpu::attention with a chosen kernel (tests run both paths).
+// The checked, resolved problem of cpu::attention's arguments.
+Problem resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                        const AttentionParams& p);
+static inline bool kernel_accepts(const Kernel& kernel, const Problem& p) {
+  return kernel.accepts == nullptr || kernel.accepts(p);
+}
+// The kernel cpu::attention runs for p on this host: AMX where the host has
+// it, the kernel accepts p and p is not tiny (under 8 queries and under 64
+// keys), else AVX-512, else the portable one.
+const Kernel& select_kernel(const Problem& p);
+
+// cpu::attention with a chosen kernel, which must accept the problem (tests
+// and benchmarks run every path).
 void attention_with(const Kernel& kernel, const Tensor& q, const Tensor& k, const Tensor& v,
                     Tensor& out, const AttentionParams& p);
 

@@ -1,7 +1,11 @@
 // attention: the scalar reference against hand-computable cases, then every
-// CPU kernel (AVX-512 where the host has it, and the portable fp32 one) against
-// the reference over dtypes, head dims, lengths, strided views and masks.
+// CPU kernel (AMX and AVX-512 where the host has them, and the portable fp32
+// one) against the reference over dtypes, head dims, lengths, strided views
+// and masks.
+#include <cpuid.h>
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -72,6 +76,11 @@ float max_abs(const Tensor& t) {
 //    in bf16, but P is rounded to bf16 (<= 2^-9 relative per weight) before
 //    P.V, which moves the weighted mean by at most 2^-9 * vmax (measured
 //    1.3e-4 * vmax worst, 2.8e-5 rms: the roundings mostly cancel).
+//  - AMX (BF16 inputs only): the same bf16 rounding of P, plus its degree-4
+//    exp2 polynomial (relative error 2.7e-6 per weight, so <= 5.4e-6 * vmax
+//    on the weighted mean); 6e-6 * vmax more. Measured worst: 1.6e-4 * vmax
+//    at 5280 keys, 9.9e-4 * vmax at 257 keys (fewer keys, larger weights;
+//    the vdpbf16ps kernel: 1.2e-4 and 4.7e-4).
 //  - BF16 output: the reference and the kernel each round once; values an
 //    error apart can round to neighbouring bf16 numbers, one ulp <= 2^-7 |ref|.
 struct Tolerance {
@@ -81,7 +90,9 @@ struct Tolerance {
 Tolerance tolerance(const Kernel& kernel, bool bf16_inputs, DType out, float vmax) {
   Tolerance t;
   t.abs = 5e-6f * vmax;
-  if (bf16_inputs && std::string(kernel.name) == "avx512") t.abs += std::ldexp(1.f, -9) * vmax;
+  const std::string name = kernel.name;
+  if (bf16_inputs && (name == "avx512" || name == "amx")) t.abs += std::ldexp(1.f, -9) * vmax;
+  if (name == "amx") t.abs += 6e-6f * vmax;
   if (out == DType::BF16) t.rel = std::ldexp(1.f, -7);
   return t;
 }
@@ -112,12 +123,30 @@ void expect_close(const Tensor& got, const Tensor& want, Tolerance tol, const st
                     << tol.abs << ", rel tol " << tol.rel << ")";
 }
 
-// The kernels this host can run: the portable one always, AVX-512 where present.
+// The kernels this host can run: the portable one always, AVX-512 and AMX
+// where present.
 std::vector<const Kernel*> kernels() {
   std::vector<const Kernel*> ks = {&cpu::attention_detail::kPortableKernel};
   if (cpu::attention_detail::avx512_bf16_supported())
     ks.push_back(&cpu::attention_detail::kAvx512Kernel);
+  if (cpu::attention_detail::amx_bf16_supported()) ks.push_back(&cpu::attention_detail::kAmxKernel);
   return ks;
+}
+
+// Whether `kernel` takes this problem (AMX: BF16 inputs only).
+bool accepts(const Kernel& kernel, const Tensor& q, const Tensor& k, const Tensor& v,
+             const Tensor& out, const AttentionParams& params) {
+  Tensor o = out;
+  return cpu::attention_detail::kernel_accepts(
+      kernel, cpu::attention_detail::resolve_problem(q, k, v, o, params));
+}
+
+// The kernel cpu::attention runs for these arguments.
+const Kernel& selected(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const AttentionParams& params) {
+  Tensor o = out;
+  return cpu::attention_detail::select_kernel(
+      cpu::attention_detail::resolve_problem(q, k, v, o, params));
 }
 
 // Runs every kernel on (q, k, v, params) and compares each with the reference.
@@ -129,6 +158,7 @@ void check_against_ref(const Tensor& q, const Tensor& k, const Tensor& v, DType 
   const bool bf16_in = q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16;
   const float vmax = max_abs(v);
   for (const Kernel* kernel : kernels()) {
+    if (!accepts(*kernel, q, k, v, want, params)) continue;
     OwnedTensor got(out_dtype, out_shape);
     cpu::attention_detail::attention_with(*kernel, q, k, v, got, params);
     expect_close(got, want, tolerance(*kernel, bf16_in, out_dtype, vmax),
@@ -274,6 +304,7 @@ TEST_P(AttentionDtypes, StridedViews) {
   const float vmax = max_abs(v);
   const bool bf16_in = in == DType::BF16;
   for (const Kernel* kernel : kernels()) {
+    if (!accepts(*kernel, q, k, v, want, {})) continue;
     OwnedTensor wide(out_dtype, {B, L, H, 2 * D});
     Tensor got = wide.t.slice(3, D, D);  // row stride 2*D
     cpu::attention_detail::attention_with(*kernel, q, k, v, got, {});
@@ -375,6 +406,7 @@ TEST_P(AttentionMasks, FullyMaskedRowsGiveZeros) {
   OwnedTensor want(DType::F32, {B, Lq, H, D});
   ref::attention(q, k, v, want, params);
   for (const Kernel* kernel : kernels()) {
+    if (!accepts(*kernel, q, k, v, want, params)) continue;
     OwnedTensor got(DType::F32, {B, Lq, H, D});
     set(got, {0, 0, 0, 0}, 7.f);  // must be overwritten
     cpu::attention_detail::attention_with(*kernel, q, k, v, got, params);
@@ -418,6 +450,7 @@ TEST(Attention, NoKeysGiveZeros) {
   OwnedTensor k(DType::BF16, {1, 0, 2, 32}), v(DType::BF16, {1, 0, 2, 32});
   for (const Kernel* kernel : kernels()) {
     OwnedTensor out(DType::F32, {1, 5, 2, 32});
+    if (!accepts(*kernel, q, k, v, out, {})) continue;
     std::fill(out.t.ptr<float>(), out.t.ptr<float>() + out.t.numel(), 1.f);
     cpu::attention_detail::attention_with(*kernel, q, k, v, out, {});
     for (int64_t i = 0; i < out.t.numel(); ++i)
@@ -434,46 +467,210 @@ TEST(Attention, PublicEntryPointMatchesReference) {
   OwnedTensor want(DType::BF16, {1, 20, 2, 128}), got(DType::BF16, {1, 20, 2, 128});
   ref::attention(q, k, v, want, {});
   cpu::attention(q, k, v, got, {});
-  const Kernel& used = cpu::attention_detail::avx512_bf16_supported()
-                           ? cpu::attention_detail::kAvx512Kernel
-                           : cpu::attention_detail::kPortableKernel;
+  const Kernel& used = selected(q, k, v, got, {});
   expect_close(got, want, tolerance(used, true, DType::BF16, max_abs(v)), "cpu::attention");
 }
 
-// Matrix-Game's shapes at full size, checked on sampled query rows (the
-// reference costs ~16 M multiply-adds per row): self-attention of a 3-latent
-// block (2640 queries) over a 6-latent KV window (5280 keys), and
-// cross-attention to the 257 CLIP tokens; 12 heads x 128.
-void check_sampled_rows(int64_t Lq, int64_t Lk, DType in) {
+// Full-size model shapes, checked on sampled query rows of the first and last
+// batch (the reference costs Lk * D * 2 multiply-adds per row and head).
+struct ModelShape {
+  int64_t B, Lq, Lk, H, D;
+};
+
+void check_sampled_rows(ModelShape m, DType in) {
   std::mt19937 rng(8);
-  const int64_t H = 12, D = 128;
-  OwnedTensor q = random4(in, {1, Lq, H, D}, rng, 2.f);
-  OwnedTensor k = random4(in, {1, Lk, H, D}, rng, 2.f);
-  OwnedTensor v = random4(in, {1, Lk, H, D}, rng, 1.f);
+  OwnedTensor q = random4(in, {m.B, m.Lq, m.H, m.D}, rng, 2.f);
+  OwnedTensor k = random4(in, {m.B, m.Lk, m.H, m.D}, rng, 2.f);
+  OwnedTensor v = random4(in, {m.B, m.Lk, m.H, m.D}, rng, 1.f);
   const float vmax = max_abs(v);
-  OwnedTensor got(in, {1, Lq, H, D});
+  OwnedTensor got(in, {m.B, m.Lq, m.H, m.D});
   cpu::attention(q, k, v, got, {});
-  const Kernel& used = cpu::attention_detail::avx512_bf16_supported()
-                           ? cpu::attention_detail::kAvx512Kernel
-                           : cpu::attention_detail::kPortableKernel;
-  // First and last rows, tile edges of both kernels, and a few inner rows.
-  for (int64_t i : {int64_t(0), int64_t(31), int64_t(32), int64_t(191), int64_t(1337), Lq - 1}) {
-    OwnedTensor want(in, {1, 1, H, D});
-    ref::attention(q.t.slice(1, i, 1), k, v, want, {});  // no causal mask: rows are independent
-    expect_close(
-        got.t.slice(1, i, 1), want, tolerance(used, in == DType::BF16, in, vmax),
-        "row " + std::to_string(i) + " of " + std::to_string(Lq) + "x" + std::to_string(Lk));
+  const Kernel& used = selected(q, k, v, got, {});
+  // BF16 inputs run on AMX wherever the host has it, but for tiny problems.
+  const bool tiny = m.Lq < 8 && m.Lk < 64;
+  if (in == DType::BF16 && cpu::attention_detail::amx_bf16_supported()) {
+    EXPECT_STREQ(used.name, tiny ? "avx512" : "amx");
+  }
+  const std::string shape = std::to_string(m.B) + "x" + std::to_string(m.Lq) + "x" +
+                            std::to_string(m.Lk) + "x" + std::to_string(m.H) + "x" +
+                            std::to_string(m.D) + " [" + used.name + "]";
+  // First and last rows, tile edges of the kernels, and a few inner rows.
+  const int64_t rows[] = {0, 31, 32, 127, 128, 191, 1337, 2559, 2560, m.Lq - 1};
+  for (int64_t b : {int64_t(0), m.B - 1})
+    for (int64_t i : rows) {
+      if (i >= m.Lq) continue;
+      OwnedTensor want(in, {1, 1, m.H, m.D});
+      const Tensor kb = k.t.slice(0, b, 1), vb = v.t.slice(0, b, 1);
+      // No mask: rows are independent.
+      ref::attention(q.t.slice(0, b, 1).slice(1, i, 1), kb, vb, want, {});
+      expect_close(got.t.slice(0, b, 1).slice(1, i, 1), want,
+                   tolerance(used, in == DType::BF16, in, vmax),
+                   "batch " + std::to_string(b) + " row " + std::to_string(i) + " of " + shape);
+    }
+}
+
+// Matrix-Game 2.0: self-attention of a 3-latent block (2640 queries) over a
+// 6-latent KV window (5280 keys) and cross-attention to the 257 CLIP tokens,
+// 12 heads x 128; its action module's keyboard (all tokens over a few frames)
+// and mouse (per-token over frames) attentions, 16 heads x 64; CLIP ViT-H,
+// 16 heads x 80.
+TEST(AttentionRealShape, SelfAttentionBf16SampledRows) {
+  check_sampled_rows({1, 2640, 5280, 12, 128}, DType::BF16);
+}
+TEST(AttentionRealShape, CrossAttentionBf16SampledRows) {
+  check_sampled_rows({1, 2640, 257, 12, 128}, DType::BF16);
+}
+TEST(AttentionRealShape, CrossAttentionF32SampledRows) {
+  check_sampled_rows({1, 2640, 257, 12, 128}, DType::F32);
+}
+TEST(AttentionRealShape, ActionKeyboardBf16SampledRows) {
+  check_sampled_rows({1, 2640, 6, 16, 64}, DType::BF16);
+}
+TEST(AttentionRealShape, ActionMouseBf16SampledRows) {
+  check_sampled_rows({880, 3, 6, 16, 64}, DType::BF16);
+}
+TEST(AttentionRealShape, ClipVisionBf16SampledRows) {
+  check_sampled_rows({1, 257, 257, 16, 80}, DType::BF16);
+}
+
+// ---------------------------------------------------------------------------
+// The AMX kernel: taken whenever the host has AMX, and exact to the bound above
+// at shapes that cross its tiles (128 queries, pairs of 16), key blocks (128)
+// and tile edges (16 / 32), with every mask. On a host without AMX these
+// cases still run the other kernels.
+
+// CPUID.(7,0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE) with AVX-512 BF16,
+// and a Linux that supports the tile data state (ARCH_GET_XCOMP_SUPP bit 18),
+// read here independently of the kernel's own probe.
+bool host_has_amx_bf16() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!(d >> 22 & 1u) || !(d >> 24 & 1u)) return false;
+  if (!__builtin_cpu_supports("avx512bf16")) return false;
+  constexpr int kArchGetXcompSupp = 0x1021;
+  uint64_t features = 0;
+  return syscall(SYS_arch_prctl, kArchGetXcompSupp, &features) == 0 && (features >> 18 & 1u);
+}
+
+// Whether this process was granted the tile data state (ARCH_GET_XCOMP_PERM).
+bool tile_data_permitted() {
+  constexpr int kArchGetXcompPerm = 0x1022;
+  uint64_t features = 0;
+  return syscall(SYS_arch_prctl, kArchGetXcompPerm, &features) == 0 && (features >> 18 & 1u);
+}
+
+TEST(AttentionAmx, TakenExactlyWhenTheHostHasAmx) {
+  const bool amx = cpu::attention_detail::amx_bf16_supported();
+  EXPECT_EQ(amx, host_has_amx_bf16()) << "CPUID + Linux say AMX-BF16: " << host_has_amx_bf16();
+  if (amx) {
+    EXPECT_TRUE(tile_data_permitted()) << "probe passed but no tile data permission";
+  }
+  std::mt19937 rng(11);
+  OwnedTensor qb = random4(DType::BF16, {1, 40, 2, 64}, rng, 1.f);
+  OwnedTensor kb = random4(DType::BF16, {1, 50, 2, 64}, rng, 1.f);
+  OwnedTensor qf = random4(DType::F32, {1, 40, 2, 64}, rng, 1.f);
+  OwnedTensor out(DType::F32, {1, 40, 2, 64});
+  EXPECT_EQ(std::string(selected(qb, kb, kb, out, {}).name) == "amx", amx);
+  EXPECT_STRNE(selected(qf, kb, kb, out, {}).name, "amx");  // F32 / mixed inputs never
+  const std::vector<const Kernel*> ks = kernels();
+  EXPECT_EQ(std::count(ks.begin(), ks.end(), &cpu::attention_detail::kAmxKernel), amx ? 1 : 0);
+}
+
+std::string shape_name(const SweepCase& c) {
+  std::ostringstream os;
+  os << "B" << c.B << " Lq" << c.Lq << " Lk" << c.Lk << " H" << c.H << " D" << c.D;
+  return os.str();
+}
+
+// Lengths off every multiple of 16, 32 and 128, several query tiles and key
+// blocks, head dims 64 / 80 / 128, BF16 and F32 outputs, no mask.
+TEST(AttentionAmx, OddShapesMatchReference) {
+  const SweepCase cases[] = {
+      {1, 129, 259, 2, 64}, {2, 45, 300, 1, 80},  {1, 300, 133, 2, 128}, {1, 17, 1000, 1, 128},
+      {1, 255, 31, 1, 80},  {1, 161, 129, 1, 64}, {3, 33, 97, 2, 128},   {1, 1, 1, 1, 64},
+  };
+  std::mt19937 rng(12);
+  for (const SweepCase& c : cases)
+    for (DType out : {DType::F32, DType::BF16}) {
+      OwnedTensor q = random4(DType::BF16, {c.B, c.Lq, c.H, c.D}, rng, 2.f);
+      OwnedTensor k = random4(DType::BF16, {c.B, c.Lk, c.H, c.D}, rng, 2.f);
+      OwnedTensor v = random4(DType::BF16, {c.B, c.Lk, c.H, c.D}, rng, 1.f);
+      check_against_ref(q, k, v, out, {}, shape_name(c) + " -> " + dt(out));
+    }
+}
+
+// Every mask kind, alone and together, where it crosses query tiles and key
+// blocks: bias (full, broadcast, transposed), key padding (holes and a ragged
+// end per batch, one block entirely padded), block-causal with Lq < Lk and
+// Lq > Lk, and a negative scale.
+TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
+  std::mt19937 rng(13);
+  for (const SweepCase& c : {SweepCase{2, 150, 333, 2, 80}, SweepCase{1, 300, 140, 2, 128},
+                             SweepCase{2, 70, 270, 1, 64}}) {
+    OwnedTensor q = random4(DType::BF16, {c.B, c.Lq, c.H, c.D}, rng, 2.f);
+    OwnedTensor k = random4(DType::BF16, {c.B, c.Lk, c.H, c.D}, rng, 2.f);
+    OwnedTensor v = random4(DType::BF16, {c.B, c.Lk, c.H, c.D}, rng, 1.f);
+    const std::string name = shape_name(c);
+
+    OwnedTensor bias = random4(DType::F32, {c.B, c.H, c.Lq, c.Lk}, rng, 3.f);
+    OwnedTensor bias_h = random4(DType::F32, {1, c.H, c.Lq, c.Lk}, rng, 3.f);
+    OwnedTensor bias_t = random4(DType::F32, {c.B, c.H, c.Lk, c.Lq}, rng, 3.f);
+    for (auto [b, what] : {std::pair<Tensor, const char*>{bias, "bias"},
+                           {bias_h, "bias [1,H,Lq,Lk]"},
+                           {bias_t.t.permute({0, 1, 3, 2}), "bias transposed"}}) {
+      AttentionParams params;
+      params.bias = b;
+      check_against_ref(q, k, v, DType::F32, params, name + " " + what);
+    }
+
+    OwnedTensor padding(DType::U8, {c.B, c.Lk});
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t j = 0; j < c.Lk; ++j) {
+        const bool hole = j % 11 == 5 || (j >= 128 && j < 256 && b == 0);  // block 1 all padded
+        padding.t.ptr<uint8_t>()[b * c.Lk + j] = (j < c.Lk - 37 * b && !hole) ? 1 : 0;
+      }
+    AttentionParams pad;
+    pad.key_padding = padding;
+    check_against_ref(q, k, v, DType::BF16, pad, name + " key padding");
+
+    for (int64_t cb : {1, 16, 100}) {
+      AttentionParams causal;
+      causal.causal_block = cb;
+      check_against_ref(q, k, v, DType::F32, causal, name + " causal_block " + std::to_string(cb));
+    }
+
+    AttentionParams all;
+    all.scale = -0.07f;
+    all.bias = bias_t.t.permute({0, 1, 3, 2});
+    all.key_padding = padding;
+    all.causal_block = 40;
+    check_against_ref(q, k, v, DType::F32, all, name + " everything, scale -0.07");
   }
 }
 
-TEST(AttentionRealShape, SelfAttentionBf16SampledRows) {
-  check_sampled_rows(2640, 5280, DType::BF16);
-}
-TEST(AttentionRealShape, CrossAttentionBf16SampledRows) {
-  check_sampled_rows(2640, 257, DType::BF16);
-}
-TEST(AttentionRealShape, CrossAttentionF32SampledRows) {
-  check_sampled_rows(2640, 257, DType::F32);
+// Scores that rise along the keys raise the running max block after block
+// (the AMX kernel then rescales O and the sum: slope 1 spans 63 in log2 units
+// over 350 keys, raising it by more than its lazy threshold of 8 per block);
+// falling scores never do. The key index wraps at 350, so the second half of
+// the keys falls back below the max.
+TEST(AttentionAmx, RisingAndFallingScores) {
+  std::mt19937 rng(14);
+  const int64_t B = 1, Lk = 700, H = 2, D = 64;
+  OwnedTensor v = random4(DType::BF16, {B, Lk, H, D}, rng, 1.f);
+  // 40 queries: two pairs of 16-query groups, whose steps alternate; 20: one
+  // pair, so that consecutive steps rescale the same rows.
+  for (int64_t Lq : {40, 20}) {
+    OwnedTensor q = random4(DType::BF16, {B, Lq, H, D}, rng, 0.5f);
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t h = 0; h < H; ++h) set(q, {0, i, h, 0}, 4.f);  // a common direction
+    for (float slope : {0.3f, -0.3f, 1.f}) {
+      OwnedTensor k = random4(DType::BF16, {B, Lk, H, D}, rng, 0.5f);
+      for (int64_t j = 0; j < Lk; ++j)
+        for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 350) * 0.25f);
+      check_against_ref(q, k, v, DType::F32, {},
+                        "Lq " + std::to_string(Lq) + ", key slope " + std::to_string(slope));
+    }
+  }
 }
 
 }  // namespace
