@@ -13,7 +13,8 @@
 namespace flick {
 
 const WanKeptLayer* wan_kept_layer(std::string_view tensor_name) {
-  const std::string dotted = "." + std::string(tensor_name);
+  std::string dotted(1, '.');  // (not "." + name: GCC 12 warns falsely, -Wrestrict)
+  dotted += tensor_name;
   for (const WanKeptLayer& k : kWanKeptLayers)
     if (fnmatch(std::string(k.pattern).c_str(), dotted.c_str(), 0) == 0) return &k;
   return nullptr;
