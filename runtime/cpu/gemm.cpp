@@ -31,12 +31,14 @@ char* a_row(const AmxActivations& a, int64_t m, int64_t s) {
 }
 
 // Scatters one dense row of `bytes` bytes into its tile rows (64 bytes per
-// K step; the padding beyond `bytes` stays zero from allocation).
+// K step; the padding beyond `bytes` is cleared by the caller).
 void scatter_row(const AmxActivations& a, int64_t m, const char* row, int64_t bytes) {
-  int64_t s = 0;
-  for (int64_t off = 0; off < bytes; off += kAmxRowBytes, ++s)
-    std::memcpy(a_row(a, m, s), row + off,
-                static_cast<size_t>(std::min<int64_t>(kAmxRowBytes, bytes - off)));
+  const int64_t full = bytes / kAmxRowBytes;
+  char* dst = a_row(a, m, 0);
+  for (int64_t s = 0; s < full; ++s, dst += 2048)
+    std::memcpy(dst, row + s * kAmxRowBytes, kAmxRowBytes);  // inlined: constant size
+  if (const int64_t tail = bytes - full * kAmxRowBytes; tail > 0)
+    std::memcpy(dst, row + full * kAmxRowBytes, static_cast<size_t>(tail));
 }
 
 // Runs fn(slot, row_begin, row_end) over [0, m) with one staging slot per
@@ -50,16 +52,15 @@ void rows_by_thread(int64_t m, AmxScratch& scratch, size_t slot_bytes, F fn) {
   });
 }
 
-// The blocking of one worker with `cols` column blocks (gemm_amx.cpp).
+// The blocking of one worker with `cols` column blocks (gemm_amx.cpp): the
+// B panel (kb steps x chunk x 2 KB) within 1 MB of the 2 MB L2, K blocks of
+// equal size.
 amx::AmxBlocking blocking_for(int64_t k_steps, int64_t cols) {
   amx::AmxBlocking b;
-  b.kc_steps = 8;  // A sub-panel 32 x 8 steps = 16 KB of L1
   b.chunk_blocks = std::min<int64_t>(8, cols);
-  // B panel kb x chunk x 2 KB within 1 MB of the 2 MB L2; K blocks of
-  // equal size.
-  const int64_t max_kb = std::max<int64_t>(b.kc_steps, 512 / b.chunk_blocks);
+  const int64_t max_kb = 512 / b.chunk_blocks;
   const int64_t nkb = (k_steps + max_kb - 1) / max_kb;
-  b.kb_steps = round_up((k_steps + nkb - 1) / nkb, b.kc_steps);
+  b.kb_steps = (k_steps + nkb - 1) / nkb;
   return b;
 }
 
@@ -169,6 +170,7 @@ void amx_pack_s8(const ref::RowsView& x, const AmxActivations& out, float* scale
 
 void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
               AmxScratch& scratch) {
+  FLICK_CHECK(amx_available(), "amx_gemm needs AMX (check amx_available() first)");
   FLICK_CHECK(a.type == w.type && a.k_pad == w.k_pad && e.y.rows == a.m && e.y.cols == w.n,
               "amx_gemm: operand shapes");
   if (a.m == 0) return;

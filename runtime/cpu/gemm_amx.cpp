@@ -5,12 +5,22 @@
 // 0-15 / 16-31 in tmm4 / tmm5, B columns 0-15 / 16-31 in tmm6 / tmm7: four
 // TDPs per four tile loads, the most reuse eight tiles allow.
 //
-// Cache blocking (measured on Sapphire Rapids, bench/RESULTS.md): a 2x2 step
-// keeps the tile unit busy only when at most half its operands come from L2
-// and none from L3. So one A sub-panel (32 rows x kc steps, 16 KB) stays in
-// L1 and is reused over a chunk of `chunk` 32-column blocks, whose B panel
-// (kb steps x chunk * 32 columns, <= 1 MB) stays in L2 over all row blocks.
-// C round-trips through a per-thread fp32 buffer between K chunks.
+// Cache blocking, from measurements on Sapphire Rapids (one core; the tile
+// unit's 2x2 peak needs 4 KB of operands per 16-cycle TDP group): with both
+// operands streaming from L2 a step takes ~1.3x its compute time, from L3
+// ~3-6x; with one operand in L1 and the other from L2 it runs at the L1
+// rate. Storing C and reloading it to split K costs ~170 cycles per visit,
+// more than keeping the A panel in L1 saves, so C stays in tiles over a
+// whole K block:
+//  - a "visit" computes one 32 x 32 C block over a K block (all of K up to
+//    64 steps = 2048 bf16 / 4096 int8; longer K is split into equal blocks
+//    whose partial sums wait in a per-thread buffer);
+//  - the B panel of a chunk of 8 column blocks x one K block (<= 1 MB)
+//    stays in L2 while every row block of the thread passes over it;
+//  - successive visits of a row block walk K in alternating directions and
+//    load B with the non-temporal hint, so each visit starts on the A steps
+//    its predecessor left in L1;
+//  - the next row block's A panel is prefetched into L2 meanwhile.
 //
 // Epilogue: the finished 32 x 32 block of one visit is converted (scales,
 // bias, activation, bf16 rounding) a few rows per K step during the next
@@ -130,6 +140,25 @@ struct Epilogue {
   }
 };
 
+// Software prefetch into L2 of what the next row block reads (its A panel,
+// and its C partial sums when K is split), spread evenly over the current
+// row block's K steps: without it the hardware streamer, which restarts at
+// every 4 KB page, leaves the first visit of each row block waiting on L3
+// (measured 2-4x slower than the others).
+struct Prefetch {
+  const char* p[2] = {nullptr, nullptr};
+  const char* end[2] = {nullptr, nullptr};
+  int per_step = 0;
+  inline void step() {
+    for (int i = 0; i < per_step; ++i) {
+      const int r = p[0] < end[0] ? 0 : 1;
+      if (p[r] >= end[r]) return;
+      _mm_prefetch(p[r], _MM_HINT_T2);
+      p[r] += 64;
+    }
+  }
+};
+
 template <AmxType T>
 inline void dot_2x2() {
   if constexpr (T == AmxType::BF16) {
@@ -145,12 +174,13 @@ inline void dot_2x2() {
   }
 }
 
-// C (32 x 32 at c) += A sub-panel . B sub-panel over `steps` K steps;
-// C starts from zero when `zero`, else from c. The pending block is
-// converted a few rows per step meanwhile, and finished before the store.
+// C (32 x 32 at c) += A panel . B panel over `steps` K steps from a / b,
+// walking K forward or backward (`backward`: a and b point at the last
+// step). C starts from zero when `zero`, else from c. The pending block is
+// converted a few rows per step meanwhile and finished before the store.
 template <AmxType T, class Ep>
-inline void visit(const char* a, const char* b, int64_t steps, char* c, bool zero, Pending& pending,
-                  const Ep& ep) {
+inline void visit(const char* a, const char* b, int64_t steps, bool backward, char* c, bool zero,
+                  Pending& pending, Prefetch& pf, const Ep& ep) {
   if (zero) {
     _tile_zero(0);
     _tile_zero(1);
@@ -162,16 +192,20 @@ inline void visit(const char* a, const char* b, int64_t steps, char* c, bool zer
     _tile_loadd(2, c + 16 * kCStride, kCStride);
     _tile_loadd(3, c + 16 * kCStride + 64, kCStride);
   }
+  const int64_t stride = backward ? -kStepBytes : kStepBytes;
   const int per_step = static_cast<int>((kBlock + steps - 1) / steps);
   for (int64_t s = 0; s < steps; ++s) {
+    // B streams from L2 with the non-temporal hint, so it does not evict
+    // the A steps the next visit (walking K the other way) starts on.
     _tile_loadd(4, a, kAmxRowBytes);
-    _tile_loadd(6, b, kAmxRowBytes);
+    _tile_stream_loadd(6, b, kAmxRowBytes);
     _tile_loadd(5, a + kTileBytes, kAmxRowBytes);
-    _tile_loadd(7, b + kTileBytes, kAmxRowBytes);
+    _tile_stream_loadd(7, b + kTileBytes, kAmxRowBytes);
     dot_2x2<T>();
-    a += kStepBytes;
-    b += kStepBytes;
+    a += stride;
+    b += stride;
     if (pending.next < kBlock) ep.rows(pending, per_step);
+    pf.step();
   }
   ep.finish(pending);
   _tile_stored(0, c, kCStride);
@@ -180,6 +214,11 @@ inline void visit(const char* a, const char* b, int64_t steps, char* c, bool zer
   _tile_stored(3, c + 16 * kCStride + 64, kCStride);
 }
 
+// Loop order: column chunk, K block, row block, column block. The B panel
+// of a (chunk, K block) stays in L2 over all row blocks; a row block's A
+// panel (32 rows x K block) comes from L2, prefetched during the previous
+// row block. Successive visits of a row block walk K in alternating
+// directions, so each starts on the A steps its predecessor left in L1.
 template <AmxType T, class Ep>
 void run_worker(const WorkerArgs& w, const Ep& ep) {
   configure_tiles();
@@ -189,26 +228,39 @@ void run_worker(const WorkerArgs& w, const Ep& ep) {
   const auto* b_base = static_cast<const char*>(w.b);
   auto* c_base = static_cast<char*>(w.c_scratch);
   const bool k_blocked = bk.kb_steps < steps;
+  // C of (mb, nb): one buffer per column block of the chunk, and per row
+  // block as well when K is split (the partial sums wait there while the
+  // other row blocks run).
+  auto c_of = [&](int64_t mb, int64_t j) {
+    return c_base + ((k_blocked ? (mb - w.mb0) * bk.chunk_blocks : 0) + j) * kBlockBytes;
+  };
   Pending pending;
   for (int64_t nc = w.nb0; nc < w.nb1; nc += bk.chunk_blocks) {
     const int64_t nce = std::min(w.nb1, nc + bk.chunk_blocks);
     for (int64_t kb = 0; kb < steps; kb += bk.kb_steps) {
-      const int64_t kbe = std::min(steps, kb + bk.kb_steps);
+      const int64_t kbe = std::min(steps, kb + bk.kb_steps), ksteps = kbe - kb;
+      const bool last = kbe == steps;
       for (int64_t mb = w.mb0; mb < w.mb1; ++mb) {
-        const char* a_block = a_base + mb * steps * kStepBytes;
-        // C of (mb, nb): one buffer per row block when K is split into
-        // blocks (partial sums live across the other row blocks), else one
-        // per column block of the chunk.
-        char* c_row = c_base + (k_blocked ? (mb - w.mb0) * bk.chunk_blocks * kBlockBytes : 0);
-        for (int64_t k0 = kb; k0 < kbe; k0 += bk.kc_steps) {
-          const int64_t k1 = std::min(kbe, k0 + bk.kc_steps);
-          const bool last = k1 == steps;
-          for (int64_t nb = nc; nb < nce; ++nb) {
-            char* c = c_row + (nb - nc) * kBlockBytes;
-            visit<T>(a_block + k0 * kStepBytes, b_base + (nb * steps + k0) * kStepBytes, k1 - k0, c,
-                     k0 == 0, pending, ep);
-            if (last) pending = Pending{c, mb * kBlock, nb * kBlock, 0};
+        const char* a_panel = a_base + (mb * steps + kb) * kStepBytes;
+        Prefetch pf;
+        if (mb + 1 < w.mb1) {
+          pf.p[0] = a_panel + steps * kStepBytes;
+          pf.end[0] = pf.p[0] + ksteps * kStepBytes;
+          if (kb > 0) {
+            pf.p[1] = c_of(mb + 1, 0);
+            pf.end[1] = pf.p[1] + (nce - nc) * kBlockBytes;
           }
+          const int64_t lines = (pf.end[0] - pf.p[0] + (pf.end[1] - pf.p[1])) / 64;
+          const int64_t visit_steps = ksteps * (nce - nc);
+          pf.per_step = static_cast<int>((lines + visit_steps - 1) / visit_steps);
+        }
+        for (int64_t nb = nc; nb < nce; ++nb) {
+          const bool backward = (nb - nc) % 2 == 1;
+          const int64_t first = backward ? ksteps - 1 : 0;
+          char* c = c_of(mb, nb - nc);
+          visit<T>(a_panel + first * kStepBytes, b_base + (nb * steps + kb + first) * kStepBytes,
+                   ksteps, backward, c, kb == 0, pending, pf, ep);
+          if (last) pending = Pending{c, mb * kBlock, nb * kBlock, 0};
         }
       }
     }

@@ -8,13 +8,12 @@
 
 namespace flick::cpu::amx {
 
-// Loop blocking of one worker, in 32-column blocks and K steps (see the top
-// of gemm_amx.cpp): an A sub-panel of kc_steps is reused over chunk_blocks
-// column blocks; a B panel of kb_steps x chunk_blocks stays in L2.
+// Loop blocking of one worker, in 32-column blocks and K steps (see
+// gemm_amx.cpp): a B panel of kb_steps x chunk_blocks stays in L2 while the
+// row blocks pass over it, each reusing its A panel chunk_blocks times.
 struct AmxBlocking {
   int64_t chunk_blocks = 8;
   int64_t kb_steps = 64;
-  int64_t kc_steps = 8;
 };
 
 // C scratch one worker needs: a 32 x 32 fp32 block per column block of a
