@@ -23,32 +23,49 @@ bool cpuid7_edx(int bit) {
   return (d >> bit) & 1u;
 }
 
-// Where row m, K step s of a packed activation matrix starts.
-char* a_row(const AmxActivations& a, int64_t m, int64_t s) {
+// Writes the 16 rows [g * 16, g * 16 + 16) of a packed activation matrix,
+// every K step's tile in turn (sequential stores): row r from rows[r], which
+// holds `bytes` valid bytes, or zeros for rows[r] == nullptr and past
+// `bytes` (the K padding).
+void write_tile_rows(const AmxActivations& a, int64_t g, const char* const* rows, int64_t bytes) {
   const int64_t steps = a.k_pad / amx_k_step(a.type);
-  return static_cast<char*>(a.data) + ((m / 32) * steps + s) * 2048 + ((m % 32) / 16) * 1024 +
-         (m % 16) * kAmxRowBytes;
+  char* tile = static_cast<char*>(a.data) + (g / 2) * steps * 2048 + (g % 2) * 1024;
+  for (int64_t s = 0; s < steps; ++s, tile += 2048) {
+    const int64_t off = s * kAmxRowBytes, valid = std::min<int64_t>(kAmxRowBytes, bytes - off);
+    for (int r = 0; r < 16; ++r) {
+      char* dst = tile + r * kAmxRowBytes;
+      if (rows[r] != nullptr && valid == kAmxRowBytes) {
+        std::memcpy(dst, rows[r] + off, kAmxRowBytes);  // inlined: constant size
+      } else {
+        const int64_t n = rows[r] != nullptr ? valid : 0;
+        std::memcpy(dst, rows[r] + off, static_cast<size_t>(n));
+        std::memset(dst + n, 0, static_cast<size_t>(kAmxRowBytes - n));
+      }
+    }
+  }
 }
 
-// Scatters one dense row of `bytes` bytes into its tile rows (64 bytes per
-// K step; the padding beyond `bytes` is cleared by the caller).
-void scatter_row(const AmxActivations& a, int64_t m, const char* row, int64_t bytes) {
-  const int64_t full = bytes / kAmxRowBytes;
-  char* dst = a_row(a, m, 0);
-  for (int64_t s = 0; s < full; ++s, dst += 2048)
-    std::memcpy(dst, row + s * kAmxRowBytes, kAmxRowBytes);  // inlined: constant size
-  if (const int64_t tail = bytes - full * kAmxRowBytes; tail > 0)
-    std::memcpy(dst, row + full * kAmxRowBytes, static_cast<size_t>(tail));
-}
-
-// Runs fn(slot, row_begin, row_end) over [0, m) with one staging slot per
-// thread of the pool.
-template <class F>
-void rows_by_thread(int64_t m, AmxScratch& scratch, size_t slot_bytes, F fn) {
-  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(num_threads(), m / 16));
-  scratch.prepare(tasks, slot_bytes);
+// Packs x into a in groups of 16 rows spread over the thread pool:
+// stage(slot, m, staging_row) prepares row m (returns where its bytes are,
+// the staging row or x itself), then the group is written tile by tile.
+template <class Stage>
+void pack_groups(const AmxActivations& a, int64_t row_bytes, AmxScratch& scratch,
+                 size_t staging_row_bytes, Stage stage) {
+  const int64_t groups = a.m_pad / 16;
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(num_threads(), groups));
+  scratch.prepare(tasks, std::max<size_t>(1, 16 * staging_row_bytes));
   parallel_for(tasks, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) fn(t, m * t / tasks, m * (t + 1) / tasks);
+    for (int64_t t = t0; t < t1; ++t) {
+      char* staging = static_cast<char*>(scratch.slot(t));
+      for (int64_t g = groups * t / tasks; g < groups * (t + 1) / tasks; ++g) {
+        const char* rows[16];
+        for (int r = 0; r < 16; ++r) {
+          const int64_t m = g * 16 + r;
+          rows[r] = m < a.m ? stage(m, staging + r * staging_row_bytes) : nullptr;
+        }
+        write_tile_rows(a, g, rows, row_bytes);
+      }
+    }
   });
 }
 
@@ -131,41 +148,29 @@ AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
 void amx_pack_bf16(const ref::RowsView& x, const AmxActivations& out, AmxScratch& scratch) {
   FLICK_CHECK(out.type == AmxType::BF16 && x.rows == out.m && x.cols <= out.k_pad,
               "amx_pack_bf16: shapes");
+  FLICK_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16,
+              "amx_pack_bf16: x must be F32 or BF16");
   const int64_t bytes = x.cols * 2;
   if (x.dtype == DType::BF16) {
-    parallel_for(
-        x.rows,
-        [&](int64_t m0, int64_t m1) {
-          for (int64_t m = m0; m < m1; ++m)
-            scatter_row(out, m, static_cast<const char*>(x.row(m)), bytes);
-        },
-        16);
+    pack_groups(out, bytes, scratch, 0,
+                [&](int64_t m, char*) { return static_cast<const char*>(x.row(m)); });
     return;
   }
-  FLICK_CHECK(x.dtype == DType::F32, "amx_pack_bf16: x must be F32 or BF16");
   const EltwiseKernels& ek = eltwise_kernels();
-  rows_by_thread(x.rows, scratch, static_cast<size_t>(bytes),
-                 [&](int64_t t, int64_t m0, int64_t m1) {
-                   auto* row = static_cast<char*>(scratch.slot(t));
-                   for (int64_t m = m0; m < m1; ++m) {
-                     ek.from_f32(static_cast<const float*>(x.row(m)), DType::BF16, row, x.cols);
-                     scatter_row(out, m, row, bytes);
-                   }
-                 });
+  pack_groups(out, bytes, scratch, static_cast<size_t>(bytes), [&](int64_t m, char* row) {
+    ek.from_f32(static_cast<const float*>(x.row(m)), DType::BF16, row, x.cols);
+    return static_cast<const char*>(row);
+  });
 }
 
 void amx_pack_s8(const ref::RowsView& x, const AmxActivations& out, float* scales,
                  AmxScratch& scratch) {
   FLICK_CHECK(out.type == AmxType::S8 && x.rows == out.m && x.cols <= out.k_pad,
               "amx_pack_s8: shapes");
-  rows_by_thread(x.rows, scratch, static_cast<size_t>(x.cols),
-                 [&](int64_t t, int64_t m0, int64_t m1) {
-                   auto* row = static_cast<uint8_t*>(scratch.slot(t));
-                   for (int64_t m = m0; m < m1; ++m) {
-                     scales[m] = quantize_row(x.row(m), x.dtype, x.cols, row, 0);
-                     scatter_row(out, m, reinterpret_cast<const char*>(row), x.cols);
-                   }
-                 });
+  pack_groups(out, x.cols, scratch, static_cast<size_t>(x.cols), [&](int64_t m, char* row) {
+    scales[m] = quantize_row(x.row(m), x.dtype, x.cols, reinterpret_cast<uint8_t*>(row), 0);
+    return static_cast<const char*>(row);
+  });
 }
 
 void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,

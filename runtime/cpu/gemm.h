@@ -79,6 +79,7 @@ class AmxScratch {
   size_t stride_ = 0;
 };
 
+// Both write every byte of the m_pad x k_pad buffer (padding as zeros).
 // x (F32 or BF16 rows) -> bf16 tiles, rounded as ref::round_bf16 does.
 void amx_pack_bf16(const ref::RowsView& x, const AmxActivations& out, AmxScratch& scratch);
 // x -> s8 tiles quantized per row by ref::quantize_row_int8's rule

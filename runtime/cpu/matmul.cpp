@@ -327,10 +327,7 @@ class AmxLinear final : public PackedLinear {
     a.m = x.rows;
     a.m_pad = round_up(x.rows, 32);
     a.k_pad = weights_.k_pad;
-    // Padding must read as zero: clear what this call does not overwrite.
-    const size_t bytes = amx_activation_bytes(a.type, a.m, weights_.k);
-    a.data = buf.reserve(buf.a, bytes);
-    clear_padding(a);
+    a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, weights_.k));
     AmxEpilogue e;
     e.col_scale = scale_.t.empty() ? nullptr : scale_.t.ptr<float>();
     e.bias = bias_.t.empty() ? nullptr : bias_.t.ptr<float>();
@@ -347,28 +344,6 @@ class AmxLinear final : public PackedLinear {
   }
 
  private:
-  // Zeroes the K padding of every row and the padding rows of the last
-  // block (the buffer is shared with other layers, which may have left data
-  // there).
-  void clear_padding(const AmxActivations& a) const {
-    const int64_t step = amx_k_step(a.type), esz = a.type == AmxType::BF16 ? 2 : 1;
-    const int64_t steps = a.k_pad / step;
-    char* base = static_cast<char*>(a.data);
-    const int64_t k_tail = weights_.k % step;  // valid elements of the last step
-    if (k_tail != 0) {
-      for (int64_t m = 0; m < a.m_pad; ++m) {
-        char* row = base + ((m / 32) * steps + steps - 1) * 2048 + ((m % 32) / 16) * 1024 +
-                    (m % 16) * kAmxRowBytes;
-        std::memset(row + k_tail * esz, 0, static_cast<size_t>(kAmxRowBytes - k_tail * esz));
-      }
-    }
-    for (int64_t m = a.m; m < a.m_pad; ++m)
-      for (int64_t s = 0; s < steps; ++s)
-        std::memset(
-            base + ((m / 32) * steps + s) * 2048 + ((m % 32) / 16) * 1024 + (m % 16) * kAmxRowBytes,
-            0, kAmxRowBytes);
-  }
-
   Precision precision_;
   AmxWeights weights_;
   OwnedTensor scale_;  // F32 [N] for INT8 / FP8
