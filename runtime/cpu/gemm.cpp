@@ -115,8 +115,8 @@ AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
   out.n = w.dim(0);
   out.k = w.dim(1);
   const int64_t step = amx_k_step(type);
-  out.n_pad = round_up(out.n, 32);
-  out.k_pad = round_up(out.k, step);
+  out.n_pad = amx_round_up(out.n, 32);
+  out.k_pad = amx_round_up(out.k, step);
   const int64_t esz = type == AmxType::BF16 ? 2 : 1;
   const int64_t group = 4 / esz;  // k per 4-byte tile element (VNNI pair / quad)
   out.data = HostBuffer(static_cast<size_t>(out.n_pad * out.k_pad * esz));

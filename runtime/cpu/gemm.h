@@ -35,7 +35,7 @@ enum class AmxType { BF16, S8 };
 // Bytes of one tile row (64) and the K elements one tile step covers.
 inline constexpr int64_t kAmxRowBytes = 64;
 inline int64_t amx_k_step(AmxType t) { return t == AmxType::BF16 ? 32 : 64; }
-inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+inline int64_t amx_round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 // Weights [N, K] in B-tile layout: per 32-column block, per K step, two 1 KB
 // tiles (columns 0-15, 16-31) of 16 rows; row r of a tile holds, for each of
@@ -59,7 +59,7 @@ struct AmxActivations {
   void* data = nullptr;  // m_pad * k_pad elements (bf16 or s8), caller-owned
 };
 inline size_t amx_activation_bytes(AmxType type, int64_t m, int64_t k) {
-  return static_cast<size_t>(round_up(m, 32) * round_up(k, amx_k_step(type))) *
+  return static_cast<size_t>(amx_round_up(m, 32) * amx_round_up(k, amx_k_step(type))) *
          (type == AmxType::BF16 ? 2 : 1);
 }
 

@@ -325,7 +325,7 @@ class AmxLinear final : public PackedLinear {
     AmxActivations a;
     a.type = weights_.type;
     a.m = x.rows;
-    a.m_pad = round_up(x.rows, 32);
+    a.m_pad = amx_round_up(x.rows, 32);
     a.k_pad = weights_.k_pad;
     a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, weights_.k));
     AmxEpilogue e;
