@@ -11,8 +11,9 @@ namespace flick::bench {
 // 1536 -> 1536 for attention projections, 1536 -> 8960 and 8960 -> 1536 for
 // the FFN) in F32 / BF16 / INT8 / FP8 (x and y BF16, F32 for F32), plus the
 // per-token activation quantization INT8 runs before its GEMM. Rate =
-// 2*M*K*N per call; peak_pct against the peak of the unit oneDNN ran on (AMX
-// when its implementation name says so, else FMA / vdpbf16ps / vpdpbusd).
+// 2*M*K*N per call; peak_pct against the peak of the unit the layer ran on
+// (AMX when its implementation name says so: flick's AMX GEMM "flick:amx_*"
+// or oneDNN's "brg:*amx*"; else FMA / vdpbf16ps / vpdpbusd).
 std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptions& options);
 
 // 3x3x3 convolutions of the Wan VAE decoder (3 input frames -> 1 output

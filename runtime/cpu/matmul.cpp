@@ -1,8 +1,13 @@
-// CPU linear and matmul on oneDNN (brgemm: AVX-512 / VNNI / BF16, and AMX
-// where the CPU has it).
+// CPU linear and matmul.
 //
-// linear = one oneDNN matmul primitive per (M, dtypes, strides, activation),
-// created on the first call and cached in the packed weights; weights are
+// On CPUs with AMX, BF16 / FP8 / INT8 linear layers run on flick's own AMX
+// GEMM (runtime/cpu/gemm.h): oneDNN 2.6 reaches 13-34 % of the AMX peak at
+// the DiT shapes, the hand-written kernel several times that
+// (bench/RESULTS.md). Capping oneDNN's ISA below AMX (ONEDNN_MAX_CPU_ISA)
+// turns it off too, so one variable selects the kernels of a CPU class.
+//
+// Everywhere else (and for F32 layers): linear = one oneDNN matmul primitive per (M, dtypes,
+// strides, activation), created on the first call and cached in the packed weights; weights are
 // reordered once at pack time into the blocked layout brgemm wants. That
 // layout depends on N, K, the dtypes and the ISA but not on M (checked for
 // M = 1 .. 2640), so one reorder serves every M. Everything after the
@@ -20,11 +25,13 @@
 // or quantized) into a dense buffer owned by the plan, strided y is written
 // through a dense buffer and copied out.
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
@@ -278,6 +285,71 @@ void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activatio
   s.wait();
 }
 
+// Per calling thread: the packed activations, row scales and per-worker
+// scratch of the AMX GEMM. Shared by every layer the thread runs (one call
+// at a time), sized by the largest; grows on first use only.
+struct AmxCallBuffers {
+  HostBuffer a, row_scales;
+  AmxScratch scratch;
+  void* reserve(HostBuffer& b, size_t bytes) {
+    if (b.size() < bytes) b = HostBuffer(bytes);
+    return b.data();
+  }
+};
+AmxCallBuffers& amx_call_buffers() {
+  thread_local AmxCallBuffers buffers;
+  return buffers;
+}
+
+// A linear layer on the AMX GEMM: weights packed once into B tiles (BF16 for
+// BF16 and FP8, whose values bf16 holds exactly; s8 for INT8); activations
+// converted or quantized into A tiles per call.
+class AmxLinear final : public PackedLinear {
+ public:
+  explicit AmxLinear(ref::PreparedWeights w)
+      : precision_(w.precision),
+        weights_(
+            amx_pack_weights(w.w, w.precision == Precision::INT8 ? AmxType::S8 : AmxType::BF16)),
+        scale_(std::move(w.scale)),
+        bias_(std::move(w.bias)) {}
+  int64_t in_features() const override { return weights_.k; }
+  int64_t out_features() const override { return weights_.n; }
+  Precision precision() const override { return precision_; }
+  std::string impl() const {
+    return weights_.type == AmxType::S8 ? "flick:amx_int8" : "flick:amx_bf16";
+  }
+
+  void run(const ref::RowsView& x, const ref::RowsView& y, Activation act) const {
+    if (x.rows == 0) return;
+    AmxCallBuffers& buf = amx_call_buffers();
+    AmxActivations a;
+    a.type = weights_.type;
+    a.m = x.rows;
+    a.m_pad = amx_round_up(x.rows, 32);
+    a.k_pad = weights_.k_pad;
+    a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, weights_.k));
+    AmxEpilogue e;
+    e.col_scale = scale_.t.empty() ? nullptr : scale_.t.ptr<float>();
+    e.bias = bias_.t.empty() ? nullptr : bias_.t.ptr<float>();
+    e.act = act;
+    e.y = y;
+    if (a.type == AmxType::S8) {
+      auto* scales = static_cast<float*>(buf.reserve(buf.row_scales, sizeof(float) * x.rows));
+      amx_pack_s8(x, a, scales, buf.scratch);
+      e.row_scale = scales;
+    } else {
+      amx_pack_bf16(x, a, buf.scratch);
+    }
+    amx_gemm(a, weights_, e, buf.scratch);
+  }
+
+ private:
+  Precision precision_;
+  AmxWeights weights_;
+  OwnedTensor scale_;  // F32 [N] for INT8 / FP8
+  OwnedTensor bias_;   // F32 [N] or empty
+};
+
 const OnednnLinear& as_onednn(const PackedLinear& w) {
   const auto* l = dynamic_cast<const OnednnLinear*>(&w);
   FLICK_CHECK(l != nullptr, "weights were packed by another backend");
@@ -357,7 +429,16 @@ bool int8_uses_u8_activations() {
   return u8;
 }
 
-std::string linear_impl(const PackedLinear& w) { return as_onednn(w).impl(); }
+bool linear_uses_amx() {
+  static const bool yes =
+      amx_available() && dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  return yes;
+}
+
+std::string linear_impl(const PackedLinear& w) {
+  if (const auto* amx = dynamic_cast<const AmxLinear*>(&w)) return amx->impl();
+  return as_onednn(w).impl();
+}
 
 bool cpu_supports(Precision p) {
   // F32 everywhere; BF16 / FP8 natively from AVX-512 on, else emulated
@@ -369,20 +450,23 @@ std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
   FLICK_CHECK(d.w.ndim() == 2, "linear weight must be [N, K]: " + d.w.str());
   FLICK_CHECK(cpu_supports(d.precision),
               std::string(precision_name(d.precision)) + " linear is not supported on this CPU");
-  return std::make_unique<OnednnLinear>(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
+  ref::PreparedWeights w = ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision);
+  if (d.precision != Precision::F32 && linear_uses_amx())
+    return std::make_unique<AmxLinear>(std::move(w));
+  return std::make_unique<OnednnLinear>(std::move(w));
 }
 
 void linear(const Tensor& x, const PackedLinear& w, Tensor& y, Activation act) {
-  const OnednnLinear& l = as_onednn(w);
   const ref::RowsView xr = ref::as_rows(x);
   const ref::RowsView yr = ref::as_rows(y);
-  FLICK_CHECK(xr.cols == l.in_features() && yr.cols == l.out_features() && xr.rows == yr.rows,
+  FLICK_CHECK(xr.cols == w.in_features() && yr.cols == w.out_features() && xr.rows == yr.rows,
               "linear shapes: x " + x.str() + ", y " + y.str() + ", weight [" +
-                  std::to_string(l.out_features()) + ", " + std::to_string(l.in_features()) + "]");
+                  std::to_string(w.out_features()) + ", " + std::to_string(w.in_features()) + "]");
   FLICK_CHECK((x.dtype == DType::F32 || x.dtype == DType::BF16) &&
                   (y.dtype == DType::F32 || y.dtype == DType::BF16),
               "linear: x and y must be F32 or BF16");
-  l.run(xr, yr, act);
+  if (const auto* amx = dynamic_cast<const AmxLinear*>(&w)) return amx->run(xr, yr, act);
+  as_onednn(w).run(xr, yr, act);
 }
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& c) {

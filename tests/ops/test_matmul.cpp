@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/cpu/quantize.h"
@@ -287,6 +289,114 @@ TEST(Linear, DitShapesSampledRows) {
       ref::linear(xs, *rw, yr, act);
       check_rows(rows, mag, K, b, p, act, yr, yc,
                  std::string("DiT ") + precision_name(p) + " N=" + std::to_string(n));
+    }
+  }
+}
+
+// The FFN down projection (K = 8960): the AMX GEMM splits K into blocks
+// whose partial sums wait in memory (gemm.cpp), unlike the K = 1536 shapes.
+// BF16 and INT8 (FP8 runs the BF16 kernel; F32 is oneDNN's).
+TEST(Linear, DitDownProjectionSampledRows) {
+  const int64_t M = 2640, K = 8960, N = 1536;
+  OwnedTensor x = random_tensor(DType::BF16, {M, K}, 45);
+  const std::vector<int64_t> rows = sample_rows(M, 6);
+  OwnedTensor xs;
+  gather_rows(x, rows, xs);
+  OwnedTensor w = random_tensor(DType::F32, {N, K}, 46, 1.f / std::sqrt(float(K)));
+  OwnedTensor b = random_tensor(DType::F32, {N}, 47, 0.1f);
+  const std::vector<double> mag = magnitudes(x, rows, w);
+  for (Precision p : {Precision::BF16, Precision::INT8}) {
+    if (!cpu::cpu_supports(p)) continue;
+    const LinearDesc d{w.t, Tensor{}, b.t, p};
+    auto rw = ref::pack_linear(d);
+    auto cw = cpu::pack_linear(d);
+    OwnedTensor yc(DType::BF16, {M, N}), yr(DType::BF16, {static_cast<int64_t>(rows.size()), N});
+    cpu::linear(x, *cw, yc, Activation::None);
+    ref::linear(xs, *rw, yr, Activation::None);
+    check_rows(rows, mag, K, b, p, Activation::None, yr, yc,
+               std::string("DiT down projection ") + precision_name(p));
+  }
+}
+
+// On a CPU with AMX, BF16 / FP8 / INT8 layers run on flick's AMX GEMM (and
+// F32 on oneDNN); elsewhere everything is oneDNN. linear_uses_amx() says
+// which, and the packed layers must agree with it.
+TEST(Linear, AmxPathTakenWhenAvailable) {
+  const bool amx = cpu::linear_uses_amx();
+  EXPECT_TRUE(!amx || cpu::amx_available());
+  OwnedTensor w = random_tensor(DType::F32, {40, 70}, 48, 0.1f);
+  for (Precision p : precisions()) {
+    auto cw = cpu::pack_linear({w.t, Tensor{}, Tensor{}, p});
+    const std::string impl = cpu::linear_impl(*cw);
+    const bool on_amx = impl.rfind("flick:amx", 0) == 0;
+    EXPECT_EQ(on_amx, amx && p != Precision::F32) << precision_name(p) << ": " << impl;
+  }
+  std::printf("[ amx      ] linear on the AMX GEMM: %s\n", amx ? "yes" : "no (oneDNN)");
+}
+
+// Shapes around every boundary of the AMX GEMM: M, N, K off the 16 / 32 /
+// 64 tile and block sizes, M large enough for the rows to be split across
+// threads (>= 2 row blocks per thread) or small enough for the columns to
+// be, N beyond one chunk of 8 column blocks, K beyond one K block (64
+// steps: 2048 bf16, 4096 int8), and y rows wider than N (a strided output).
+TEST(Linear, AmxBlockingBoundaries) {
+  struct Shape {
+    int64_t m, k, n;
+  };
+  const Shape shapes[] = {{1, 1, 1},      {3, 31, 17},    {16, 64, 32},    {31, 65, 33},
+                          {47, 129, 300}, {130, 200, 47}, {200, 2100, 70}, {70, 4200, 40}};
+  uint32_t seed = 300;
+  for (Precision p : {Precision::BF16, Precision::FP8, Precision::INT8}) {
+    if (!cpu::cpu_supports(p)) continue;
+    for (const Shape& sh : shapes) {
+      const DType xt = seed % 2 ? DType::F32 : DType::BF16;
+      const DType yt = seed % 3 ? DType::BF16 : DType::F32;
+      const Activation act = test::kAllActivations[seed % 4];
+      OwnedTensor x = random_tensor(xt, {sh.m, sh.k}, seed);
+      OwnedTensor w = random_tensor(DType::F32, {sh.n, sh.k}, seed + 1,
+                                    1.f / std::sqrt(static_cast<float>(sh.k)));
+      OwnedTensor b = random_tensor(DType::F32, {sh.n}, seed + 2, 0.5f);
+      seed += 3;
+      const LinearDesc d{w.t, Tensor{}, b.t, p};
+      auto rw = ref::pack_linear(d);
+      auto cw = cpu::pack_linear(d);
+      OwnedTensor ybig(yt, {sh.m, sh.n + 5});
+      Tensor y = ybig.t.slice(1, 0, sh.n);
+      OwnedTensor yr(yt, {sh.m, sh.n});
+      cpu::linear(x, *cw, y, act);
+      ref::linear(x, *rw, yr, act);
+      const std::string label = std::string(precision_name(p)) + " " + std::to_string(sh.m) + "x" +
+                                std::to_string(sh.k) + "x" + std::to_string(sh.n) + " " +
+                                act_name(act);
+      check_rows(x, all_rows(sh.m), w, b, p, act, yr, y, label);
+      for (int64_t i = 0; i < sh.m; ++i)  // the columns beyond N stay untouched
+        for (int64_t j = sh.n; j < sh.n + 5; ++j) ASSERT_EQ(get(ybig, {i, j}), 0.f) << label;
+    }
+  }
+}
+
+// INT8 on the AMX GEMM: the same s8 operands as the reference, an exact s32
+// sum, then (acc * w_scale) * x_scale + bias in fp32 in the reference's
+// order: without an activation the output is bit-identical. (oneDNN's
+// kernels order the scaling differently, so this holds only on AMX.)
+TEST(Linear, AmxInt8BitExactWithReference) {
+  if (!cpu::linear_uses_amx()) GTEST_SKIP() << "INT8 runs on oneDNN on this CPU";
+  for (const auto& [m, k, n] : {std::array<int64_t, 3>{5, 70, 33}, {129, 1536, 96}}) {
+    OwnedTensor x = random_tensor(DType::BF16, {m, k}, 401);
+    OwnedTensor w = random_tensor(DType::F32, {n, k}, 402, 0.05f);
+    OwnedTensor b = random_tensor(DType::F32, {n}, 403);
+    const LinearDesc d{w.t, Tensor{}, b.t, Precision::INT8};
+    auto rw = ref::pack_linear(d);
+    auto cw = cpu::pack_linear(d);
+    for (DType yt : kFloatTypes) {
+      OwnedTensor yc(yt, {m, n}), yr(yt, {m, n});
+      cpu::linear(x, *cw, yc, Activation::None);
+      ref::linear(x, *rw, yr, Activation::None);
+      int64_t first_diff = -1;
+      for (int64_t i = 0; i < m * n && first_diff < 0; ++i)
+        if (load_as_f32(yt, yc.t.data, i) != load_as_f32(yt, yr.t.data, i)) first_diff = i;
+      EXPECT_EQ(first_diff, -1) << m << "x" << k << "x" << n << " y " << dtype_name(yt)
+                                << ": first difference at element " << first_diff;
     }
   }
 }

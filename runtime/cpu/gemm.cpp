@@ -1,0 +1,218 @@
+// The AMX GEMM's CPU detection, packing, blocking and threads (baseline
+// ISA; the tile kernels are in gemm_amx.cpp). See gemm.h.
+#include "runtime/cpu/gemm.h"
+
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/cpu/eltwise_kernels.h"
+#include "runtime/cpu/gemm_amx.h"
+#include "runtime/cpu/quantize.h"
+#include "runtime/threads.h"
+
+namespace flick::cpu {
+namespace {
+
+bool cpuid7_edx(int bit) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (d >> bit) & 1u;
+}
+
+// Writes the 16 rows [g * 16, g * 16 + 16) of a packed activation matrix,
+// every K step's tile in turn (sequential stores): row r from rows[r], which
+// holds `bytes` valid bytes, or zeros for rows[r] == nullptr and past
+// `bytes` (the K padding).
+void write_tile_rows(const AmxActivations& a, int64_t g, const char* const* rows, int64_t bytes) {
+  const int64_t steps = a.k_pad / amx_k_step(a.type);
+  char* tile = static_cast<char*>(a.data) + (g / 2) * steps * 2048 + (g % 2) * 1024;
+  for (int64_t s = 0; s < steps; ++s, tile += 2048) {
+    const int64_t off = s * kAmxRowBytes, valid = std::min<int64_t>(kAmxRowBytes, bytes - off);
+    for (int r = 0; r < 16; ++r) {
+      char* dst = tile + r * kAmxRowBytes;
+      if (rows[r] != nullptr && valid == kAmxRowBytes) {
+        std::memcpy(dst, rows[r] + off, kAmxRowBytes);  // inlined: constant size
+      } else {
+        const int64_t n = rows[r] != nullptr ? valid : 0;
+        std::memcpy(dst, rows[r] + off, static_cast<size_t>(n));
+        std::memset(dst + n, 0, static_cast<size_t>(kAmxRowBytes - n));
+      }
+    }
+  }
+}
+
+// Packs x into a in groups of 16 rows spread over the thread pool:
+// stage(slot, m, staging_row) prepares row m (returns where its bytes are,
+// the staging row or x itself), then the group is written tile by tile.
+template <class Stage>
+void pack_groups(const AmxActivations& a, int64_t row_bytes, AmxScratch& scratch,
+                 size_t staging_row_bytes, Stage stage) {
+  const int64_t groups = a.m_pad / 16;
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(num_threads(), groups));
+  scratch.prepare(tasks, std::max<size_t>(1, 16 * staging_row_bytes));
+  parallel_for(tasks, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      char* staging = static_cast<char*>(scratch.slot(t));
+      for (int64_t g = groups * t / tasks; g < groups * (t + 1) / tasks; ++g) {
+        const char* rows[16];
+        for (int r = 0; r < 16; ++r) {
+          const int64_t m = g * 16 + r;
+          rows[r] = m < a.m ? stage(m, staging + r * staging_row_bytes) : nullptr;
+        }
+        write_tile_rows(a, g, rows, row_bytes);
+      }
+    }
+  });
+}
+
+// The blocking of one worker with `cols` column blocks (gemm_amx.cpp): the
+// B panel (kb steps x chunk x 2 KB) within 1 MB of the 2 MB L2, K blocks of
+// equal size.
+amx::AmxBlocking blocking_for(int64_t k_steps, int64_t cols) {
+  amx::AmxBlocking b;
+  b.chunk_blocks = std::min<int64_t>(8, cols);
+  const int64_t max_kb = 512 / b.chunk_blocks;
+  const int64_t nkb = (k_steps + max_kb - 1) / max_kb;
+  b.kb_steps = (k_steps + nkb - 1) / nkb;
+  return b;
+}
+
+}  // namespace
+
+bool amx_available() {
+  static const bool ok = [] {
+    // CPUID.(7,0):EDX bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8; the packing
+    // and epilogue kernels are AVX-512 (F, BW, VL, DQ).
+    if (!cpuid7_edx(22) || !cpuid7_edx(24) || !cpuid7_edx(25)) return false;
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
+      return false;
+    // Linux enables the 8 KB tile state per process on request.
+    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+
+void AmxScratch::prepare(int64_t slots, size_t bytes) {
+  const size_t stride = (bytes + 4095) / 4096 * 4096;
+  const size_t need = stride * static_cast<size_t>(slots);
+  if (need > buffer_.size()) buffer_ = HostBuffer(need);
+  stride_ = stride;
+}
+
+AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
+  FLICK_CHECK(w.ndim() == 2 && w.is_contiguous(),
+              "AMX weights must be contiguous [N, K]: " + w.str());
+  FLICK_CHECK(w.dtype == (type == AmxType::BF16 ? DType::BF16 : DType::I8),
+              "AMX weights dtype: " + w.str());
+  AmxWeights out;
+  out.type = type;
+  out.n = w.dim(0);
+  out.k = w.dim(1);
+  const int64_t step = amx_k_step(type);
+  out.n_pad = amx_round_up(out.n, 32);
+  out.k_pad = amx_round_up(out.k, step);
+  const int64_t esz = type == AmxType::BF16 ? 2 : 1;
+  const int64_t group = 4 / esz;  // k per 4-byte tile element (VNNI pair / quad)
+  out.data = HostBuffer(static_cast<size_t>(out.n_pad * out.k_pad * esz));
+  const auto* src = static_cast<const char*>(w.data);
+  auto* dst = static_cast<char*>(out.data.data());
+  const int64_t steps = out.k_pad / step;
+  parallel_for(out.n_pad / 32, [&](int64_t nb0, int64_t nb1) {
+    for (int64_t nb = nb0; nb < nb1; ++nb)
+      for (int64_t s = 0; s < steps; ++s)
+        for (int64_t half = 0; half < 2; ++half) {
+          char* tile = dst + ((nb * steps + s) * 2 + half) * 1024;
+          // Tile row r, column j: the 4 bytes of k = s * step + r * group ..
+          // + group - 1 of output channel n (zeros past N and K).
+          for (int64_t j = 0; j < 16; ++j) {
+            const int64_t n = nb * 32 + half * 16 + j;
+            if (n >= out.n) break;
+            for (int64_t r = 0; r < 16; ++r) {
+              const int64_t k = s * step + r * group;
+              if (k >= out.k) break;
+              std::memcpy(tile + r * 64 + j * 4, src + (n * out.k + k) * esz,
+                          static_cast<size_t>(std::min(group, out.k - k) * esz));
+            }
+          }
+        }
+  });
+  return out;
+}
+
+void amx_pack_bf16(const ref::RowsView& x, const AmxActivations& out, AmxScratch& scratch) {
+  FLICK_CHECK(out.type == AmxType::BF16 && x.rows == out.m && x.cols <= out.k_pad,
+              "amx_pack_bf16: shapes");
+  FLICK_CHECK(x.dtype == DType::F32 || x.dtype == DType::BF16,
+              "amx_pack_bf16: x must be F32 or BF16");
+  const int64_t bytes = x.cols * 2;
+  if (x.dtype == DType::BF16) {
+    pack_groups(out, bytes, scratch, 0,
+                [&](int64_t m, char*) { return static_cast<const char*>(x.row(m)); });
+    return;
+  }
+  const EltwiseKernels& ek = eltwise_kernels();
+  pack_groups(out, bytes, scratch, static_cast<size_t>(bytes), [&](int64_t m, char* row) {
+    ek.from_f32(static_cast<const float*>(x.row(m)), DType::BF16, row, x.cols);
+    return static_cast<const char*>(row);
+  });
+}
+
+void amx_pack_s8(const ref::RowsView& x, const AmxActivations& out, float* scales,
+                 AmxScratch& scratch) {
+  FLICK_CHECK(out.type == AmxType::S8 && x.rows == out.m && x.cols <= out.k_pad,
+              "amx_pack_s8: shapes");
+  pack_groups(out, x.cols, scratch, static_cast<size_t>(x.cols), [&](int64_t m, char* row) {
+    scales[m] = quantize_row(x.row(m), x.dtype, x.cols, reinterpret_cast<uint8_t*>(row), 0);
+    return static_cast<const char*>(row);
+  });
+}
+
+void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
+              AmxScratch& scratch) {
+  FLICK_CHECK(amx_available(), "amx_gemm needs AMX (check amx_available() first)");
+  FLICK_CHECK(a.type == w.type && a.k_pad == w.k_pad && e.y.rows == a.m && e.y.cols == w.n,
+              "amx_gemm: operand shapes");
+  if (a.m == 0) return;
+  const int64_t k_steps = w.k_pad / amx_k_step(w.type);
+  const int64_t row_blocks = a.m_pad / 32, col_blocks = w.n_pad / 32;
+  // Threads split the rows (each reads all of B, its own rows of A) when
+  // there are at least two row blocks per thread, else the columns.
+  const int64_t threads = num_threads();
+  int64_t tm = 1, tn = 1;
+  if (row_blocks >= 2 * threads) {
+    tm = threads;
+  } else {
+    tn = std::min(threads, col_blocks);
+  }
+  const int64_t tasks = tm * tn;
+  const amx::AmxBlocking blocking = blocking_for(k_steps, (col_blocks + tn - 1) / tn);
+  scratch.prepare(tasks, amx::worker_scratch_bytes(blocking, k_steps, (row_blocks + tm - 1) / tm));
+  parallel_for(tasks, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      amx::WorkerArgs args;
+      args.type = w.type;
+      args.a = a.data;
+      args.b = w.data.data();
+      args.c_scratch = scratch.slot(t);
+      args.m = a.m;
+      args.n = w.n;
+      args.k_steps = k_steps;
+      const int64_t im = t / tn, in = t % tn;
+      args.mb0 = row_blocks * im / tm;
+      args.mb1 = row_blocks * (im + 1) / tm;
+      args.nb0 = col_blocks * in / tn;
+      args.nb1 = col_blocks * (in + 1) / tn;
+      args.blocking = blocking;
+      args.epilogue = &e;
+      if (args.mb0 < args.mb1 && args.nb0 < args.nb1) amx::gemm_worker(args);
+    }
+  });
+}
+
+}  // namespace flick::cpu

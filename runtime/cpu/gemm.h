@@ -1,0 +1,106 @@
+// Hand-written AMX GEMM for linear layers (BF16 and INT8), used on CPUs with
+// AMX tiles (Sapphire Rapids and later) instead of oneDNN 2.6, which reaches
+// only 13-34 % of the AMX peak at the DiT shapes (bench/RESULTS.md).
+//
+//   y[m, n] = act((acc[m, n] * col_scale[n]) * row_scale[m] + bias[n])
+//   acc = sum_k a[m, k] * w[n, k]: bf16 x bf16 in fp32 (TDPBF16PS), or
+//         s8 x s8 exactly in s32 (TDPBSSD)
+//
+// Both operands are packed into the tile layout: weights once at pack time,
+// activations per call (converted to bf16, or quantized per row to s8, on
+// the way). K and N are zero-padded to whole tiles, M to whole 32-row blocks;
+// padding contributes exact zeros and is never stored.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/backend.h"
+#include "runtime/ref/matmul_common.h"
+#include "runtime/tensor.h"
+
+namespace flick::cpu {
+
+// True when this CPU has AMX-TILE, AMX-BF16 and AMX-INT8, AVX-512 (the
+// epilogue and packing kernels) and the kernel granted this process the tile
+// state (arch_prctl ARCH_REQ_XCOMP_PERM). Checked once, thread-safe.
+bool amx_available();
+
+// Whether cpu::linear runs BF16, FP8 and INT8 layers on this GEMM: AMX is
+// available and oneDNN's ISA is not capped below AMX (ONEDNN_MAX_CPU_ISA,
+// which the tests use to reach the oneDNN paths of other CPUs).
+bool linear_uses_amx();
+
+enum class AmxType { BF16, S8 };
+
+// Bytes of one tile row (64) and the K elements one tile step covers.
+inline constexpr int64_t kAmxRowBytes = 64;
+inline int64_t amx_k_step(AmxType t) { return t == AmxType::BF16 ? 32 : 64; }
+inline int64_t amx_round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// Weights [N, K] in B-tile layout: per 32-column block, per K step, two 1 KB
+// tiles (columns 0-15, 16-31) of 16 rows; row r of a tile holds, for each of
+// its 16 columns, the 2 (bf16) or 4 (s8) consecutive k of step row r (the
+// VNNI order TDPBF16PS / TDPBSSD read). Block order [n / 32][k step][half].
+struct AmxWeights {
+  AmxType type = AmxType::BF16;
+  int64_t n = 0, k = 0;          // logical
+  int64_t n_pad = 0, k_pad = 0;  // multiples of 32 and of amx_k_step
+  HostBuffer data;
+};
+
+// w: [N, K] row-major, BF16 for AmxType::BF16, I8 for AmxType::S8.
+AmxWeights amx_pack_weights(const Tensor& w, AmxType type);
+
+// Activations in A-tile layout: per 32-row block, per K step, two 1 KB tiles
+// (rows 0-15, 16-31) of 64-byte rows. m_pad = M rounded up to 32.
+struct AmxActivations {
+  AmxType type = AmxType::BF16;
+  int64_t m = 0, m_pad = 0, k_pad = 0;
+  void* data = nullptr;  // m_pad * k_pad elements (bf16 or s8), caller-owned
+};
+inline size_t amx_activation_bytes(AmxType type, int64_t m, int64_t k) {
+  return static_cast<size_t>(amx_round_up(m, 32) * amx_round_up(k, amx_k_step(type))) *
+         (type == AmxType::BF16 ? 2 : 1);
+}
+
+// Per-thread working memory of the AMX path (staging rows while packing,
+// C accumulators while multiplying): grown on the first call, so a plan's
+// later calls with the same shapes allocate nothing.
+class AmxScratch {
+ public:
+  // `slots` buffers of at least `bytes` each, 4 KB aligned apart.
+  void prepare(int64_t slots, size_t bytes);
+  void* slot(int64_t i) const {
+    return static_cast<char*>(buffer_.data()) + static_cast<size_t>(i) * stride_;
+  }
+
+ private:
+  HostBuffer buffer_;
+  size_t stride_ = 0;
+};
+
+// Both write every byte of the m_pad x k_pad buffer (padding as zeros).
+// x (F32 or BF16 rows) -> bf16 tiles, rounded as ref::round_bf16 does.
+void amx_pack_bf16(const ref::RowsView& x, const AmxActivations& out, AmxScratch& scratch);
+// x -> s8 tiles quantized per row by ref::quantize_row_int8's rule
+// (bit-exact); writes scales[m] for each row.
+void amx_pack_s8(const ref::RowsView& x, const AmxActivations& out, float* scales,
+                 AmxScratch& scratch);
+
+// What happens to the accumulator before the store (null pointers skip a
+// step): acc * col_scale[n], * row_scale[m], + bias[n], act, stored to y as
+// F32 or BF16 (round to nearest even). Each step rounds once in fp32, in this
+// order, as runtime/ref does.
+struct AmxEpilogue {
+  const float* col_scale = nullptr;
+  const float* row_scale = nullptr;
+  const float* bias = nullptr;
+  Activation act = Activation::None;
+  ref::RowsView y;  // [M, N], F32 or BF16
+};
+
+// y = epilogue(a . w^T), multi-threaded on the flick thread pool.
+void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
+              AmxScratch& scratch);
+
+}  // namespace flick::cpu
