@@ -1,6 +1,7 @@
 #include "models/wan_vae/wan_vae_blocks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -32,6 +33,17 @@ char* frame_ptr(const Tensor& x, int64_t t) {
   return static_cast<char*>(x.data) + static_cast<size_t>(t) * frame_bytes(x);
 }
 
+// y = a + b over dense channels-last views of one shape, as the flat
+// buffers they are (the backend's loops see the permuted views as strided).
+void add_channels_last(Backend& be, const Tensor& a, const Tensor& b, Tensor& y) {
+  FLICK_CHECK(is_channels_last(a) && is_channels_last(b) && is_channels_last(y) &&
+                  a.shape == y.shape && b.shape == y.shape,
+              "add: " + a.str() + " + " + b.str() + " -> " + y.str());
+  Tensor fy = Tensor::view(y.data, y.dtype, Shape{y.numel()});
+  be.add(Tensor::view(a.data, a.dtype, Shape{a.numel()}),
+         Tensor::view(b.data, b.dtype, Shape{b.numel()}), fy);
+}
+
 }  // namespace
 
 float ref_weight_value(float v) { return round_bf16(f16_to_f32(f32_to_f16(v))); }
@@ -53,6 +65,13 @@ Tensor channels_last_view(void* data, DType dtype, int64_t c, int64_t t, int64_t
 
 bool is_channels_last(const Tensor& x) {
   return x.ndim() == 5 && x.permute({0, 2, 3, 4, 1}).is_contiguous();
+}
+
+Tensor frames(const Tensor& x, int64_t start, int64_t len) {
+  FLICK_CHECK(
+      is_channels_last(x) && start >= 0 && len >= 0 && start + len <= x.dim(2),
+      "frames: " + x.str() + " [" + std::to_string(start) + ", +" + std::to_string(len) + ")");
+  return channels_last_view(frame_ptr(x, start), x.dtype, x.dim(1), len, x.dim(3), x.dim(4));
 }
 
 Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim) {
@@ -156,8 +175,12 @@ void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad
     return;
   }
   const Tensor p = padded(pad, x.dim(2), x.dim(3), x.dim(4));
-  Tensor body = p.slice(2, 2, x.dim(2));
-  be.copy(x, body);
+  Tensor body = frames(p, 2, x.dim(2));
+  if (is_channels_last(x) && x.dtype == act_) {
+    copy_bytes(body.data, x.data, x.nbytes());
+  } else {
+    be.copy(x, body);
+  }
   run(be, p, y);
 }
 
@@ -218,20 +241,20 @@ void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& 
   const int64_t t = x.dim(2), hh = x.dim(3), ww = x.dim(4);
   // RMS, SiLU straight into conv1's padded input.
   Tensor p1 = conv1_.padded(ws.pad, t, hh, ww);
-  Tensor in1 = p1.slice(2, 2, t);
+  Tensor in1 = frames(p1, 2, t);
   norm1_.forward(x, in1, /*silu=*/true);
   Tensor h = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
   conv1_.run(be, p1, h);
   Tensor p2 = conv2_.padded(ws.pad, t, hh, ww);
-  Tensor in2 = p2.slice(2, 2, t);
+  Tensor in2 = frames(p2, 2, t);
   norm2_.forward(h, in2, /*silu=*/true);
   conv2_.run(be, p2, y);  // y = residual
   if (shortcut_) {
     Tensor s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
     shortcut_->forward(be, x, s, ws.pad);
-    be.add(y, s, y);
+    add_channels_last(be, y, s, y);
   } else {
-    be.add(y, x, y);
+    add_channels_last(be, y, x, y);
   }
 }
 
@@ -259,16 +282,27 @@ void AttentionBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace&
   norm_.forward(x, h, /*silu=*/false);
   Tensor qkv = ws.aux.channels_last(x.dtype, 3 * c, t, hh, ww);
   qkv_.forward(be, h, qkv, ws.pad);
-  // [T, L, 3C] -> q / k / v [T, L, 1, C] (channels [0:C], [C:2C], [2C:3C]):
-  // one head of width C per frame.
-  const Tensor qkv4 = Tensor::view(qkv.data, x.dtype, Shape{t, l, 3, c});
-  const Tensor q = qkv4.slice(2, 0, 1), k = qkv4.slice(2, 1, 1), v = qkv4.slice(2, 2, 1);
-  Tensor o = ws.up.get(x.dtype, Shape{t, l, 1, c});
-  be.attention(q, k, v, o, AttentionParams{});
+  // Per frame: q / k / v = channels [0:C], [C:2C], [2C:3C] of [L, 3C];
+  // S = q k^T [L, L] (fp32), P = softmax numerator, o = P v / sums.
+  const DType dt = x.dtype;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c)));
+  Tensor o = ws.up.get(dt, Shape{t, l, c});
+  Tensor s = ws.scores.get(DType::F32, Shape{1, l, l});
+  Tensor p = dt == DType::F32 ? s : ws.probs.get(dt, Shape{1, l, l});
+  Tensor acc = ws.acc.get(DType::F32, Shape{1, l, c});
+  Tensor sums = ws.sums.get(DType::F32, Shape{l});
+  for (int64_t f = 0; f < t; ++f) {
+    const Tensor frame = Tensor::view(frame_ptr(qkv, f), dt, Shape{1, l, 3 * c});
+    const Tensor q = frame.slice(2, 0, c), k = frame.slice(2, c, c), v = frame.slice(2, 2 * c, c);
+    be.matmul(q, k.permute({0, 2, 1}), s);
+    attention_probs(s.ptr<float>(), p.data, dt, l, l, scale, sums.ptr<float>());
+    be.matmul(p, v, acc);
+    attention_normalize(acc.ptr<float>(), sums.ptr<float>(), o.slice(0, f, 1).data, dt, l, c);
+  }
   // [T, H, W, C] read as a channels-last [1, C, T, H, W].
   const Tensor o5 = channels_last_view(o.data, x.dtype, c, t, hh, ww);
   proj_.forward(be, o5, y, ws.pad);
-  be.add(y, x, y);
+  add_channels_last(be, y, x, y);
 }
 
 // ---- Upsample ----
@@ -369,7 +403,7 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   }
   // [1, C, 1 + T, H/2, W/2] = [previous last frame, conv(x)]
   Tensor joined = ws.aux.channels_last(x.dtype, c, 1 + t, h / 2, w / 2);
-  Tensor body = joined.slice(2, 1, t);
+  Tensor body = frames(joined, 1, t);
   be.conv(padded, *conv_, body, Activation::None);
   std::memcpy(joined.data, last_.t.data, frame);
   be.conv(joined, *time_conv_, y, Activation::None);

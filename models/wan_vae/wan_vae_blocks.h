@@ -82,12 +82,18 @@ class Scratch {
 Tensor channels_last_view(void* data, DType dtype, int64_t c, int64_t t, int64_t h, int64_t w);
 // A [1, C, T, H, W] view of one dense channels-last buffer.
 bool is_channels_last(const Tensor& x);
+// Frames [start, start + len) of a channels-last x as a view of its own
+// (unlike x.slice, the batch stride is that of a dense tensor: oneDNN takes
+// a size-1 dim's odd stride for a non-dense layout and falls back to its
+// reference convolution).
+Tensor frames(const Tensor& x, int64_t start, int64_t len);
 
 // Scratch shared by the layers of one encoder / decoder, used one layer at a
 // time: `pad` holds a convolution's padded input, the others a layer's
 // intermediates (see each forward for which).
 struct Workspace {
   Scratch pad, mid, aux, up;
+  Scratch scores, probs, acc, sums;  // attention
 };
 
 // The shape of a required tensor, or an error naming it.
@@ -177,7 +183,10 @@ class ResidualBlock {
 // The middle AttentionBlock: per frame, RMS over channels, 1x1 to_qkv,
 // single-head attention over the H*W positions (scale 1/sqrt(C)), 1x1 proj,
 // residual. Keys norm.gamma [C,1,1], to_qkv.{weight [3C,C,1,1], bias},
-// proj.{weight [C,C,1,1], bias}. Workspace: mid, aux, up.
+// proj.{weight [C,C,1,1], bias}. The attention runs as two matmuls around a
+// softmax (what PyTorch's CPU flash attention computes for one key block: P
+// rounded to the activation dtype before P @ V), which the backend runs on
+// its GEMM units. Workspace: mid, aux, up and the attention scratch.
 class AttentionBlock {
  public:
   static Expected<AttentionBlock> load(const WeightView& v, Backend& be, const Numerics& num);

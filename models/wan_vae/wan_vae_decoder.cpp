@@ -174,7 +174,7 @@ Expected<Tensor> WanVaeDecoder::decode(const Tensor& latents, const Tap& tap) {
     const int64_t t = first_ ? 1 : 4;
     // [1, 3, T, H, W] view of frames [off, off + t) of the output
     Tensor dst = out.slice(1, off, t).permute({0, 2, 1, 3, 4});
-    decode_latent(x.slice(2, i, 1), dst, i, tap);
+    decode_latent(wan_vae::frames(x, i, 1), dst, i, tap);
     first_ = false;
     off += t;
   }
@@ -223,7 +223,7 @@ void WanVaeDecoder::decode_latent(const Tensor& x, Tensor& out, int64_t index, c
   // head: RMS, SiLU into the conv's padded input, conv straight into `out`.
   const int64_t t = y.dim(2);
   Tensor p = head_conv_.padded(ws_.pad, t, y.dim(3), y.dim(4));
-  Tensor body = p.slice(2, 2, t);
+  Tensor body = wan_vae::frames(p, 2, t);
   head_norm_.forward(y, body, /*silu=*/true);
   FLICK_CHECK(out.shape == Shape({1, 3, t, y.dim(3), y.dim(4)}),
               "Wan VAE decoder: latent gives " + std::to_string(t) + " frames of " +

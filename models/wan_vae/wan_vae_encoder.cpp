@@ -130,7 +130,7 @@ Expected<Tensor> WanVaeEncoder::encode(const Tensor& video, const Tap& tap) {
   Tensor moments = moments_.channels_last(act, 2 * z, n, h, w);
   for (int64_t i = 0; i < n; ++i) {
     const Tensor chunk = i == 0 ? video.slice(2, 0, 1) : video.slice(2, 1 + 4 * (i - 1), 4);
-    Tensor dst = moments.slice(2, i, 1);
+    Tensor dst = wan_vae::frames(moments, i, 1);
     encode_chunk(chunk, dst, i, tap);
   }
   Tensor mu_logvar = mu_logvar_.channels_last(act, 2 * z, n, h, w);
@@ -191,7 +191,7 @@ void WanVaeEncoder::encode_chunk(const Tensor& x, Tensor& out, int64_t index, co
   // head: RMS, SiLU into the conv's padded input, conv straight into `out`.
   const int64_t t = other.dim(2);
   Tensor p = head_conv_.padded(ws_.pad, t, other.dim(3), other.dim(4));
-  Tensor body = p.slice(2, 2, t);
+  Tensor body = wan_vae::frames(p, 2, t);
   head_norm_.forward(other, body, /*silu=*/true);
   FLICK_CHECK(
       out.shape == Shape({1, 2 * cfg_.z_dim, t, other.dim(3), other.dim(4)}),

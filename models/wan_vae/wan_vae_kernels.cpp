@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "models/wan_vae/wan_vae_kernels_internal.h"
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/status.h"
 #include "runtime/threads.h"
@@ -48,6 +49,14 @@ float* thread_buffer(std::vector<float>& v, int64_t n) {
   return v.data();
 }
 
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
 }  // namespace
 
 void channel_rms_norm(const void* x, void* y, DType dt, int64_t rows, int64_t c, const float* gamma,
@@ -62,6 +71,15 @@ void channel_rms_norm(const void* x, void* y, DType dt, int64_t rows, int64_t c,
   const size_t es = dtype_size(dt);
   const int64_t block_rows = std::max<int64_t>(1, kBlockElems / c);
   const int64_t blocks = (rows + block_rows - 1) / block_rows;
+  if (has_avx512()) {
+    parallel_for(blocks, [&](int64_t begin, int64_t end) {
+      const int64_t r0 = begin * block_rows, r1 = std::min(rows, end * block_rows);
+      const size_t off = static_cast<size_t>(r0 * c) * es;
+      avx512::channel_rms_norm_rows(static_cast<const char*>(x) + off, static_cast<char*>(y) + off,
+                                    bf16, r1 - r0, c, gamma, scale, rounding, silu);
+    });
+    return;
+  }
   parallel_for(blocks, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t r0 = b * block_rows, nr = std::min(block_rows, rows - r0), n = nr * c;
@@ -92,6 +110,39 @@ void channel_rms_norm(const void* x, void* y, DType dt, int64_t rows, int64_t c,
       }
       if (silu) k.silu(out, out, n);
       if (bf16) k.from_f32(out, dt, yb, n);
+    }
+  });
+}
+
+void attention_probs(float* s, void* p, DType p_dtype, int64_t rows, int64_t cols, float scale,
+                     float* sums) {
+  FLICK_CHECK(p_dtype == DType::F32 || p_dtype == DType::BF16, "attention_probs: F32 or BF16");
+  const cpu::EltwiseKernels& k = cpu::eltwise_kernels();
+  const size_t es = dtype_size(p_dtype);
+  parallel_for(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = s + r * cols;
+      for (int64_t j = 0; j < cols; ++j) row[j] *= scale;
+      const float m = k.max(row, cols);
+      for (int64_t j = 0; j < cols; ++j) row[j] -= m;
+      k.exp(row, row, cols);
+      sums[r] = static_cast<float>(k.sum(row, cols));
+      if (p_dtype != DType::F32 || p != s)
+        k.from_f32(row, p_dtype, static_cast<char*>(p) + static_cast<size_t>(r * cols) * es, cols);
+    }
+  });
+}
+
+void attention_normalize(const float* o, const float* sums, void* y, DType y_dtype, int64_t rows,
+                         int64_t c) {
+  const cpu::EltwiseKernels& k = cpu::eltwise_kernels();
+  const size_t es = dtype_size(y_dtype);
+  parallel_for(rows, [&](int64_t begin, int64_t end) {
+    float* buf = thread_buffer(t_out, c);
+    for (int64_t r = begin; r < end; ++r) {
+      const float inv = 1.f / sums[r];
+      for (int64_t j = 0; j < c; ++j) buf[j] = o[r * c + j] * inv;
+      k.from_f32(buf, y_dtype, static_cast<char*>(y) + static_cast<size_t>(r * c) * es, c);
     }
   });
 }

@@ -32,6 +32,18 @@ enum class NormRounding { PerOp, Once };
 void channel_rms_norm(const void* x, void* y, DType dt, int64_t rows, int64_t c, const float* gamma,
                       NormRounding rounding, bool silu);
 
+// The softmax of single-head attention as PyTorch's CPU flash attention
+// evaluates a block of keys: s = s * scale, p = exp(s - max(s)) stored in the
+// activation dtype (what the P @ V product reads), sums[r] = the sum of the
+// unrounded fp32 exps. s: [rows, cols] F32, overwritten; p: [rows, cols] of
+// p_dtype (F32: may be s).
+void attention_probs(float* s, void* p, DType p_dtype, int64_t rows, int64_t cols, float scale,
+                     float* sums);
+// y[r, :] = o[r, :] * (1 / sums[r]) rounded to y_dtype: o [rows, c] F32, y
+// [rows, c] contiguous.
+void attention_normalize(const float* o, const float* sums, void* y, DType y_dtype, int64_t rows,
+                         int64_t c);
+
 // Nearest x2 over H and W of channels-last frames: dst [F, 2H, 2W, C]
 // (contiguous) from src, a [T, S, H, W, C] view with C contiguous, frame
 // f = t * S + s (S = 2 reads the two frames a temporal upsampler's time

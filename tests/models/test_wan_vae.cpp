@@ -17,6 +17,7 @@
 
 #include "models/wan_vae/wan_vae_decoder.h"
 #include "models/wan_vae/wan_vae_encoder.h"
+#include "models/wan_vae/wan_vae_synthetic.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/weight_store.h"
@@ -496,6 +497,94 @@ TEST(WanVaeEncoder, RejectsAVideoOfTheWrongLength) {
   Expected<Tensor> out = enc->encode(bad);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("1 + 4k"), std::string::npos);
+}
+
+TEST(WanVaeSynthetic, HasTheCheckpointLayoutAtTinyAndFullWidth) {
+  // The generator's layout at dim 2 is the tiny checkpoint's (written by the
+  // reference's own VideoVAE_), name for name and shape for shape ...
+  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const std::vector<wan_vae::SyntheticTensor> tiny = wan_vae::wan_vae_checkpoint_layout(2);
+  EXPECT_EQ(tiny.size(), store->names().size());
+  for (const wan_vae::SyntheticTensor& t : tiny) {
+    const TensorInfo* info = store->info(t.name);
+    ASSERT_NE(info, nullptr) << t.name;
+    EXPECT_EQ(info->shape, t.shape) << t.name;
+  }
+  // ... and at dim 96 has the real file's tensor and parameter counts
+  // (tests/data/mg2/README.md, from the reference classes on the meta device).
+  const std::vector<wan_vae::SyntheticTensor> full = wan_vae::wan_vae_checkpoint_layout(96);
+  int64_t params = 0;
+  for (const wan_vae::SyntheticTensor& t : full) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    params += n;
+  }
+  EXPECT_EQ(full.size(), 194u);
+  EXPECT_EQ(params, 126892531);
+}
+
+TEST(WanVaeFullWidth, Bf16TracksFp32AtTheRealChannelCounts) {
+  // The real widths (96-384 channels) on synthetic weights, small frames: the
+  // configs detected from the full-size shapes, and BF16 against F32 where
+  // the tiny fixtures cannot say much (their 2-8-channel norms amplify every
+  // rounding). One latent / one frame each (every convolution plan is built
+  // once per input shape, and building them is most of this test's time).
+  // Tolerance: a bf16 activation carries 2^-9 relative rounding error per
+  // op; through ~40 layers with norms over >= 96 channels that stays near
+  // 1 % (measured 0.5 % after the decoder's middle, ~1 % at its frames and
+  // the encoder's latents): rel L2 <= 0.03.
+  Expected<WeightStore> store = wan_vae::make_synthetic_wan_vae(96, 7);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  uint32_t state = 5;
+  auto fill = [&](Tensor& t, float scale) {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      t.ptr<float>()[i] = round_bf16((static_cast<float>(state >> 8) * 0x1p-23f - 1.f) * scale);
+    }
+  };
+
+  OwnedTensor z(DType::F32, Shape{1, 16, 1, 4, 6});
+  fill(z, 2.f);
+  std::map<std::string, std::vector<float>> taps[2];
+  for (int i = 0; i < 2; ++i) {
+    Expected<WanVaeDecoder> dec =
+        WanVaeDecoder::load(store->root(), *be, i == 0 ? Precision::F32 : Precision::BF16);
+    ASSERT_TRUE(dec.ok()) << dec.status().message();
+    EXPECT_EQ(dec->config().dim, 384);
+    EXPECT_EQ(dec->config().out_dim, 96);
+    EXPECT_EQ(dec->config().upsamples, 15);
+    const WanVaeDecoder::Tap tap = [&](std::string_view name, const Tensor& t) {
+      taps[i][std::string(name)] = to_f32(*be, t);
+    };
+    Expected<Tensor> out = dec->decode(z, tap);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(out->shape, Shape({1, 1, 3, 32, 48}));
+    taps[i]["frames"] = to_f32(*be, *out);
+  }
+  for (const char* key : {"l0.middle", "l0.up3", "l0.up7", "l0.up11", "l0.up14", "frames"}) {
+    const Error e = compare(taps[1][key], taps[0][key]);
+    std::printf("  decoder %-10s bf16 vs f32 rel_l2 %.3g  max %.3g\n", key, e.rel_l2, e.max_rel);
+    EXPECT_LE(e.rel_l2, 0.03) << key;
+  }
+
+  OwnedTensor video(DType::F32, Shape{1, 3, 1, 32, 48});
+  fill(video, 1.f);
+  std::vector<float> latents[2];
+  for (int i = 0; i < 2; ++i) {
+    Expected<WanVaeEncoder> enc =
+        WanVaeEncoder::load(store->root(), *be, i == 0 ? Precision::F32 : Precision::BF16);
+    ASSERT_TRUE(enc.ok()) << enc.status().message();
+    EXPECT_EQ(enc->config().dim, 96);
+    EXPECT_EQ(enc->config().out_dim, 384);
+    Expected<Tensor> lat = enc->encode(video);
+    ASSERT_TRUE(lat.ok()) << lat.status().message();
+    latents[i] = to_f32(*be, *lat);
+  }
+  const Error e = compare(latents[1], latents[0]);
+  std::printf("  encoder latents bf16 vs f32 rel_l2 %.3g  max %.3g\n", e.rel_l2, e.max_rel);
+  EXPECT_LE(e.rel_l2, 0.03);
 }
 
 }  // namespace
