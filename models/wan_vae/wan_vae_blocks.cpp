@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/threads.h"
+
 namespace flick::wan_vae {
 namespace {
 
@@ -42,6 +44,27 @@ void add_channels_last(Backend& be, const Tensor& a, const Tensor& b, Tensor& y)
   Tensor fy = Tensor::view(y.data, y.dtype, Shape{y.numel()});
   be.add(Tensor::view(a.data, a.dtype, Shape{a.numel()}),
          Tensor::view(b.data, b.dtype, Shape{b.numel()}), fy);
+}
+
+// padded [T, H + 1, W + 1, C] = x [T, H, W, C] with a zero column right and
+// a zero row at the bottom of every frame.
+void pad_bottom_right(const Tensor& x, Tensor& padded) {
+  const int64_t t = x.dim(2), h = x.dim(3), w = x.dim(4);
+  const size_t pixel = static_cast<size_t>(x.dim(1)) * dtype_size(x.dtype);
+  const size_t in_row = static_cast<size_t>(w) * pixel, out_row = in_row + pixel;
+  parallel_for(t * (h + 1), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t f = r / (h + 1), i = r % (h + 1);
+      char* dst = static_cast<char*>(padded.data) + static_cast<size_t>(r) * out_row;
+      if (i == h) {
+        std::memset(dst, 0, out_row);
+        continue;
+      }
+      std::memcpy(dst, static_cast<const char*>(x.data) + static_cast<size_t>(f * h + i) * in_row,
+                  in_row);
+      std::memset(dst + in_row, 0, pixel);
+    }
+  });
 }
 
 }  // namespace
@@ -385,10 +408,9 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   FLICK_CHECK(x.dim(1) == c && h % 2 == 0 && w % 2 == 0 && is_channels_last(y),
               "Downsample: x " + x.str() + " y " + y.str());
   // ZeroPad2d((0, 1, 0, 1)): [1, C, T, H + 1, W + 1], zeros right and bottom.
+  FLICK_CHECK(is_channels_last(x), "Downsample: x " + x.str());
   Tensor padded = ws.pad.channels_last(x.dtype, c, t, h + 1, w + 1);
-  std::memset(padded.data, 0, padded.nbytes());
-  Tensor interior = padded.slice(3, 0, h).slice(4, 0, w);
-  be.copy(x, interior);
+  pad_bottom_right(x, padded);
   if (!time_conv_) {
     be.conv(padded, *conv_, y, Activation::None);
     return;
