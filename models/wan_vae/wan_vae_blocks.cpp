@@ -365,11 +365,18 @@ void Upsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
       frames.strides = {hh * ww * 2 * c, c, ww * 2 * c, 2 * c, 1, 0};  // of [T, H, W, 2, C]
     }
   }
-  const int64_t tf = frames.dim(0) * frames.dim(1);
-  Tensor up = ws.up.get(x.dtype, Shape{tf, 2 * hh, 2 * ww, c});
-  upsample2x_channels_last(frames, up);
-  const Tensor up5 = channels_last_view(up.data, x.dtype, c, tf, 2 * hh, 2 * ww);
-  conv_.forward(be, up5, y, ws.pad);
+  // One frame at a time: the upsampled frame is 4x the input, and at the
+  // decoder's last stage 4 of them would be 350 MB of bf16.
+  const int64_t slots = frames.dim(1), tf = frames.dim(0) * slots;
+  FLICK_CHECK(is_channels_last(y) && y.dim(2) == tf, "Upsample: y " + y.str());
+  Tensor up = ws.up.get(x.dtype, Shape{1, 2 * hh, 2 * ww, c});
+  const Tensor up5 = channels_last_view(up.data, x.dtype, c, 1, 2 * hh, 2 * ww);
+  for (int64_t f = 0; f < tf; ++f) {
+    Tensor src = frames.slice(0, f / slots, 1).slice(1, f % slots, 1);
+    upsample2x_channels_last(src, up);
+    Tensor dst = wan_vae::frames(y, f, 1);  // not the local `frames`
+    conv_.forward(be, up5, dst, ws.pad);
+  }
 }
 
 // ---- Downsample ----

@@ -49,7 +49,9 @@ float* thread_buffer(std::vector<float>& v, int64_t n) {
   return v.data();
 }
 
-bool has_avx512() {
+}  // namespace
+
+bool has_avx512_kernels() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vl") &&
@@ -57,60 +59,66 @@ bool has_avx512() {
   return yes;
 }
 
-}  // namespace
+namespace portable {
+
+void channel_rms_norm_rows(const void* x, void* y, bool bf16, int64_t rows, int64_t c,
+                           const float* gamma, float scale, NormRounding rounding, bool silu) {
+  const cpu::EltwiseKernels& k = cpu::eltwise_kernels();
+  const DType dt = bf16 ? DType::BF16 : DType::F32;
+  const size_t es = dtype_size(dt);
+  const int64_t block_rows = std::max<int64_t>(1, kBlockElems / c);
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+    const int64_t nr = std::min(block_rows, rows - r0), n = nr * c;
+    const char* xb = static_cast<const char*>(x) + static_cast<size_t>(r0 * c) * es;
+    char* yb = static_cast<char*>(y) + static_cast<size_t>(r0 * c) * es;
+    const float* xf = reinterpret_cast<const float*>(xb);
+    if (bf16) {
+      float* buf = thread_buffer(t_in, n);
+      k.to_f32(dt, xb, buf, n);
+      xf = buf;
+    }
+    float* out = bf16 ? thread_buffer(t_out, n) : reinterpret_cast<float*>(yb);
+    for (int64_t r = 0; r < nr; ++r) {
+      const float* xr = xf + r * c;
+      float* yr = out + r * c;
+      // |x| accumulated wide, rounded once to fp32 (torch reduces in fp32
+      // and, for bf16, rounds the norm to bf16 before dividing).
+      float norm = static_cast<float>(std::sqrt(k.sum_sq(xr, c)));
+      if (rounding == NormRounding::PerOp && bf16) norm = round_to_bf16(norm);
+      norm = std::max(norm, 1e-12f);
+      if (rounding == NormRounding::Once) {
+        norm_row_once(xr, yr, c, norm, scale, gamma);
+      } else if (bf16) {
+        norm_row_per_op<true>(xr, yr, c, norm, scale, gamma);
+      } else {
+        norm_row_per_op<false>(xr, yr, c, norm, scale, gamma);
+      }
+    }
+    if (silu) k.silu(out, out, n);
+    if (bf16) k.from_f32(out, dt, yb, n);
+  }
+}
+
+}  // namespace portable
 
 void channel_rms_norm(const void* x, void* y, DType dt, int64_t rows, int64_t c, const float* gamma,
                       NormRounding rounding, bool silu) {
   FLICK_CHECK(dt == DType::F32 || dt == DType::BF16, "channel_rms_norm: F32 or BF16");
   FLICK_CHECK(c > 0, "channel_rms_norm: no channels");
   if (rows == 0) return;
-  const cpu::EltwiseKernels& k = cpu::eltwise_kernels();
   // torch: dim ** 0.5 (a double) multiplies an fp32 / bf16 tensor as a float.
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(c)));
   const bool bf16 = dt == DType::BF16;
   const size_t es = dtype_size(dt);
+  const auto rows_fn =
+      has_avx512_kernels() ? avx512::channel_rms_norm_rows : portable::channel_rms_norm_rows;
   const int64_t block_rows = std::max<int64_t>(1, kBlockElems / c);
   const int64_t blocks = (rows + block_rows - 1) / block_rows;
-  if (has_avx512()) {
-    parallel_for(blocks, [&](int64_t begin, int64_t end) {
-      const int64_t r0 = begin * block_rows, r1 = std::min(rows, end * block_rows);
-      const size_t off = static_cast<size_t>(r0 * c) * es;
-      avx512::channel_rms_norm_rows(static_cast<const char*>(x) + off, static_cast<char*>(y) + off,
-                                    bf16, r1 - r0, c, gamma, scale, rounding, silu);
-    });
-    return;
-  }
   parallel_for(blocks, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t r0 = b * block_rows, nr = std::min(block_rows, rows - r0), n = nr * c;
-      const char* xb = static_cast<const char*>(x) + static_cast<size_t>(r0 * c) * es;
-      char* yb = static_cast<char*>(y) + static_cast<size_t>(r0 * c) * es;
-      const float* xf = reinterpret_cast<const float*>(xb);
-      if (bf16) {
-        float* buf = thread_buffer(t_in, n);
-        k.to_f32(dt, xb, buf, n);
-        xf = buf;
-      }
-      float* out = bf16 ? thread_buffer(t_out, n) : reinterpret_cast<float*>(yb);
-      for (int64_t r = 0; r < nr; ++r) {
-        const float* xr = xf + r * c;
-        float* yr = out + r * c;
-        // |x| accumulated wide, rounded once to fp32 (torch reduces in fp32
-        // and, for bf16, rounds the norm to bf16 before dividing).
-        float norm = static_cast<float>(std::sqrt(k.sum_sq(xr, c)));
-        if (rounding == NormRounding::PerOp && bf16) norm = round_to_bf16(norm);
-        norm = std::max(norm, 1e-12f);
-        if (rounding == NormRounding::Once) {
-          norm_row_once(xr, yr, c, norm, scale, gamma);
-        } else if (bf16) {
-          norm_row_per_op<true>(xr, yr, c, norm, scale, gamma);
-        } else {
-          norm_row_per_op<false>(xr, yr, c, norm, scale, gamma);
-        }
-      }
-      if (silu) k.silu(out, out, n);
-      if (bf16) k.from_f32(out, dt, yb, n);
-    }
+    const int64_t r0 = begin * block_rows, r1 = std::min(rows, end * block_rows);
+    const size_t off = static_cast<size_t>(r0 * c) * es;
+    rows_fn(static_cast<const char*>(x) + off, static_cast<char*>(y) + off, bf16, r1 - r0, c, gamma,
+            scale, rounding, silu);
   });
 }
 
