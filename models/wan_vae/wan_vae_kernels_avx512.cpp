@@ -67,15 +67,25 @@ inline __m512 exp_ps(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// silu(v) = v / (1 + e^-v). kExact: an IEEE division, as PyTorch; else a
+// a / b from y ~ 1 / b (Markstein): q = a y, then q + (a - b q) y with the
+// residual exact under FMA. With y within half an ulp of 1 / b the result is
+// the correctly rounded quotient, what vdivps gives at a fraction of its
+// cost (the divider is this kernel's bottleneck otherwise).
+inline __m512 div_refined(__m512 a, __m512 b, __m512 y) {
+  const __m512 q = _mm512_mul_ps(a, y);
+  return _mm512_fmadd_ps(_mm512_fnmadd_ps(b, q, a), y, q);
+}
+
+// silu(v) = v / (1 + e^-v). kRefined: the quotient refined as above (to
+// within rounding of PyTorch's division); else the product with a
 // reciprocal estimate refined by one Newton step (within ~1 ulp).
-template <bool kExact>
+template <bool kRefined>
 inline __m512 silu(__m512 v) {
   const __m512 d =
       _mm512_add_ps(_mm512_set1_ps(1.f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), v)));
-  if constexpr (kExact) return _mm512_div_ps(v, d);
   __m512 r = _mm512_rcp14_ps(d);
-  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.f)));
+  r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.f)), r);
+  if constexpr (kRefined) return div_refined(v, d, r);
   return _mm512_mul_ps(v, r);
 }
 
@@ -99,6 +109,7 @@ void rows(const void* x, void* y, int64_t rows, int64_t c, const float* gamma, f
     if constexpr (kPerOp && kBf16) norm = _mm512_cvtss_f32(round_bf16(_mm512_set1_ps(norm)));
     norm = std::max(norm, 1e-12f);
     const __m512 vn = _mm512_set1_ps(norm), vs = _mm512_set1_ps(scale / norm);
+    const __m512 vinv = _mm512_set1_ps(1.f / norm);  // correctly rounded: exact quotients below
     for (j = 0; j < c; j += 16) {
       const __mmask16 m = mask_n(c - j);
       const __m512 v = load<kBf16>(x, base + j, m);
@@ -106,7 +117,7 @@ void rows(const void* x, void* y, int64_t rows, int64_t c, const float* gamma, f
       __m512 q;
       if constexpr (kPerOp) {
         // x / |x|, * sqrt(C), * gamma, each rounded to the activation dtype.
-        q = _mm512_div_ps(v, vn);
+        q = div_refined(v, vn, vinv);
         if constexpr (kBf16) q = round_bf16(q);
         q = _mm512_mul_ps(q, vscale);
         if constexpr (kBf16) q = round_bf16(q);
