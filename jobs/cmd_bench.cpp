@@ -12,6 +12,7 @@
 #include "bench/bench_matmul.h"
 #include "bench/bench_mg2.h"
 #include "bench/mg2_quality.h"
+#include "bench/bench_vae.h"
 #include "bench/peak.h"
 #include "jobs/cli.h"
 #include "runtime/threads.h"
@@ -31,6 +32,7 @@ const std::vector<std::pair<const char*, BenchGroup>>& groups() {
       {"matmul", bench::run_matmul_benches},
       {"conv", bench::run_conv_benches},
       {"attention", bench::run_attention_benches},
+      {"vae", bench::run_vae_benches},
       {"io", [](const Peaks&, const BenchOptions& o) { return bench::run_io_benches(o); }},
       {"mg2", bench::run_mg2_benches},
   };

@@ -1,26 +1,100 @@
 #include "models/wan_vae/wan_vae_blocks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
+
+#include "runtime/threads.h"
 
 namespace flick::wan_vae {
 namespace {
 
 const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
-// A weight or bias in any float dtype; the conv packer converts it.
-Expected<Tensor> get_float(const WeightView& v, const std::string& name, const Shape& shape) {
-  return v.get(name, kFloat, shape);
+// A weight, bias or norm scale in any float dtype as the fp32 values the
+// numerics compute with (the reference's casts applied).
+Expected<OwnedTensor> load_f32(const WeightView& v, const std::string& name, const Shape& shape,
+                               const Numerics& num) {
+  FLICK_ASSIGN_OR_RETURN(Tensor t, v.get(name, kFloat, shape));
+  OwnedTensor out(DType::F32, shape);
+  float* p = out.t.ptr<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float x = load_as_f32(t.dtype, t.data, i);
+    p[i] = num.ref_weights ? ref_weight_value(x) : x;
+  }
+  return out;
+}
+
+size_t frame_bytes(const Tensor& x) {
+  return static_cast<size_t>(x.dim(1) * x.dim(3) * x.dim(4)) * dtype_size(x.dtype);
+}
+
+// Pointer to frame `t` of a channels-last [1, C, T, H, W] view.
+char* frame_ptr(const Tensor& x, int64_t t) {
+  return static_cast<char*>(x.data) + static_cast<size_t>(t) * frame_bytes(x);
+}
+
+// y = a + b over dense channels-last views of one shape, as the flat
+// buffers they are (the backend's loops see the permuted views as strided).
+void add_channels_last(Backend& be, const Tensor& a, const Tensor& b, Tensor& y) {
+  FLICK_CHECK(is_channels_last(a) && is_channels_last(b) && is_channels_last(y) &&
+                  a.shape == y.shape && b.shape == y.shape,
+              "add: " + a.str() + " + " + b.str() + " -> " + y.str());
+  Tensor fy = Tensor::view(y.data, y.dtype, Shape{y.numel()});
+  be.add(Tensor::view(a.data, a.dtype, Shape{a.numel()}),
+         Tensor::view(b.data, b.dtype, Shape{b.numel()}), fy);
+}
+
+// padded [T, H + 1, W + 1, C] = x [T, H, W, C] with a zero column right and
+// a zero row at the bottom of every frame.
+void pad_bottom_right(const Tensor& x, Tensor& padded) {
+  const int64_t t = x.dim(2), h = x.dim(3), w = x.dim(4);
+  const size_t pixel = static_cast<size_t>(x.dim(1)) * dtype_size(x.dtype);
+  const size_t in_row = static_cast<size_t>(w) * pixel, out_row = in_row + pixel;
+  parallel_for(t * (h + 1), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t f = r / (h + 1), i = r % (h + 1);
+      char* dst = static_cast<char*>(padded.data) + static_cast<size_t>(r) * out_row;
+      if (i == h) {
+        std::memset(dst, 0, out_row);
+        continue;
+      }
+      std::memcpy(dst, static_cast<const char*>(x.data) + static_cast<size_t>(f * h + i) * in_row,
+                  in_row);
+      std::memset(dst + in_row, 0, pixel);
+    }
+  });
 }
 
 }  // namespace
+
+float ref_weight_value(float v) { return round_bf16(f16_to_f32(f32_to_f16(v))); }
 
 Tensor Scratch::get(DType dtype, const Shape& shape) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   if (buf_.t.empty() || buf_.t.nbytes() < bytes)
     buf_ = OwnedTensor(DType::U8, Shape{static_cast<int64_t>(bytes)});
   return Tensor::view(buf_.t.data, dtype, shape);
+}
+
+Tensor Scratch::channels_last(DType dtype, int64_t c, int64_t t, int64_t h, int64_t w) {
+  return get(dtype, Shape{1, t, h, w, c}).permute({0, 4, 1, 2, 3});
+}
+
+Tensor channels_last_view(void* data, DType dtype, int64_t c, int64_t t, int64_t h, int64_t w) {
+  return Tensor::view(data, dtype, Shape{1, t, h, w, c}).permute({0, 4, 1, 2, 3});
+}
+
+bool is_channels_last(const Tensor& x) {
+  return x.ndim() == 5 && x.permute({0, 2, 3, 4, 1}).is_contiguous();
+}
+
+Tensor frames(const Tensor& x, int64_t start, int64_t len) {
+  FLICK_CHECK(
+      is_channels_last(x) && start >= 0 && len >= 0 && start + len <= x.dim(2),
+      "frames: " + x.str() + " [" + std::to_string(start) + ", +" + std::to_string(len) + ")");
+  return channels_last_view(frame_ptr(x, start), x.dtype, x.dim(1), len, x.dim(3), x.dim(4));
 }
 
 Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim) {
@@ -35,7 +109,7 @@ Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, 
 // ---- CausalConv3d ----
 
 Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view prefix, Backend& be,
-                                          Precision precision) {
+                                          const Numerics& num) {
   const std::string p(prefix);
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, p + ".weight", 5));
   const std::vector<int64_t>& s = info->shape;
@@ -49,21 +123,22 @@ Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view 
   c.cout_ = s[0];
   c.cin_ = s[1];
   c.kt_ = s[2];
-  FLICK_ASSIGN_OR_RETURN(Tensor w,
-                         get_float(v, p + ".weight", Shape{s[0], s[1], s[2], s[3], s[4]}));
-  FLICK_ASSIGN_OR_RETURN(Tensor b, get_float(v, p + ".bias", Shape{s[0]}));
+  c.act_ = num.act;
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
+                         load_f32(v, p + ".weight", Shape{s[0], s[1], s[2], s[3], s[4]}, num));
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, p + ".bias", Shape{s[0]}, num));
   ConvDesc d;
   d.w = w;
   d.bias = b;
   d.spatial_dims = 3;
   d.padding = {0, s[3] / 2, s[4] / 2};
-  d.precision = precision;
+  d.precision = num.conv;
   c.conv_ = be.pack_conv(d);
   return c;
 }
 
 Expected<CausalConv3d> CausalConv3d::load_2d(const WeightView& v, std::string_view prefix,
-                                             Backend& be, Precision precision) {
+                                             Backend& be, const Numerics& num) {
   const std::string p(prefix);
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, p + ".weight", 4));
   const std::vector<int64_t>& s = info->shape;
@@ -73,25 +148,48 @@ Expected<CausalConv3d> CausalConv3d::load_2d(const WeightView& v, std::string_vi
   CausalConv3d c;
   c.cout_ = s[0];
   c.cin_ = s[1];
-  FLICK_ASSIGN_OR_RETURN(Tensor w, get_float(v, p + ".weight", Shape{s[0], s[1], s[2], s[3]}));
-  FLICK_ASSIGN_OR_RETURN(Tensor b, get_float(v, p + ".bias", Shape{s[0]}));
+  c.act_ = num.act;
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
+                         load_f32(v, p + ".weight", Shape{s[0], s[1], s[2], s[3]}, num));
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, p + ".bias", Shape{s[0]}, num));
   // A per-frame 2-D conv is a 3-D conv with a 1-frame kernel.
   ConvDesc d;
-  d.w = w.reshape({s[0], s[1], 1, s[2], s[3]});
+  d.w = w.t.reshape({s[0], s[1], 1, s[2], s[3]});
   d.bias = b;
   d.spatial_dims = 3;
   d.padding = {0, s[2] / 2, s[3] / 2};
-  d.precision = precision;
+  d.precision = num.conv;
   c.conv_ = be.pack_conv(d);
   return c;
 }
 
-void CausalConv3d::reset() {
-  if (!cache_.t.empty() && !cache_zero_) std::memset(cache_.t.data, 0, cache_.t.nbytes());
-  cache_zero_ = true;
+Tensor CausalConv3d::padded(Scratch& pad, int64_t t, int64_t h, int64_t w) const {
+  FLICK_CHECK(kt_ == 3, "CausalConv3d::padded: a 1-frame kernel has no cache");
+  return pad.channels_last(act_, cin_, 2 + t, h, w);
 }
 
-void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y) {
+void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
+  FLICK_CHECK(kt_ == 3 && is_channels_last(padded) && padded.dim(1) == cin_ && padded.dim(2) > 2 &&
+                  y.ndim() == 5 && y.dim(1) == cout_ && y.dim(2) == padded.dim(2) - 2,
+              "CausalConv3d: padded " + padded.str() + " y " + y.str());
+  const int64_t t = padded.dim(2) - 2, h = padded.dim(3), w = padded.dim(4);
+  const Shape cache_shape{2, h, w, cin_};
+  if (cache_.t.empty() || cache_.t.shape != cache_shape || cache_.t.dtype != padded.dtype) {
+    FLICK_CHECK(cache_zero_, "CausalConv3d: input size changed mid-stream: " + padded.str());
+    cache_ = OwnedTensor(padded.dtype, cache_shape);
+  }
+  const size_t two = 2 * frame_bytes(padded);
+  if (cache_zero_) {
+    std::memset(padded.data, 0, two);
+  } else {
+    copy_bytes(padded.data, cache_.t.data, two);
+  }
+  be.conv(padded, *conv_, y, Activation::None);
+  copy_bytes(cache_.t.data, frame_ptr(padded, t), two);
+  cache_zero_ = false;
+}
+
+void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad) {
   FLICK_CHECK(x.ndim() == 5 && x.dim(1) == cin_ && y.ndim() == 5 && y.dim(1) == cout_ &&
                   y.dim(2) == x.dim(2),
               "CausalConv3d: x " + x.str() + " y " + y.str());
@@ -99,58 +197,53 @@ void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y) {
     be.conv(x, *conv_, y, Activation::None);
     return;
   }
-  const int64_t t = x.dim(2), h = x.dim(3), w = x.dim(4);
-  const Shape cache_shape{1, cin_, 2, h, w};
-  if (cache_.t.empty() || cache_.t.shape != cache_shape || cache_.t.dtype != x.dtype) {
-    FLICK_CHECK(cache_zero_, "CausalConv3d: input size changed mid-stream: " + x.str());
-    cache_ = OwnedTensor(x.dtype, cache_shape);
-    std::memset(cache_.t.data, 0, cache_.t.nbytes());
+  const Tensor p = padded(pad, x.dim(2), x.dim(3), x.dim(4));
+  Tensor body = frames(p, 2, x.dim(2));
+  if (is_channels_last(x) && x.dtype == act_) {
+    copy_bytes(body.data, x.data, x.nbytes());
+  } else {
+    be.copy(x, body);
   }
-  // [1, I, 2 + T, H, W] = [cache, x]
-  Tensor padded = padded_.get(x.dtype, Shape{1, cin_, 2 + t, h, w});
-  Tensor front = padded.slice(2, 0, 2), back = padded.slice(2, 2, t);
-  be.copy(cache_.t, front);
-  be.copy(x, back);
-  be.conv(padded, *conv_, y, Activation::None);
-  be.copy(padded.slice(2, t, 2), cache_.t);
-  cache_zero_ = false;
+  run(be, p, y);
 }
 
 // ---- ChannelRmsNorm ----
 
 Expected<ChannelRmsNorm> ChannelRmsNorm::load(const WeightView& v, std::string_view prefix,
-                                              int64_t c, int trailing_ones) {
-  const std::string name = std::string(prefix) + ".gamma";
+                                              int64_t c, int trailing_ones, const Numerics& num) {
   std::vector<int64_t> dims{c};
   for (int i = 0; i < trailing_ones; ++i) dims.push_back(1);
   ChannelRmsNorm n;
-  FLICK_ASSIGN_OR_RETURN(Tensor g, v.get(name, DType::F32, Shape::from_vector(dims)));
-  n.gamma_ = g.reshape({c});
-  n.eps_ = 1e-24f / static_cast<float>(c);
+  FLICK_ASSIGN_OR_RETURN(
+      n.gamma_, load_f32(v, std::string(prefix) + ".gamma", Shape::from_vector(dims), num));
+  n.gamma_.t = n.gamma_.t.reshape({c});
+  n.rounding_ = num.norm;
   return n;
 }
 
-void ChannelRmsNorm::forward(Backend& be, const Tensor& x, Tensor& y) const {
-  // The norm runs over C as the (strided) last dim of an NDHWC view.
-  const Tensor xv = x.permute({0, 2, 3, 4, 1});
-  Tensor yv = y.permute({0, 2, 3, 4, 1});
-  be.rms_norm(xv, gamma_, eps_, yv);
+void ChannelRmsNorm::forward(const Tensor& x, Tensor& y, bool silu) const {
+  FLICK_CHECK(is_channels_last(x) && is_channels_last(y) && x.shape == y.shape &&
+                  x.dtype == y.dtype && x.dim(1) == gamma_.t.dim(0),
+              "ChannelRmsNorm: x " + x.str() + " y " + y.str());
+  const int64_t c = x.dim(1);
+  channel_rms_norm(x.data, y.data, x.dtype, x.numel() / c, c, gamma_.t.ptr<float>(), rounding_,
+                   silu);
 }
 
 // ---- ResidualBlock ----
 
-Expected<ResidualBlock> ResidualBlock::load(const WeightView& v, Backend& be, Precision precision) {
+Expected<ResidualBlock> ResidualBlock::load(const WeightView& v, Backend& be, const Numerics& num) {
   ResidualBlock r;
-  FLICK_ASSIGN_OR_RETURN(r.conv1_, CausalConv3d::load(v, "residual.2", be, precision));
-  FLICK_ASSIGN_OR_RETURN(r.conv2_, CausalConv3d::load(v, "residual.6", be, precision));
+  FLICK_ASSIGN_OR_RETURN(r.conv1_, CausalConv3d::load(v, "residual.2", be, num));
+  FLICK_ASSIGN_OR_RETURN(r.conv2_, CausalConv3d::load(v, "residual.6", be, num));
   const int64_t in = r.conv1_.in_channels(), out = r.conv1_.out_channels();
   if (r.conv2_.in_channels() != out || r.conv2_.out_channels() != out)
     return invalid_input(v.full_name("residual.6.weight") + ": expected " + std::to_string(out) +
                          " -> " + std::to_string(out) + " channels");
-  FLICK_ASSIGN_OR_RETURN(r.norm1_, ChannelRmsNorm::load(v, "residual.0", in, 3));
-  FLICK_ASSIGN_OR_RETURN(r.norm2_, ChannelRmsNorm::load(v, "residual.3", out, 3));
+  FLICK_ASSIGN_OR_RETURN(r.norm1_, ChannelRmsNorm::load(v, "residual.0", in, 3, num));
+  FLICK_ASSIGN_OR_RETURN(r.norm2_, ChannelRmsNorm::load(v, "residual.3", out, 3, num));
   if (in != out) {
-    FLICK_ASSIGN_OR_RETURN(CausalConv3d s, CausalConv3d::load(v, "shortcut", be, precision));
+    FLICK_ASSIGN_OR_RETURN(CausalConv3d s, CausalConv3d::load(v, "shortcut", be, num));
     if (s.in_channels() != in || s.out_channels() != out)
       return invalid_input(v.full_name("shortcut.weight") + ": expected " + std::to_string(in) +
                            " -> " + std::to_string(out) + " channels");
@@ -167,29 +260,31 @@ void ResidualBlock::reset() {
   conv2_.reset();
 }
 
-void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y) {
+void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t t = x.dim(2), hh = x.dim(3), ww = x.dim(4);
-  Tensor h = h_.get(x.dtype, Shape{1, in_channels(), t, hh, ww});
-  Tensor h2 = h2_.get(x.dtype, Shape{1, out_channels(), t, hh, ww});
-  norm1_.forward(be, x, h);
-  be.silu(h, h);
-  conv1_.forward(be, h, h2);
-  norm2_.forward(be, h2, h2);
-  be.silu(h2, h2);
-  conv2_.forward(be, h2, y);  // y = residual
+  // RMS, SiLU straight into conv1's padded input.
+  Tensor p1 = conv1_.padded(ws.pad, t, hh, ww);
+  Tensor in1 = frames(p1, 2, t);
+  norm1_.forward(x, in1, /*silu=*/true);
+  Tensor h = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
+  conv1_.run(be, p1, h);
+  Tensor p2 = conv2_.padded(ws.pad, t, hh, ww);
+  Tensor in2 = frames(p2, 2, t);
+  norm2_.forward(h, in2, /*silu=*/true);
+  conv2_.run(be, p2, y);  // y = residual
   if (shortcut_) {
-    Tensor s = h_.get(x.dtype, Shape{1, out_channels(), t, hh, ww});
-    shortcut_->forward(be, x, s);
-    be.add(y, s, y);
+    Tensor s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
+    shortcut_->forward(be, x, s, ws.pad);
+    add_channels_last(be, y, s, y);
   } else {
-    be.add(y, x, y);
+    add_channels_last(be, y, x, y);
   }
 }
 
 // ---- AttentionBlock ----
 
 Expected<AttentionBlock> AttentionBlock::load(const WeightView& v, Backend& be,
-                                              Precision precision) {
+                                              const Numerics& num) {
   AttentionBlock a;
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* qkv, require(v, "to_qkv.weight", 4));
   const int64_t c = qkv->shape[1];
@@ -197,40 +292,50 @@ Expected<AttentionBlock> AttentionBlock::load(const WeightView& v, Backend& be,
   if (qkv->shape[0] != 3 * c || qkv->shape[2] != 1 || qkv->shape[3] != 1)
     return invalid_input(v.full_name("to_qkv.weight") + ": expected [3C, C, 1, 1], file has " +
                          qkv->shape_str());
-  FLICK_ASSIGN_OR_RETURN(a.norm_, ChannelRmsNorm::load(v, "norm", c, 2));
-  FLICK_ASSIGN_OR_RETURN(a.qkv_, CausalConv3d::load_2d(v, "to_qkv", be, precision));
+  FLICK_ASSIGN_OR_RETURN(a.norm_, ChannelRmsNorm::load(v, "norm", c, 2, num));
+  FLICK_ASSIGN_OR_RETURN(a.qkv_, CausalConv3d::load_2d(v, "to_qkv", be, num));
   FLICK_TRY(v.get("proj.weight", kFloat, Shape{c, c, 1, 1}).status());  // 1x1, C -> C
-  FLICK_ASSIGN_OR_RETURN(a.proj_, CausalConv3d::load_2d(v, "proj", be, precision));
+  FLICK_ASSIGN_OR_RETURN(a.proj_, CausalConv3d::load_2d(v, "proj", be, num));
   return a;
 }
 
-void AttentionBlock::forward(Backend& be, const Tensor& x, Tensor& y) {
+void AttentionBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t c = c_, t = x.dim(2), hh = x.dim(3), ww = x.dim(4), l = hh * ww;
-  Tensor h = h_.get(x.dtype, x.shape);
-  norm_.forward(be, x, h);
-  Tensor qkv = qkv_buf_.get(x.dtype, Shape{1, 3 * c, t, hh, ww});
-  qkv_.forward(be, h, qkv);
-  // [3, C, T, L, 1] -> q/k/v [T, L, 1, C]: one head of width C per frame.
-  const Tensor qkv5 = qkv.reshape({3, c, t, l, 1});
-  const Tensor q = qkv5.select(0, 0).permute({1, 2, 3, 0});
-  const Tensor k = qkv5.select(0, 1).permute({1, 2, 3, 0});
-  const Tensor v = qkv5.select(0, 2).permute({1, 2, 3, 0});
-  Tensor o = attn_.get(x.dtype, Shape{t, l, 1, c});
-  be.attention(q, k, v, o, AttentionParams{});
+  Tensor h = ws.mid.channels_last(x.dtype, c, t, hh, ww);
+  norm_.forward(x, h, /*silu=*/false);
+  Tensor qkv = ws.aux.channels_last(x.dtype, 3 * c, t, hh, ww);
+  qkv_.forward(be, h, qkv, ws.pad);
+  // Per frame: q / k / v = channels [0:C], [C:2C], [2C:3C] of [L, 3C];
+  // S = q k^T [L, L] (fp32), P = softmax numerator, o = P v / sums.
+  const DType dt = x.dtype;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c)));
+  Tensor o = ws.up.get(dt, Shape{t, l, c});
+  Tensor s = ws.scores.get(DType::F32, Shape{1, l, l});
+  Tensor p = dt == DType::F32 ? s : ws.probs.get(dt, Shape{1, l, l});
+  Tensor acc = ws.acc.get(DType::F32, Shape{1, l, c});
+  Tensor sums = ws.sums.get(DType::F32, Shape{l});
+  for (int64_t f = 0; f < t; ++f) {
+    const Tensor frame = Tensor::view(frame_ptr(qkv, f), dt, Shape{1, l, 3 * c});
+    const Tensor q = frame.slice(2, 0, c), k = frame.slice(2, c, c), v = frame.slice(2, 2 * c, c);
+    be.matmul(q, k.permute({0, 2, 1}), s);
+    attention_probs(s.ptr<float>(), p.data, dt, l, l, scale, sums.ptr<float>());
+    be.matmul(p, v, acc);
+    attention_normalize(acc.ptr<float>(), sums.ptr<float>(), o.slice(0, f, 1).data, dt, l, c);
+  }
   // [T, H, W, C] read as a channels-last [1, C, T, H, W].
-  const Tensor o5 = o.reshape({1, t, hh, ww, c}).permute({0, 4, 1, 2, 3});
-  proj_.forward(be, o5, y);
-  be.add(y, x, y);
+  const Tensor o5 = channels_last_view(o.data, x.dtype, c, t, hh, ww);
+  proj_.forward(be, o5, y, ws.pad);
+  add_channels_last(be, y, x, y);
 }
 
 // ---- Upsample ----
 
-Expected<Upsample> Upsample::load(const WeightView& v, Backend& be, Precision precision) {
+Expected<Upsample> Upsample::load(const WeightView& v, Backend& be, const Numerics& num) {
   Upsample u;
-  FLICK_ASSIGN_OR_RETURN(u.conv_, CausalConv3d::load_2d(v, "resample.1", be, precision));
+  FLICK_ASSIGN_OR_RETURN(u.conv_, CausalConv3d::load_2d(v, "resample.1", be, num));
   u.c_ = u.conv_.in_channels();
   if (v.has("time_conv.weight")) {
-    FLICK_ASSIGN_OR_RETURN(CausalConv3d tc, CausalConv3d::load(v, "time_conv", be, precision));
+    FLICK_ASSIGN_OR_RETURN(CausalConv3d tc, CausalConv3d::load(v, "time_conv", be, num));
     if (tc.in_channels() != u.c_ || tc.out_channels() != 2 * u.c_)
       return invalid_input(v.full_name("time_conv.weight") + ": expected " + std::to_string(u.c_) +
                            " -> " + std::to_string(2 * u.c_) + " channels, 3 x 1 x 1");
@@ -244,84 +349,94 @@ void Upsample::reset() {
   if (time_conv_) time_conv_->reset();
 }
 
-void Upsample::forward(Backend& be, const Tensor& x, Tensor& y) {
+void Upsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
+  FLICK_CHECK(is_channels_last(x), "Upsample: x " + x.str());
   const int64_t c = c_, t = x.dim(2), hh = x.dim(3), ww = x.dim(4);
-  Tensor frames = x;
+  // The frames to upsample as [T, S, H, W, C]: S = 2 reads frame 2t + s from
+  // channels [s*C, (s+1)*C) of the time conv's output.
+  Tensor frames = Tensor::view(x.data, x.dtype, Shape{t, 1, hh, ww, c});
   if (time_conv_) {
     if (first_) {
       first_ = false;  // 'Rep': the first latent keeps its single frame
     } else {
-      Tensor tc = tc_.get(x.dtype, Shape{1, 2 * c, t, hh, ww});
-      time_conv_->forward(be, x, tc);
-      // [1, 2, C, T, H, W] -> [1, C, T, 2, H, W]: frame 2t + s = channels s*C..
-      frames = frames_.get(x.dtype, Shape{1, c, 2 * t, hh, ww});
-      Tensor dst = frames.reshape({1, c, t, 2, hh * ww});
-      be.copy(tc.reshape({1, 2, c, t, hh * ww}).permute({0, 2, 3, 1, 4}), dst);
+      Tensor tc = ws.aux.channels_last(x.dtype, 2 * c, t, hh, ww);
+      time_conv_->forward(be, x, tc, ws.pad);
+      frames = Tensor::view(tc.data, x.dtype, Shape{t, 2, hh, ww, c});
+      frames.strides = {hh * ww * 2 * c, c, ww * 2 * c, 2 * c, 1, 0};  // of [T, H, W, 2, C]
     }
   }
-  const int64_t tf = frames.dim(2);
-  Tensor up = up_.get(x.dtype, Shape{1, c, tf, 2 * hh, 2 * ww});
-  be.upsample_nearest(frames, up);
-  conv_.forward(be, up, y);
+  // One frame at a time: the upsampled frame is 4x the input, and at the
+  // decoder's last stage 4 of them would be 350 MB of bf16.
+  const int64_t slots = frames.dim(1), tf = frames.dim(0) * slots;
+  FLICK_CHECK(is_channels_last(y) && y.dim(2) == tf, "Upsample: y " + y.str());
+  Tensor up = ws.up.get(x.dtype, Shape{1, 2 * hh, 2 * ww, c});
+  const Tensor up5 = channels_last_view(up.data, x.dtype, c, 1, 2 * hh, 2 * ww);
+  for (int64_t f = 0; f < tf; ++f) {
+    Tensor src = frames.slice(0, f / slots, 1).slice(1, f % slots, 1);
+    upsample2x_channels_last(src, up);
+    Tensor dst = wan_vae::frames(y, f, 1);  // not the local `frames`
+    conv_.forward(be, up5, dst, ws.pad);
+  }
 }
 
 // ---- Downsample ----
 
-Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, Precision precision) {
+Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Numerics& num) {
   Downsample d;
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, "resample.1.weight", 4));
   const int64_t c = info->shape[1];
   d.c_ = c;
-  FLICK_ASSIGN_OR_RETURN(Tensor w, get_float(v, "resample.1.weight", Shape{c, c, 3, 3}));
-  FLICK_ASSIGN_OR_RETURN(Tensor b, get_float(v, "resample.1.bias", Shape{c}));
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load_f32(v, "resample.1.weight", Shape{c, c, 3, 3}, num));
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, "resample.1.bias", Shape{c}, num));
   ConvDesc cd;
-  cd.w = w.reshape({c, c, 1, 3, 3});  // per frame
+  cd.w = w.t.reshape({c, c, 1, 3, 3});  // per frame
   cd.bias = b;
   cd.spatial_dims = 3;
   cd.stride = {1, 2, 2};
-  cd.precision = precision;
+  cd.precision = num.conv;
   d.conv_ = be.pack_conv(cd);
   if (v.has("time_conv.weight")) {
-    FLICK_ASSIGN_OR_RETURN(Tensor tw, get_float(v, "time_conv.weight", Shape{c, c, 3, 1, 1}));
-    FLICK_ASSIGN_OR_RETURN(Tensor tb, get_float(v, "time_conv.bias", Shape{c}));
+    FLICK_ASSIGN_OR_RETURN(OwnedTensor tw,
+                           load_f32(v, "time_conv.weight", Shape{c, c, 3, 1, 1}, num));
+    FLICK_ASSIGN_OR_RETURN(OwnedTensor tb, load_f32(v, "time_conv.bias", Shape{c}, num));
     ConvDesc td;
     td.w = tw;
     td.bias = tb;
     td.spatial_dims = 3;
     td.stride = {2, 1, 1};
-    td.precision = precision;
+    td.precision = num.conv;
     d.time_conv_ = be.pack_conv(td);
   }
   return d;
 }
 
-void Downsample::forward(Backend& be, const Tensor& x, Tensor& y) {
+void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t c = c_, t = x.dim(2), h = x.dim(3), w = x.dim(4);
-  FLICK_CHECK(x.dim(1) == c && h % 2 == 0 && w % 2 == 0, "Downsample: x " + x.str());
+  FLICK_CHECK(x.dim(1) == c && h % 2 == 0 && w % 2 == 0 && is_channels_last(y),
+              "Downsample: x " + x.str() + " y " + y.str());
   // ZeroPad2d((0, 1, 0, 1)): [1, C, T, H + 1, W + 1], zeros right and bottom.
-  Tensor padded = padded_.get(x.dtype, Shape{1, c, t, h + 1, w + 1});
-  std::memset(padded.data, 0, padded.nbytes());
-  Tensor interior = padded.slice(3, 0, h).slice(4, 0, w);
-  be.copy(x, interior);
+  FLICK_CHECK(is_channels_last(x), "Downsample: x " + x.str());
+  Tensor padded = ws.pad.channels_last(x.dtype, c, t, h + 1, w + 1);
+  pad_bottom_right(x, padded);
   if (!time_conv_) {
     be.conv(padded, *conv_, y, Activation::None);
     return;
   }
-  const Shape frame{1, c, 1, h / 2, w / 2};
+  const size_t frame = static_cast<size_t>(c * (h / 2) * (w / 2)) * dtype_size(x.dtype);
   if (first_) {
     be.conv(padded, *conv_, y, Activation::None);
-    last_ = OwnedTensor(x.dtype, frame);
-    be.copy(y.slice(2, t - 1, 1), last_.t);
+    last_ = OwnedTensor(x.dtype, Shape{1, h / 2, w / 2, c});
+    std::memcpy(last_.t.data, frame_ptr(y, t - 1), frame);
     first_ = false;
     return;
   }
   // [1, C, 1 + T, H/2, W/2] = [previous last frame, conv(x)]
-  Tensor joined = joined_.get(x.dtype, Shape{1, c, 1 + t, h / 2, w / 2});
-  Tensor body = joined.slice(2, 1, t), head = joined.slice(2, 0, 1);
+  Tensor joined = ws.aux.channels_last(x.dtype, c, 1 + t, h / 2, w / 2);
+  Tensor body = frames(joined, 1, t);
   be.conv(padded, *conv_, body, Activation::None);
-  be.copy(last_.t, head);
+  std::memcpy(joined.data, last_.t.data, frame);
   be.conv(joined, *time_conv_, y, Activation::None);
-  be.copy(joined.slice(2, t, 1), last_.t);
+  std::memcpy(last_.t.data, frame_ptr(joined, t), frame);
 }
 
 Expected<ResampleLayers> scan_resample_layers(const WeightView& list, std::string_view kind) {

@@ -2,13 +2,21 @@
 // demo_utils/vae_block3.py of Matrix-Game 2.0), streaming over time with an
 // explicit per-convolution feature cache.
 //
-// Activations are [1, C, T, H, W] (NCDHW). Every 3-tap causal convolution
-// keeps the last 2 frames of its input; a fresh cache holds 2 zero frames, so
-// "zero front padding" and "prepend the cached frames" are one code path:
+// Activations live channels-last: [T, H, W, C] buffers (C contiguous), passed
+// around as [1, C, T, H, W] views of them, the layout oneDNN's convolutions
+// read and write in place (plain NCDHW would cost a reorder in and out of
+// every convolution).
+//
+// Every 3-tap causal convolution keeps the last 2 frames of its input; a
+// fresh cache holds 2 zero frames, so "zero front padding" and "prepend the
+// cached frames" are one code path:
 //   reference: cache None  -> pad 2 zeros;  cache [a] -> [a, x], pad 1 zero;
 //              cache [a,b] -> [a, b, x];  new cache = last 2 of [old..., x]
 //   here:      padded = [cache0, cache1, x];  new cache = last 2 of padded
 // (a 1-frame reference cache [a] is this cache [0, a]: same convolution input).
+// The producer of a convolution's input writes straight into frames [2, 2+T)
+// of its padded buffer (CausalConv3d::padded), which is shared scratch; only
+// the 2 cached frames are the convolution's own memory.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "models/wan_vae/wan_vae_kernels.h"
 #include "runtime/backend.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
@@ -31,16 +40,60 @@ inline constexpr float kWanVaeStd[16] = {2.8184f, 1.4541f, 2.3275f, 2.6558f, 1.2
                                          2.6052f, 2.0743f, 3.2687f, 2.1526f, 2.8652f, 1.5579f,
                                          1.6382f, 1.1253f, 2.8251f, 1.9160f};
 
+// The latent normalisation constants a component computes with, rounded as
+// the reference rounds them in that component's precision.
+struct WanVaeLatentScale {
+  float mean[16] = {};
+  float inv_std[16] = {};
+};
+
 namespace wan_vae {
+
+// How a component's Precision maps onto arithmetic.
+struct Numerics {
+  DType act = DType::F32;           // activation storage (F32 or BF16)
+  Precision conv = Precision::F32;  // convolutions
+  // Weights, biases and norm scales as the reference casts them for its
+  // reduced-precision runs: fp32 -> fp16 -> bf16 (a value below fp16's normal
+  // range keeps fewer bits). Every later cast of the reference (the decoder's
+  // bf16 -> fp16) is exact on these values.
+  bool ref_weights = false;
+  NormRounding norm = NormRounding::PerOp;
+
+  static Numerics f32() { return {}; }
+};
+
+// The value the reference's weight casts leave: bf16(fp16(v)).
+float ref_weight_value(float v);
 
 // A reusable buffer: grows on demand, so a streaming run allocates only while
 // its shapes grow (the first two latents) and never after.
 class Scratch {
  public:
   Tensor get(DType dtype, const Shape& shape);
+  // A [1, C, T, H, W] view of a channels-last [T, H, W, C] buffer.
+  Tensor channels_last(DType dtype, int64_t c, int64_t t, int64_t h, int64_t w);
 
  private:
   OwnedTensor buf_;
+};
+
+// [1, C, T, H, W] view of the channels-last buffer at data.
+Tensor channels_last_view(void* data, DType dtype, int64_t c, int64_t t, int64_t h, int64_t w);
+// A [1, C, T, H, W] view of one dense channels-last buffer.
+bool is_channels_last(const Tensor& x);
+// Frames [start, start + len) of a channels-last x as a view of its own
+// (unlike x.slice, the batch stride is that of a dense tensor: oneDNN takes
+// a size-1 dim's odd stride for a non-dense layout and falls back to its
+// reference convolution).
+Tensor frames(const Tensor& x, int64_t start, int64_t len);
+
+// Scratch shared by the layers of one encoder / decoder, used one layer at a
+// time: `pad` holds a convolution's padded input, the others a layer's
+// intermediates (see each forward for which).
+struct Workspace {
+  Scratch pad, mid, aux, up;
+  Scratch scores, probs, acc, sums;  // attention
 };
 
 // The shape of a required tensor, or an error naming it.
@@ -62,91 +115,104 @@ Expected<ResampleLayers> scan_resample_layers(const WeightView& list, std::strin
 class CausalConv3d {
  public:
   static Expected<CausalConv3d> load(const WeightView& v, std::string_view prefix, Backend& be,
-                                     Precision precision);
+                                     const Numerics& num);
   // Also a 2-D conv over every frame: weight [O, I, k, k].
   static Expected<CausalConv3d> load_2d(const WeightView& v, std::string_view prefix, Backend& be,
-                                        Precision precision);
+                                        const Numerics& num);
 
   int64_t in_channels() const { return cin_; }
   int64_t out_channels() const { return cout_; }
-  // x: [1, I, T, H, W], y: [1, O, T, H, W]. Reads and updates the cache.
-  void forward(Backend& be, const Tensor& x, Tensor& y);
+
+  // kt = 3: the padded input [1, I, 2 + T, H, W] (channels-last, in `pad`,
+  // of the activation dtype of the numerics it was loaded with); the caller
+  // writes the T input frames to frames [2, 2 + T), then run()s.
+  Tensor padded(Scratch& pad, int64_t t, int64_t h, int64_t w) const;
+  // Fills frames [0, 2) of a padded() buffer from the cache, convolves it
+  // into y [1, O, T, H, W] and keeps its last 2 frames as the next cache.
+  void run(Backend& be, const Tensor& padded, Tensor& y);
+  // Any x [1, I, T, H, W]: kt = 1 convolves it directly, kt = 3 copies it
+  // into a padded buffer in `pad` first.
+  void forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad);
   // Back to 2 zero frames (a new video).
-  void reset();
+  void reset() { cache_zero_ = true; }
 
  private:
   std::unique_ptr<PackedConv> conv_;
   int64_t cin_ = 0, cout_ = 0, kt_ = 1;
   DType act_ = DType::F32;
-  OwnedTensor cache_;  // [1, I, 2, H, W], allocated on the first call
+  OwnedTensor cache_;  // [2, H, W, I] channels-last, allocated on the first call
   bool cache_zero_ = true;
-  Scratch padded_;  // [1, I, 2 + T, H, W]
 };
 
-// RMS_norm over channels: F.normalize(x, dim=1) * sqrt(C) * gamma, which is
-// x / sqrt(mean_c(x^2)) * gamma (eps 1e-12 on the norm = 1e-24 / C on the mean
-// square). Weight `<prefix>.gamma` [C, 1, 1, 1] (or [C, 1, 1] for images).
+// RMS_norm over channels: F.normalize(x, dim=1) * sqrt(C) * gamma (the eps
+// 1e-12 clamps the norm), optionally followed by SiLU; rounded as
+// Numerics::norm says. Weight `<prefix>.gamma` [C, 1, 1, 1] (or [C, 1, 1]
+// for images).
 class ChannelRmsNorm {
  public:
   static Expected<ChannelRmsNorm> load(const WeightView& v, std::string_view prefix, int64_t c,
-                                       int trailing_ones);
-  void forward(Backend& be, const Tensor& x, Tensor& y) const;
+                                       int trailing_ones, const Numerics& num);
+  // x, y: channels-last [1, C, T, H, W] views of the same shape and dtype
+  // (y may be x).
+  void forward(const Tensor& x, Tensor& y, bool silu) const;
 
  private:
-  Tensor gamma_;  // [C] F32
-  float eps_ = 0.f;
+  OwnedTensor gamma_;  // [C] F32
+  NormRounding rounding_ = NormRounding::PerOp;
 };
 
 // ResidualBlock: [RMS, SiLU, Conv3, RMS, SiLU, Conv3](x) + shortcut(x), the
 // shortcut a 1^3 conv when the channel count changes. Prefix `<i>.`: keys
-// residual.{0,2,3,6}.*, shortcut.*.
+// residual.{0,2,3,6}.*, shortcut.*. Workspace: pad, mid.
 class ResidualBlock {
  public:
-  static Expected<ResidualBlock> load(const WeightView& v, Backend& be, Precision precision);
+  static Expected<ResidualBlock> load(const WeightView& v, Backend& be, const Numerics& num);
   int64_t in_channels() const { return conv1_.in_channels(); }
   int64_t out_channels() const { return conv2_.out_channels(); }
-  // x: [1, I, T, H, W] -> y: [1, O, T, H, W]; y must not alias x.
-  void forward(Backend& be, const Tensor& x, Tensor& y);
+  // x: [1, I, T, H, W] -> y: [1, O, T, H, W], channels-last; y must not alias
+  // x or the workspace.
+  void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
   void reset();
 
  private:
   ChannelRmsNorm norm1_, norm2_;
   CausalConv3d conv1_, conv2_;
   std::unique_ptr<CausalConv3d> shortcut_;
-  Scratch h_, h2_;
 };
 
 // The middle AttentionBlock: per frame, RMS over channels, 1x1 to_qkv,
 // single-head attention over the H*W positions (scale 1/sqrt(C)), 1x1 proj,
 // residual. Keys norm.gamma [C,1,1], to_qkv.{weight [3C,C,1,1], bias},
-// proj.{weight [C,C,1,1], bias}.
+// proj.{weight [C,C,1,1], bias}. The attention runs as two matmuls around a
+// softmax (what PyTorch's CPU flash attention computes for one key block: P
+// rounded to the activation dtype before P @ V), which the backend runs on
+// its GEMM units. Workspace: mid, aux, up and the attention scratch.
 class AttentionBlock {
  public:
-  static Expected<AttentionBlock> load(const WeightView& v, Backend& be, Precision precision);
+  static Expected<AttentionBlock> load(const WeightView& v, Backend& be, const Numerics& num);
   int64_t channels() const { return c_; }
-  // x: [1, C, T, H, W] -> y (may not alias x).
-  void forward(Backend& be, const Tensor& x, Tensor& y);
+  // x: [1, C, T, H, W] -> y, channels-last (y may not alias x).
+  void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
 
  private:
   int64_t c_ = 0;
   ChannelRmsNorm norm_;
   CausalConv3d qkv_, proj_;  // 1x1 convs as kt = 1 causal convs
-  Scratch h_, qkv_buf_, attn_;
 };
 
 // Up2d / Up3d (Resample 'upsample2d' / 'upsample3d'): [time_conv], nearest x2
 // over H, W, 3x3 conv C -> C/2. Up3d's time_conv (3-tap, C -> 2C) doubles the
 // frame count (channels [0:C] frame 2t, [C:2C] frame 2t+1), except on the very
 // first latent of a video ('Rep': skipped, one frame out); the next call sees
-// a zero cache, as the reference's zero front padding.
+// a zero cache, as the reference's zero front padding. Workspace: pad, aux, up.
 class Upsample {
  public:
-  static Expected<Upsample> load(const WeightView& v, Backend& be, Precision precision);
+  static Expected<Upsample> load(const WeightView& v, Backend& be, const Numerics& num);
   bool temporal() const { return time_conv_ != nullptr; }
   int64_t in_channels() const { return c_; }
   int64_t out_channels() const { return conv_.out_channels(); }
   int64_t out_frames(int64_t t) const { return temporal() && !first_ ? 2 * t : t; }
-  void forward(Backend& be, const Tensor& x, Tensor& y);
+  void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
   void reset();
 
  private:
@@ -154,7 +220,6 @@ class Upsample {
   std::unique_ptr<CausalConv3d> time_conv_;
   CausalConv3d conv_;
   bool first_ = true;
-  Scratch tc_, frames_, up_;
 };
 
 // Down2d / Down3d (Resample 'downsample2d' / 'downsample3d'): zero pad one
@@ -162,24 +227,23 @@ class Upsample {
 // halves time with a (3, 1, 1) stride-2 conv over [last frame of the previous
 // chunk, x]. The first chunk of a video (1 frame) skips it and only remembers
 // its frame. Keys resample.1.{weight [C, C, 3, 3], bias},
-// time_conv.{weight [C, C, 3, 1, 1], bias}.
+// time_conv.{weight [C, C, 3, 1, 1], bias}. Workspace: pad, aux.
 class Downsample {
  public:
-  static Expected<Downsample> load(const WeightView& v, Backend& be, Precision precision);
+  static Expected<Downsample> load(const WeightView& v, Backend& be, const Numerics& num);
   bool temporal() const { return time_conv_ != nullptr; }
   int64_t channels() const { return c_; }
   // Frames out for t frames in (t odd after the first chunk: t = 1 + 2k).
   int64_t out_frames(int64_t t) const { return temporal() && !first_ ? (t + 1 - 3) / 2 + 1 : t; }
-  // x: [1, C, T, H, W] (H, W even) -> y: [1, C, T', H/2, W/2].
-  void forward(Backend& be, const Tensor& x, Tensor& y);
+  // x: [1, C, T, H, W] (H, W even) -> y: [1, C, T', H/2, W/2], channels-last.
+  void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
   void reset() { first_ = true; }
 
  private:
   int64_t c_ = 0;
   std::unique_ptr<PackedConv> conv_, time_conv_;
   bool first_ = true;
-  OwnedTensor last_;  // [1, C, 1, H/2, W/2]: the previous chunk's last frame
-  Scratch padded_, spatial_, joined_;
+  OwnedTensor last_;  // [1, H/2, W/2, C]: the previous chunk's last frame
 };
 
 }  // namespace wan_vae

@@ -35,30 +35,55 @@ Expected<WanVaeDecoderConfig> WanVaeDecoderConfig::detect(const WeightView& root
   return c;
 }
 
+namespace {
+
+float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
+
+}  // namespace
+
 Expected<WanVaeDecoder> WanVaeDecoder::load(const WeightView& root, Backend& backend,
                                             Precision precision) {
-  if (precision != Precision::F32)
-    return invalid_input(std::string("Wan VAE decoder: precision ") + precision_name(precision) +
-                         " is not supported (F32)");
   WanVaeDecoder d;
+  d.precision_ = precision;
+  if (precision == Precision::F32) {
+    d.num_ = wan_vae::Numerics::f32();
+    // fp32: the constants as they are, 1/std in fp32.
+    for (int i = 0; i < 16; ++i) {
+      d.scale_.mean[i] = kWanVaeMean[i];
+      d.scale_.inv_std[i] = 1.f / kWanVaeStd[i];
+    }
+  } else if (precision == Precision::BF16) {
+    d.num_ = {DType::BF16, Precision::BF16, /*ref_weights=*/true, wan_vae::NormRounding::Once};
+    // vae_block3.py L159-160 in fp16: mean, std cast to fp16, 1/std in fp16.
+    for (int i = 0; i < 16; ++i) {
+      d.scale_.mean[i] = round_f16(kWanVaeMean[i]);
+      d.scale_.inv_std[i] = round_f16(1.f / round_f16(kWanVaeStd[i]));
+    }
+  } else {
+    return invalid_input(std::string("Wan VAE decoder: precision ") + precision_name(precision) +
+                         " is not supported (F32 or BF16)");
+  }
   FLICK_ASSIGN_OR_RETURN(d.cfg_, WanVaeDecoderConfig::detect(root));
   d.backend_ = &backend;
-  FLICK_TRY(d.load_weights(root, precision));
-  // fp32: 1/std in fp32, as the reference's fp32 run.
-  for (int i = 0; i < 16; ++i) d.inv_std_[i] = 1.f / kWanVaeStd[i];
+  FLICK_TRY(d.load_weights(root));
   return d;
 }
 
-Status WanVaeDecoder::load_weights(const WeightView& root, Precision precision) {
+Status WanVaeDecoder::load_weights(const WeightView& root) {
   using namespace wan_vae;
   Backend& be = *backend_;
+  const Numerics& num = num_;
+  // conv2 and conv1 work at latent size: fp32 on the precision's weights.
+  Numerics head = num;
+  head.act = DType::F32;
+  head.conv = Precision::F32;
   const WeightView dec = root.sub("decoder");
-  FLICK_ASSIGN_OR_RETURN(conv2_, CausalConv3d::load(root, "conv2", be, precision));
-  FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(dec, "conv1", be, precision));
+  FLICK_ASSIGN_OR_RETURN(conv2_, CausalConv3d::load(root, "conv2", be, head));
+  FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(dec, "conv1", be, head));
   const WeightView mid = dec.sub("middle");
-  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, precision));
-  FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, precision));
-  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, precision));
+  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, num));
+  FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, num));
+  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, num));
   int64_t ch = cfg_.dim;
   auto check_in = [&](const WeightView& v, int64_t in) -> Status {
     if (in != ch)
@@ -73,20 +98,20 @@ Status WanVaeDecoder::load_weights(const WeightView& root, Precision precision) 
   for (int64_t i = 0; i < cfg_.upsamples; ++i) {
     const WeightView l = ups.sub(std::to_string(i));
     if (l.has("resample.1.weight")) {
-      FLICK_ASSIGN_OR_RETURN(Upsample u, Upsample::load(l, be, precision));
+      FLICK_ASSIGN_OR_RETURN(Upsample u, Upsample::load(l, be, num));
       FLICK_TRY(check_in(l, u.in_channels()));
       ch = u.out_channels();
       ups_.emplace_back(std::move(u));
     } else {
-      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, precision));
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, num));
       FLICK_TRY(check_in(l, r.in_channels()));
       ch = r.out_channels();
       ups_.emplace_back(std::move(r));
     }
   }
   FLICK_TRY(check_in(dec.sub("head"), cfg_.out_dim));
-  FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(dec, "head.0", ch, 3));
-  FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(dec, "head.2", be, precision));
+  FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(dec, "head.0", ch, 3, num));
+  FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(dec, "head.2", be, num));
   return ok_status();
 }
 
@@ -120,30 +145,39 @@ Expected<Tensor> WanVaeDecoder::decode(const Tensor& latents, const Tap& tap) {
   const int64_t scale = int64_t{1} << cfg_.spatial_up;
   const int64_t hh = h * scale, ww = w * scale, t_total = frames_out(n);
 
-  // ---- de-normalise: z / (1 / std) + mean, a division as the reference ----
+  // ---- de-normalise: z / inv_std + mean, a division as the reference ----
+  // [1, z, N, h, w] F32; in BF16 every op rounds to fp16 as the reference's
+  // fp16 decoder does (the latents themselves are fp16-exact bf16 values).
   Tensor zt = z_.get(DType::F32, Shape{1, z, n, h, w});
   be.copy(latents, zt);
   float* zp = zt.ptr<float>();
   const int64_t plane = n * h * w;
-  for (int64_t c = 0; c < z; ++c)
-    for (int64_t i = 0; i < plane; ++i)
-      zp[c * plane + i] = zp[c * plane + i] / inv_std_[c] + kWanVaeMean[c];
-  Tensor x = zc_.get(DType::F32, Shape{1, z, n, h, w});
-  conv2_.forward(be, zt, x);
+  const bool half = precision_ == Precision::BF16;
+  for (int64_t c = 0; c < z; ++c) {
+    for (int64_t i = 0; i < plane; ++i) {
+      float& v = zp[c * plane + i];
+      v = half ? round_f16(round_f16(round_f16(v) / scale_.inv_std[c]) + scale_.mean[c])
+               : v / scale_.inv_std[c] + scale_.mean[c];
+    }
+  }
+  Tensor x = zc_.channels_last(DType::F32, z, n, h, w);
+  conv2_.forward(be, zt, x, ws_.pad);
+  if (half) {
+    float* xp = x.ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) xp[i] = round_f16(xp[i]);
+  }
   if (tap) tap("conv2", x);
 
-  Tensor frames = frames_.get(DType::F32, Shape{1, 3, t_total, hh, ww});
+  Tensor out = out_.get(DType::F32, Shape{1, t_total, 3, hh, ww});
   int64_t off = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = first_ ? 1 : 4;
-    Tensor dst = frames.slice(2, off, t);
-    decode_latent(x.slice(2, i, 1), dst, i, tap);
+    // [1, 3, T, H, W] view of frames [off, off + t) of the output
+    Tensor dst = out.slice(1, off, t).permute({0, 2, 1, 3, 4});
+    decode_latent(wan_vae::frames(x, i, 1), dst, i, tap);
     first_ = false;
     off += t;
   }
-  // [1, 3, T, H, W] -> [1, T, 3, H, W], clamp(-1, 1)
-  Tensor out = out_.get(DType::F32, Shape{1, t_total, 3, hh, ww});
-  be.copy(frames.permute({0, 2, 1, 3, 4}), out);
   float* op = out.ptr<float>();
   for (int64_t i = 0; i < out.numel(); ++i) op[i] = std::clamp(op[i], -1.f, 1.f);
   return out;
@@ -159,46 +193,43 @@ void WanVaeDecoder::decode_latent(const Tensor& x, Tensor& out, int64_t index, c
     full += name;
     tap(full, v);
   };
+  const DType act = num_.act;
   const int64_t h = x.dim(3), w = x.dim(4);
   wan_vae::Scratch* bufs[2] = {&a_, &b_};
-  int cur = 0;
-  Tensor a = a_.get(DType::F32, Shape{1, cfg_.dim, 1, h, w});
-  conv1_.forward(be, x, a);
+  Tensor a = a_.channels_last(act, cfg_.dim, 1, h, w);
+  conv1_.forward(be, x, a, ws_.pad);
   emit("conv1", a);
-  Tensor b = b_.get(DType::F32, a.shape);
-  mid_res0_.forward(be, a, b);
-  mid_attn_.forward(be, b, a);
-  mid_res1_.forward(be, a, b);
+  Tensor b = b_.channels_last(act, cfg_.dim, 1, h, w);
+  mid_res0_.forward(be, a, b, ws_);
+  mid_attn_.forward(be, b, a, ws_);
+  mid_res1_.forward(be, a, b, ws_);
   emit("middle", b);
-  cur = 1;
+  int cur = 1;
   Tensor y = b;
   for (size_t j = 0; j < ups_.size(); ++j) {
     const Tensor in = y;
-    Shape s = in.shape;
     if (auto* r = std::get_if<wan_vae::ResidualBlock>(&ups_[j])) {
-      s[1] = r->out_channels();
-      y = bufs[1 - cur]->get(DType::F32, s);
-      r->forward(be, in, y);
+      y = bufs[1 - cur]->channels_last(act, r->out_channels(), in.dim(2), in.dim(3), in.dim(4));
+      r->forward(be, in, y, ws_);
     } else {
       auto& u = std::get<wan_vae::Upsample>(ups_[j]);
-      s[1] = u.out_channels();
-      s[2] = u.out_frames(in.dim(2));
-      s[3] *= 2;
-      s[4] *= 2;
-      y = bufs[1 - cur]->get(DType::F32, s);
-      u.forward(be, in, y);
+      y = bufs[1 - cur]->channels_last(act, u.out_channels(), u.out_frames(in.dim(2)),
+                                       2 * in.dim(3), 2 * in.dim(4));
+      u.forward(be, in, y, ws_);
     }
     cur = 1 - cur;
     emit("up" + std::to_string(j), y);
   }
-  Tensor hd = head_.get(DType::F32, y.shape);
-  head_norm_.forward(be, y, hd);
-  be.silu(hd, hd);
-  Tensor o = bufs[1 - cur]->get(DType::F32, Shape{1, 3, y.dim(2), y.dim(3), y.dim(4)});
-  head_conv_.forward(be, hd, o);
-  FLICK_CHECK(o.shape == out.shape,
-              "Wan VAE decoder: latent gives " + o.shape.str() + ", expected " + out.shape.str());
-  be.copy(o, out);
+  // head: RMS, SiLU into the conv's padded input, conv straight into `out`.
+  const int64_t t = y.dim(2);
+  Tensor p = head_conv_.padded(ws_.pad, t, y.dim(3), y.dim(4));
+  Tensor body = wan_vae::frames(p, 2, t);
+  head_norm_.forward(y, body, /*silu=*/true);
+  FLICK_CHECK(out.shape == Shape({1, 3, t, y.dim(3), y.dim(4)}),
+              "Wan VAE decoder: latent gives " + std::to_string(t) + " frames of " +
+                  std::to_string(y.dim(3)) + " x " + std::to_string(y.dim(4)) + ", expected " +
+                  out.shape.str());
+  head_conv_.run(be, p, out);
 }
 
 }  // namespace flick

@@ -15,8 +15,24 @@
 // Wan2.1_VAE.pth (`decoder.*`, `conv2.*`); the layer list and channel counts
 // are read from the tensor shapes.
 //
-// Precision F32 runs everything in fp32 (the `fp32.` goldens). The reference's
-// fp16 decoder is not implemented: the backend has no F16 activations.
+// Precision F32 runs everything in fp32 (the `fp32.` goldens).
+//
+// Precision BF16 stands in for the reference's fp16 decoder (the backend has
+// no F16 activations; bf16 is what AMX / oneDNN convolve fastest):
+//   - weights, biases and norm scales as the reference has them,
+//     fp16(bf16(fp16(w))) = bf16(fp16(w)) (inference.py L61, L71, L72);
+//   - the latent de-normalisation exactly as the reference's fp16 arithmetic
+//     (mean, std in fp16, inv_std = 1/std in fp16, z / inv_std + mean, each
+//     op rounded to fp16), conv2 and conv1 (at latent size, 0.02 % of the
+//     work) in fp32 on those values, conv2's output rounded to fp16 as the
+//     reference's;
+//   - every later activation bf16 (3 mantissa bits fewer than fp16), the
+//     RMS norms in fp32 with one rounding (NormRounding::Once), convolution
+//     accumulators fp32, the head's output fp32 before the clamp.
+// On the tiny fixtures (2-8 channel norms) this is 0.06-0.09 relative L2 from
+// the reference's frames, under twice the reference's own distance to fp32;
+// at the real widths (synthetic weights) 1.3 % from fp32 (tests in
+// tests/models/test_wan_vae.cpp: WanVaeDecoderBf16, WanVaeFullWidth).
 #pragma once
 
 #include <cstdint>
@@ -48,14 +64,17 @@ class WanVaeDecoder {
  public:
   // Called with intermediates: "conv2" (per call), and per latent i of the
   // call "l{i}.conv1", "l{i}.middle", "l{i}.up{j}" (after decoder.upsamples.j).
-  // Views are valid during the call only.
+  // Views ([1, C, T, H, W] over channels-last memory, in the activation
+  // dtype) are valid during the call only.
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
-  // root: a view holding `decoder.*` and `conv2.*`. precision: F32.
+  // root: a view holding `decoder.*` and `conv2.*`. precision: F32 or BF16.
   static Expected<WanVaeDecoder> load(const WeightView& root, Backend& backend,
                                       Precision precision);
 
   const WanVaeDecoderConfig& config() const { return cfg_; }
+  // mean and 1 / std of the latent normalisation as this precision uses them.
+  const WanVaeLatentScale& latent_scale() const { return scale_; }
 
   // Decodes the next latents of the current video. latents: F32 or BF16
   // [1, z, N, h, w], normalised. Returns F32 [1, T, 3, 8h, 8w] clamped to
@@ -69,16 +88,19 @@ class WanVaeDecoder {
   using Layer = std::variant<wan_vae::ResidualBlock, wan_vae::Upsample>;
 
   WanVaeDecoder() = default;
-  Status load_weights(const WeightView& root, Precision precision);
+  Status load_weights(const WeightView& root);
   int64_t frames_out(int64_t t) const;
-  // One latent [1, z, 1, h, w] -> frames [1, 3, T, H, W] written to `out`.
+  // One latent [1, z, 1, h, w] (channels-last F32) -> frames [1, 3, T, H, W]
+  // written to `out` (F32, any strides).
   void decode_latent(const Tensor& x, Tensor& out, int64_t index, const Tap& tap);
 
   WanVaeDecoderConfig cfg_;
   Backend* backend_ = nullptr;
+  Precision precision_ = Precision::F32;
+  wan_vae::Numerics num_;
   bool first_ = true;
   int64_t h_ = 0, w_ = 0;  // latent size of the current video
-  float inv_std_[16] = {};
+  WanVaeLatentScale scale_;
 
   wan_vae::CausalConv3d conv2_, conv1_, head_conv_;
   wan_vae::ResidualBlock mid_res0_, mid_res1_;
@@ -86,7 +108,8 @@ class WanVaeDecoder {
   std::vector<Layer> ups_;
   wan_vae::ChannelRmsNorm head_norm_;
 
-  wan_vae::Scratch z_, zc_, a_, b_, head_, frames_, out_;
+  wan_vae::Workspace ws_;
+  wan_vae::Scratch z_, zc_, a_, b_, out_;
 };
 
 }  // namespace flick

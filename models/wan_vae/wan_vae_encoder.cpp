@@ -38,23 +38,38 @@ Expected<WanVaeEncoderConfig> WanVaeEncoderConfig::detect(const WeightView& root
 
 Expected<WanVaeEncoder> WanVaeEncoder::load(const WeightView& root, Backend& backend,
                                             Precision precision) {
-  if (precision != Precision::F32)
-    return invalid_input(std::string("Wan VAE encoder: precision ") + precision_name(precision) +
-                         " is not supported (F32)");
   WanVaeEncoder e;
+  if (precision == Precision::F32) {
+    e.num_ = wan_vae::Numerics::f32();
+    for (int i = 0; i < 16; ++i) {
+      e.scale_.mean[i] = kWanVaeMean[i];
+      e.scale_.inv_std[i] = 1.f / kWanVaeStd[i];
+    }
+  } else if (precision == Precision::BF16) {
+    e.num_ = {DType::BF16, Precision::BF16, /*ref_weights=*/true, wan_vae::NormRounding::PerOp};
+    // WanVAE.to(fp16) then .to(bf16): mean and std are cast twice, and each
+    // .to() recomputes scale = 1.0 / std in the new dtype.
+    for (int i = 0; i < 16; ++i) {
+      e.scale_.mean[i] = wan_vae::ref_weight_value(kWanVaeMean[i]);
+      e.scale_.inv_std[i] = round_bf16(1.f / wan_vae::ref_weight_value(kWanVaeStd[i]));
+    }
+  } else {
+    return invalid_input(std::string("Wan VAE encoder: precision ") + precision_name(precision) +
+                         " is not supported (F32 or BF16)");
+  }
   FLICK_ASSIGN_OR_RETURN(e.cfg_, WanVaeEncoderConfig::detect(root));
   e.backend_ = &backend;
-  FLICK_TRY(e.load_weights(root, precision));
-  for (int i = 0; i < 16; ++i) e.inv_std_[i] = 1.f / kWanVaeStd[i];
+  FLICK_TRY(e.load_weights(root));
   return e;
 }
 
-Status WanVaeEncoder::load_weights(const WeightView& root, Precision precision) {
+Status WanVaeEncoder::load_weights(const WeightView& root) {
   using namespace wan_vae;
   Backend& be = *backend_;
+  const Numerics& num = num_;
   const WeightView enc = root.sub("encoder");
-  FLICK_ASSIGN_OR_RETURN(quant_conv_, CausalConv3d::load(root, "conv1", be, precision));
-  FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(enc, "conv1", be, precision));
+  FLICK_ASSIGN_OR_RETURN(quant_conv_, CausalConv3d::load(root, "conv1", be, num));
+  FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(enc, "conv1", be, num));
   int64_t ch = cfg_.dim;
   auto check_in = [&](const WeightView& v, int64_t in) -> Status {
     if (in != ch)
@@ -66,26 +81,26 @@ Status WanVaeEncoder::load_weights(const WeightView& root, Precision precision) 
   for (int64_t i = 0; i < cfg_.downsamples; ++i) {
     const WeightView l = downs.sub(std::to_string(i));
     if (l.has("resample.1.weight")) {
-      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, precision));
+      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, num));
       FLICK_TRY(check_in(l, d.channels()));
       downs_.emplace_back(std::move(d));
     } else {
-      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, precision));
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, num));
       FLICK_TRY(check_in(l, r.in_channels()));
       ch = r.out_channels();
       downs_.emplace_back(std::move(r));
     }
   }
   const WeightView mid = enc.sub("middle");
-  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, precision));
-  FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, precision));
-  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, precision));
+  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, num));
+  FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, num));
+  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, num));
   FLICK_TRY(check_in(mid.sub("0"), mid_res0_.in_channels()));
   FLICK_TRY(check_in(mid.sub("1"), mid_attn_.channels()));
   FLICK_TRY(check_in(mid.sub("2"), mid_res1_.in_channels()));
   FLICK_TRY(check_in(enc.sub("head"), cfg_.out_dim));
-  FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(enc, "head.0", ch, 3));
-  FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(enc, "head.2", be, precision));
+  FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(enc, "head.0", ch, 3, num));
+  FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(enc, "head.2", be, num));
   return ok_status();
 }
 
@@ -109,25 +124,31 @@ Expected<Tensor> WanVaeEncoder::encode(const Tensor& video, const Tap& tap) {
         std::to_string(scale) + ", got " + video.str());
   Backend& be = *backend_;
   reset();
+  const DType act = num_.act;
   const int64_t z = cfg_.z_dim, n = 1 + (video.dim(2) - 1) / 4;
   const int64_t h = video.dim(3) / scale, w = video.dim(4) / scale;
-  Tensor moments = moments_.get(DType::F32, Shape{1, 2 * z, n, h, w});
+  Tensor moments = moments_.channels_last(act, 2 * z, n, h, w);
   for (int64_t i = 0; i < n; ++i) {
     const Tensor chunk = i == 0 ? video.slice(2, 0, 1) : video.slice(2, 1 + 4 * (i - 1), 4);
-    Tensor dst = moments.slice(2, i, 1);
+    Tensor dst = wan_vae::frames(moments, i, 1);
     encode_chunk(chunk, dst, i, tap);
   }
-  Tensor mu_logvar = mu_logvar_.get(DType::F32, Shape{1, 2 * z, n, h, w});
-  quant_conv_.forward(be, moments, mu_logvar);
+  Tensor mu_logvar = mu_logvar_.channels_last(act, 2 * z, n, h, w);
+  quant_conv_.forward(be, moments, mu_logvar, ws_.pad);
   if (tap) tap("conv1_mu_logvar", mu_logvar);
-  // mu = the first z channels; (mu - mean) * (1 / std).
+  // mu = the first z channels; (mu - mean) * (1 / std), each op rounded to
+  // the activation dtype. [N, h, w, 2z] -> [1, z, N, h, w]
   Tensor latents = latents_.get(DType::F32, Shape{1, z, n, h, w});
-  be.copy(mu_logvar.slice(1, 0, z), latents);
   float* p = latents.ptr<float>();
   const int64_t plane = n * h * w;
-  for (int64_t c = 0; c < z; ++c)
-    for (int64_t i = 0; i < plane; ++i)
-      p[c * plane + i] = (p[c * plane + i] - kWanVaeMean[c]) * inv_std_[c];
+  const bool bf16 = act == DType::BF16;
+  for (int64_t i = 0; i < plane; ++i) {
+    for (int64_t c = 0; c < z; ++c) {
+      const float mu = load_as_f32(act, mu_logvar.data, i * 2 * z + c);
+      p[c * plane + i] = bf16 ? round_bf16(round_bf16(mu - scale_.mean[c]) * scale_.inv_std[c])
+                              : (mu - scale_.mean[c]) * scale_.inv_std[c];
+    }
+  }
   return latents;
 }
 
@@ -141,43 +162,42 @@ void WanVaeEncoder::encode_chunk(const Tensor& x, Tensor& out, int64_t index, co
     full += name;
     tap(full, v);
   };
+  const DType act = num_.act;
   wan_vae::Scratch* bufs[2] = {&a_, &b_};
-  Tensor y = a_.get(DType::F32, Shape{1, cfg_.dim, x.dim(2), x.dim(3), x.dim(4)});
-  conv1_.forward(be, x, y);
+  // The video is cast to the activation dtype on its way into conv1's padded input.
+  Tensor y = a_.channels_last(act, cfg_.dim, x.dim(2), x.dim(3), x.dim(4));
+  conv1_.forward(be, x, y, ws_.pad);
   emit("conv1", y);
   int cur = 0;
   for (size_t j = 0; j < downs_.size(); ++j) {
     const Tensor in = y;
-    Shape s = in.shape;
     if (auto* r = std::get_if<wan_vae::ResidualBlock>(&downs_[j])) {
-      s[1] = r->out_channels();
-      y = bufs[1 - cur]->get(DType::F32, s);
-      r->forward(be, in, y);
+      y = bufs[1 - cur]->channels_last(act, r->out_channels(), in.dim(2), in.dim(3), in.dim(4));
+      r->forward(be, in, y, ws_);
     } else {
       auto& d = std::get<wan_vae::Downsample>(downs_[j]);
-      s[2] = d.out_frames(in.dim(2));
-      s[3] /= 2;
-      s[4] /= 2;
-      y = bufs[1 - cur]->get(DType::F32, s);
-      d.forward(be, in, y);
+      y = bufs[1 - cur]->channels_last(act, d.channels(), d.out_frames(in.dim(2)), in.dim(3) / 2,
+                                       in.dim(4) / 2);
+      d.forward(be, in, y, ws_);
     }
     cur = 1 - cur;
     emit("down" + std::to_string(j), y);
   }
-  Tensor other = bufs[1 - cur]->get(DType::F32, y.shape);
-  mid_res0_.forward(be, y, other);
-  mid_attn_.forward(be, other, y);
-  mid_res1_.forward(be, y, other);
+  Tensor other = bufs[1 - cur]->channels_last(act, y.dim(1), y.dim(2), y.dim(3), y.dim(4));
+  mid_res0_.forward(be, y, other, ws_);
+  mid_attn_.forward(be, other, y, ws_);
+  mid_res1_.forward(be, y, other, ws_);
   emit("middle", other);
-  Tensor hd = head_.get(DType::F32, other.shape);
-  head_norm_.forward(be, other, hd);
-  be.silu(hd, hd);
-  Tensor o = chunk_out_.get(DType::F32, Shape{1, 2 * cfg_.z_dim, hd.dim(2), hd.dim(3), hd.dim(4)});
-  head_conv_.forward(be, hd, o);
-  emit("head", o);
-  FLICK_CHECK(o.shape == out.shape,
-              "Wan VAE encoder: chunk gives " + o.shape.str() + ", expected " + out.shape.str());
-  be.copy(o, out);
+  // head: RMS, SiLU into the conv's padded input, conv straight into `out`.
+  const int64_t t = other.dim(2);
+  Tensor p = head_conv_.padded(ws_.pad, t, other.dim(3), other.dim(4));
+  Tensor body = wan_vae::frames(p, 2, t);
+  head_norm_.forward(other, body, /*silu=*/true);
+  FLICK_CHECK(
+      out.shape == Shape({1, 2 * cfg_.z_dim, t, other.dim(3), other.dim(4)}),
+      "Wan VAE encoder: chunk gives " + std::to_string(t) + " frames, expected " + out.shape.str());
+  head_conv_.run(be, p, out);
+  emit("head", out);
 }
 
 }  // namespace flick

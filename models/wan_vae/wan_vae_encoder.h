@@ -11,9 +11,20 @@
 // Weight names are the keys of Wan2.1_VAE.pth (`encoder.*`, `conv1.*`); the
 // layer list and channel counts are read from the tensor shapes.
 //
-// Precision F32 runs everything in fp32 (the `fp32.` goldens). The reference's
-// bf16 encoder (weights fp32 -> fp16 -> bf16, bf16 latent constants) is not
-// implemented.
+// Precision F32 runs everything in fp32 (the `fp32.` goldens). Precision
+// BF16 is the reference's bf16 encoder (inference.py L74-77): weights, biases
+// and norm scales fp32 -> fp16 -> bf16, the video cast to bf16, bf16
+// activations rounded after every op as PyTorch rounds them (the RMS norm's
+// |x|, x / |x|, * sqrt(C), * gamma, SiLU each; convolutions accumulate in
+// fp32 and round once), latent constants mean = bf16(fp16(mean)) and
+// inv_std = bf16(1 / bf16(fp16(std))), z = bf16(bf16(mu - mean) * inv_std).
+// The middle attention rounds its probabilities to bf16 before P @ V as
+// PyTorch's CPU flash attention does for one block of keys; with more than
+// 512 keys (the real 44 x 80 = 3520) PyTorch walks them in blocks of 512
+// against a running maximum, which changes which probabilities round which
+// way (not reproduced; a bf16-ulp-level difference). On the tiny fixtures
+// this is bit-exact up to the middle block and within 0.35 % (rel. L2) of
+// the reference's latents after it.
 #pragma once
 
 #include <cstdint>
@@ -45,32 +56,38 @@ class WanVaeEncoder {
  public:
   // Called with intermediates: per chunk i "chunk{i}.conv1",
   // "chunk{i}.down{j}" (after encoder.downsamples.j), "chunk{i}.middle",
-  // "chunk{i}.head"; then "conv1_mu_logvar". Views are valid during the call.
+  // "chunk{i}.head"; then "conv1_mu_logvar". Views ([1, C, T, H, W] over
+  // channels-last memory, in the activation dtype) are valid during the call.
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
-  // root: a view holding `encoder.*` and `conv1.*`. precision: F32.
+  // root: a view holding `encoder.*` and `conv1.*`. precision: F32 or BF16.
   static Expected<WanVaeEncoder> load(const WeightView& root, Backend& backend,
                                       Precision precision);
 
   const WanVaeEncoderConfig& config() const { return cfg_; }
+  // mean and 1 / std of the latent normalisation as this precision uses them.
+  const WanVaeLatentScale& latent_scale() const { return scale_; }
 
   // video: F32 or BF16 [1, 3, 1 + 4k, H, W] in [-1, 1], H and W multiples of
-  // 2^spatial_down. Returns the normalised latents F32 [1, z, 1 + k, h, w],
-  // valid until the next call. Every call is a new video.
+  // 2^spatial_down. Returns the normalised latents F32 [1, z, 1 + k, h, w]
+  // (bf16 values under BF16), valid until the next call. Every call is a new
+  // video.
   Expected<Tensor> encode(const Tensor& video, const Tap& tap = {});
 
  private:
   using Layer = std::variant<wan_vae::ResidualBlock, wan_vae::Downsample>;
 
   WanVaeEncoder() = default;
-  Status load_weights(const WeightView& root, Precision precision);
+  Status load_weights(const WeightView& root);
   void reset();
-  // One chunk [1, 3, T, H, W] -> [1, 2z, T', h, w] written to `out`.
+  // One chunk [1, 3, T, H, W] -> [1, 2z, T', h, w] written to `out`
+  // (channels-last).
   void encode_chunk(const Tensor& x, Tensor& out, int64_t index, const Tap& tap);
 
   WanVaeEncoderConfig cfg_;
   Backend* backend_ = nullptr;
-  float inv_std_[16] = {};
+  wan_vae::Numerics num_;
+  WanVaeLatentScale scale_;
 
   wan_vae::CausalConv3d conv1_, head_conv_, quant_conv_;
   std::vector<Layer> downs_;
@@ -78,7 +95,8 @@ class WanVaeEncoder {
   wan_vae::AttentionBlock mid_attn_;
   wan_vae::ChannelRmsNorm head_norm_;
 
-  wan_vae::Scratch a_, b_, head_, chunk_out_, moments_, mu_logvar_, latents_;
+  wan_vae::Workspace ws_;
+  wan_vae::Scratch a_, b_, moments_, mu_logvar_, latents_;
 };
 
 }  // namespace flick
