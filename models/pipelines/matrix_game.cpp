@@ -204,7 +204,9 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   const bool f32 = opt.precision == Precision::F32;
   act = f32 ? DType::F32 : DType::BF16;
   clip_precision = f32 ? Precision::F32 : Precision::BF16;
-  vae_precision = Precision::F32;
+  // The reference runs a bf16 encoder and an fp16 decoder; flick's decoder
+  // keeps the reference's weights with bf16 activations (AMX convolutions).
+  vae_precision = f32 ? Precision::F32 : Precision::BF16;
 
   const std::filesystem::path dir(opt.weights);
   const std::string clip_path = (dir / kMg2ClipFile).string();

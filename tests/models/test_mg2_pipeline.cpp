@@ -14,11 +14,11 @@
 // errors of order 1).
 //
 // bf16 (`ref.` goldens): the reference encodes the image with a bf16 VAE and
-// decodes with an fp16 one; ours are fp32 (the tiny VAE's bf16 rounding alone
-// moves its latents by 6-7 %, manifest ref_vs_fp32_rel_l2). So the bf16 run is
-// compared loosely: CLIP context and first-step inputs tightly, flows within
-// the reference's own bf16-vs-fp32 distance scaled for the differing
-// conditioning, and the video by PSNR.
+// decodes with an fp16 one; ours are a bf16 encoder with the reference's
+// rounding chain and a bf16-activation decoder on the reference's weights. So
+// the CLIP context, the first DiT input and the conditioning are compared
+// tightly, every x0 within the reference's own bf16-vs-fp32 distance, and the
+// video by PSNR (the decoders' activation formats differ: fp16 vs bf16).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -221,17 +221,19 @@ TEST_P(Mg2PipelineGolden, Bf16RunFollowsTheReferenceVideo) {
           want.push_back(round_bf16(all[static_cast<size_t>((ch * n + f) * plane + i)]));
     EXPECT_EQ(r.taps["b0.s0.x"], want);
   }
-  // Conditioning: fp32 VAE vs the reference's bf16 one (6-7 % on the tiny VAE).
+  // Conditioning: the bf16 encoder matches the reference's to its attention's
+  // summation order (0.24-0.30 % observed; the tiny VAE's bf16 vs fp32
+  // distance is 6-7 %).
   const double cond = rel_l2(r.taps["img_cond"], to_f32(*g->get("ref.img_cond")));
-  EXPECT_LE(cond, 0.1);
-  // Every x0 within 2x the reference's own bf16-vs-fp32 x0 distance (1.1-2.2 %);
-  // observed 0.9-1.5 % although the conditioning differs by 5-6 %.
+  EXPECT_LE(cond, 0.01);
+  // Every x0 within 1.5x the reference's own bf16-vs-fp32 x0 distance
+  // (1.1-2.2 %); observed 0.8-1.15 %.
   double worst = 0;
   for (const std::string& name : g->names()) {
     if (name.rfind("ref.b", 0) != 0 || name.find(".x0") == std::string::npos) continue;
     worst = std::max(worst, rel_l2(r.taps[name.substr(4)], to_f32(*g->get(name))));
   }
-  EXPECT_LE(worst, 0.04);
+  EXPECT_LE(worst, 0.03);
   RecordProperty("img_cond_rel_l2", std::to_string(cond));
   RecordProperty("worst_x0_rel_l2", std::to_string(worst));
 
@@ -244,7 +246,7 @@ TEST_P(Mg2PipelineGolden, Bf16RunFollowsTheReferenceVideo) {
   ASSERT_EQ(got.size(), per * r.sink.frames.size());
   const double p = psnr_u8(got, want);
   RecordProperty("video_psnr_db", std::to_string(p));
-  EXPECT_GE(p, 30.0);
+  EXPECT_GE(p, 32.0);  // observed 34.5-38.5 dB
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Mg2PipelineGolden, ::testing::ValuesIn(kCases),
