@@ -43,8 +43,8 @@ const Mg2ModeSpec kModes[] = {
 };
 
 constexpr int kLatentChannels = 16;
-constexpr int kMaskChannels = 4;            // cond_concat keeps 4 of the mask's channels
-constexpr int kVaeStride = 8;               // pixels per latent, each side
+constexpr int kMaskChannels = 4;  // cond_concat keeps 4 of the mask's channels
+constexpr int kVaeStride = 8;     // pixels per latent, each side
 
 const Mg2ModeSpec& spec_of(Mg2Mode mode) {
   for (const Mg2ModeSpec& m : kModes) {
@@ -185,10 +185,13 @@ struct Mg2Pipeline::Impl {
 
   // The conditioning of the whole video: [1, 16, N, h, w] in act.
   Expected<OwnedTensor> encode_image(const Tensor& image_chw, int64_t latents, const Tap& tap);
+  // cond = cat(mask, img_cond) of block b's frames: [1, 20, 3, h, w]; the
+  // same for every step of the block and its re-run.
+  void block_cond(int64_t b, const Tensor& img_cond, Tensor& cond);
   // One DiT call on block b (frames [3b, 3b + 3)); with_head = false for the
   // t = 0 context re-run, whose output is unused.
-  Status dit_call(int64_t b, const Tensor& x, float t, const Tensor& cond_all,
-                  const Tensor& keyboard, const Tensor& mouse, bool with_head, Tensor* flow);
+  Status dit_call(int64_t b, const Tensor& x, float t, const Tensor& cond, const Tensor& keyboard,
+                  const Tensor& mouse, bool with_head, Tensor* flow);
 };
 
 Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
@@ -329,28 +332,27 @@ Expected<OwnedTensor> Mg2Pipeline::Impl::encode_image(const Tensor& image_chw, i
   return out;
 }
 
-Status Mg2Pipeline::Impl::dit_call(int64_t b, const Tensor& x, float t, const Tensor& cond_all,
+void Mg2Pipeline::Impl::block_cond(int64_t b, const Tensor& img_cond, Tensor& cond) {
+  Backend& be = *backend;
+  const int64_t f = kMg2FramesPerBlock, start = b * f, plane = lh * lw;
+  OwnedTensor mask(DType::F32, {1, kMaskChannels, f, lh, lw});  // 1 for latent 0 only
+  float* m = mask.t.ptr<float>();
+  for (int64_t c = 0; c < kMaskChannels; ++c)
+    for (int64_t k = 0; k < f; ++k)
+      std::fill_n(m + (c * f + k) * plane, plane, start + k == 0 ? 1.f : 0.f);
+  Tensor mask_dst = cond.slice(1, 0, kMaskChannels);
+  be.copy(mask.t, mask_dst);
+  Tensor img_dst = cond.slice(1, kMaskChannels, kLatentChannels);
+  be.copy(img_cond.slice(2, start, f), img_dst);
+}
+
+Status Mg2Pipeline::Impl::dit_call(int64_t b, const Tensor& x, float t, const Tensor& cond,
                                    const Tensor& keyboard, const Tensor& mouse, bool with_head,
                                    Tensor* flow) {
-  Backend& be = *backend;
   const int64_t f = kMg2FramesPerBlock, start = b * f;
-  // cond = cat(mask, img_cond) of the block's frames: [1, 20, 3, h, w].
-  OwnedTensor cond(act, {1, kMaskChannels + kLatentChannels, f, lh, lw});
-  {
-    OwnedTensor mask(DType::F32, {1, kMaskChannels, f, lh, lw});
-    float* m = mask.t.ptr<float>();
-    const int64_t plane = lh * lw;
-    for (int64_t c = 0; c < kMaskChannels; ++c)
-      for (int64_t k = 0; k < f; ++k)
-        std::fill_n(m + (c * f + k) * plane, plane, start + k == 0 ? 1.f : 0.f);
-    Tensor mask_dst = cond.t.slice(1, 0, kMaskChannels);
-    be.copy(mask.t, mask_dst);
-    Tensor img_dst = cond.t.slice(1, kMaskChannels, kLatentChannels);
-    be.copy(cond_all.slice(2, start, f), img_dst);
-  }
   OwnedTensor times(DType::F32, {f});
   std::fill_n(times.t.ptr<float>(), f, t);
-  FLICK_TRY(dit->embed(x, cond.t, times.t));
+  FLICK_TRY(dit->embed(x, cond, times.t));
   Tensor tokens = dit->tokens();
   const WanDitConfig& c = dit->config();
   for (int64_t i = 0; i < c.layers; ++i) {
@@ -444,6 +446,7 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
                                       Shape{1, kLatentChannels, n, lh, lw});
   FLICK_TRY(sink.begin(opt.width, opt.height, kMg2Fps, total));
   OwnedTensor x(act, {1, kLatentChannels, f, lh, lw}), x0(act, x.t.shape);
+  OwnedTensor cond(act, {1, kMaskChannels + kLatentChannels, f, lh, lw});
   Frame rgb;
   int64_t done = 0;
   const size_t steps = step_t.size();
@@ -453,11 +456,12 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
                          " frames");
     const std::string pb = "b" + std::to_string(b) + ".";
     be.copy(initial.slice(2, b * f, f), x.t);
+    block_cond(b, img_cond.t, cond.t);
     for (size_t k = 0; k < steps; ++k) {
       const std::string pk = pb + "s" + std::to_string(k) + ".";
       if (tap) tap(pk + "x", x.t);
       Tensor flow;
-      FLICK_TRY(dit_call(b, x.t, step_t[k], img_cond.t, keyboard, mouse, true, &flow));
+      FLICK_TRY(dit_call(b, x.t, step_t[k], cond.t, keyboard, mouse, true, &flow));
       if (tap) tap(pk + "flow", flow);
       const float sigma = schedule.sigmas[wan::sigma_index_f64(schedule, step_t[k])];
       to_x0(x.t, flow, sigma, x0.t);
@@ -467,7 +471,7 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
       renoise(x0.t, noise.next_renoise(), next, x.t);
     }
     // The clean re-run at t = 0 leaves this block's clean K/V for later blocks.
-    FLICK_TRY(dit_call(b, x0.t, 0.f, img_cond.t, keyboard, mouse, false, nullptr));
+    FLICK_TRY(dit_call(b, x0.t, 0.f, cond.t, keyboard, mouse, false, nullptr));
 
     if (tap) tap(pb + "latents", x0.t);  // the block's clean latents, into the decoder
     FLICK_ASSIGN_OR_RETURN(Tensor frames, decoder->decode(x0.t));  // [1, T, 3, H, W] F32

@@ -1,49 +1,22 @@
 #include <gtest/gtest.h>
 
 #include "av_decode.h"
-#include "runtime/file_util.h"
 #include "io/frame_archive.h"
 #include "io/image.h"
 #include "io/output_sink.h"
 #include "io_test_util.h"
 #include "models/pipelines/encode.h"
+#include "runtime/file_util.h"
+#include "tests/io/collecting_sink.h"
 
 namespace flick {
 namespace {
 
+using testing::CollectingSink;
 using testing::decode_video;
 using testing::noise_frame;
 using testing::smooth_frame;
 using testing::TempDir;
-
-// Keeps what it is given, to compare with the source frames.
-class CollectingSink : public FrameSink {
- public:
-  Status begin(int w, int h, double fps, int64_t total) override {
-    ++begins;
-    width = w;
-    height = h;
-    this->fps = fps;
-    this->total = total;
-    return ok_status();
-  }
-  Status write(const FrameView& f) override {
-    Frame copy{f.width, f.height, {}};
-    for (int y = 0; y < f.height; ++y) {
-      copy.rgb.insert(copy.rgb.end(), f.rgb + y * f.stride, f.rgb + y * f.stride + 3 * f.width);
-    }
-    frames.push_back(std::move(copy));
-    return ok_status();
-  }
-  Status finish() override {
-    ++finishes;
-    return ok_status();
-  }
-  int begins = 0, finishes = 0, width = 0, height = 0;
-  double fps = 0;
-  int64_t total = 0;
-  std::vector<Frame> frames;
-};
 
 std::vector<std::string> write_pngs(const TempDir& dir, const std::vector<Frame>& frames) {
   std::vector<std::string> paths;
