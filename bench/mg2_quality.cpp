@@ -44,7 +44,8 @@ Expected<Model> load_model(const WeightView& model, Precision precision, Backend
         WanActionModule a,
         WanActionModule::load(model.sub("blocks." + std::to_string(i) + ".action_model"), backend,
                               precision, c.dim, shape.frames, shape.frame_tokens(),
-                              shape.local_attn_frames));
+                              shape.local_attn_frames,
+                              m.actions.empty() ? nullptr : &m.actions.front()));
     m.actions.push_back(std::move(a));
   }
   return m;

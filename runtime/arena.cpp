@@ -16,6 +16,15 @@ void Arena::finalize() {
   finalized_ = true;
 }
 
+bool Arena::same_plan(const Arena& o) const {
+  if (entries_.size() != o.entries_.size()) return false;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry &a = entries_[i], &b = o.entries_[i];
+    if (a.name != b.name || a.dtype != b.dtype || a.shape != b.shape) return false;
+  }
+  return true;
+}
+
 Tensor Arena::get(BufferId id) const {
   FLICK_CHECK(finalized_, "Arena::get before finalize");
   FLICK_CHECK(id >= 0 && id < size(), "bad arena buffer id");

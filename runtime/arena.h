@@ -23,6 +23,10 @@ class Arena {
   Tensor get(BufferId id) const;
   const std::string& name(BufferId id) const { return entries_[static_cast<size_t>(id)].name; }
   size_t bytes() const { return total_; }
+  // Whether `o` planned the same buffers (names, dtypes, shapes, in order):
+  // then the ids of one are valid in the other, and users that never run
+  // at the same time can share one allocation.
+  bool same_plan(const Arena& o) const;
   int size() const { return static_cast<int>(entries_.size()); }
 
  private:

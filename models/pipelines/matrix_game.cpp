@@ -19,6 +19,7 @@
 #include "models/wan_vae/wan_vae_decoder.h"
 #include "models/wan_vae/wan_vae_encoder.h"
 #include "runtime/dtype.h"
+#include "runtime/heap.h"
 #include "runtime/log.h"
 #include "runtime/weights/weight_store.h"
 
@@ -169,7 +170,9 @@ struct Mg2Pipeline::Impl {
   DType act = DType::BF16;  // DiT activations, latents and conditioning
 
   // Stores first: components hold views into them and are destroyed first.
-  WeightStore dit_store, vae_store, clip_store;
+  // (The VAE copies every weight it computes with: its store is closed once
+  // loaded, freeing the .pth storages read into memory.)
+  WeightStore dit_store, clip_store;
   std::optional<ClipVision> clip;
   std::optional<WanVaeEncoder> encoder;
   std::optional<WanVaeDecoder> decoder;
@@ -240,8 +243,8 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   }
 
   // ---- VAE encoder and streaming decoder ----
-  FLICK_ASSIGN_OR_RETURN(vae_store, WeightStore::open({vae_path}));
   {
+    FLICK_ASSIGN_OR_RETURN(WeightStore vae_store, WeightStore::open({vae_path}));
     Expected<WanVaeEncoder> e = WanVaeEncoder::load(vae_store.root(), be, vae_precision);
     if (!e.ok()) return Status(e.status().code(), vae_path + ": " + e.status().message());
     Expected<WanVaeDecoder> d = WanVaeDecoder::load(vae_store.root(), be, vae_precision);
@@ -273,6 +276,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
                             mode->local_attn_frames};
     Expected<WanDit> d = WanDit::load(model, be, opt.precision, shape, head_dim);
     if (!d.ok()) return Status(d.status().code(), dit_path + ": " + d.status().message());
+    log_debug("Matrix-Game 2.0: DiT blocks loaded, " + resident() + " resident");
     const WanDitConfig& c = d->config();
     if (c.in_dim != kLatentChannels + kMaskChannels + kLatentChannels ||
         c.out_dim != kLatentChannels)
@@ -290,7 +294,8 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
     for (int64_t i = 0; i < c.action_blocks; ++i) {
       Expected<WanActionModule> a = WanActionModule::load(
           model.sub("blocks." + std::to_string(i) + ".action_model"), be, opt.precision, c.dim,
-          kMg2FramesPerBlock, shape.frame_tokens(), shape.local_attn_frames);
+          kMg2FramesPerBlock, shape.frame_tokens(), shape.local_attn_frames,
+          actions.empty() ? nullptr : &actions.front());
       if (!a.ok()) return Status(a.status().code(), dit_path + ": " + a.status().message());
       const WanActionConfig& ac = a->config();
       if (ac.keyboard_dim != mode->keyboard_dim || ac.has_mouse() != mode->mouse)
@@ -301,13 +306,15 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
             std::to_string(mode->keyboard_dim) + " keys " + (mode->mouse ? "and" : "and no") +
             " mouse (is this the " + std::string(mode->name) + " checkpoint?)");
       actions.push_back(std::move(*a));
+      model.release_pages();
     }
     dit.emplace(std::move(*d));
     FLICK_TRY(check_used(dit_store, dit_path));
     log_debug("Matrix-Game 2.0: DiT loaded, " + resident() + " resident");
   }
   // Every weight is packed; the mapped checkpoints need not stay resident.
-  for (const WeightStore* s : {&clip_store, &vae_store, &dit_store}) s->release_pages();
+  for (const WeightStore* s : {&clip_store, &dit_store}) s->release_pages();
+  release_free_heap();
   log_debug("Matrix-Game 2.0: mapped checkpoints released, " + resident() + " resident");
   step_t = wan::warped_step_times(schedule, mode->steps);
   return ok_status();
@@ -328,6 +335,7 @@ Expected<OwnedTensor> Mg2Pipeline::Impl::encode_image(const Tensor& image_chw, i
     return internal_error("VAE encoder returned " + z.str());
   OwnedTensor out(act, z.shape);
   be.copy(z, out.t);
+  encoder->release_buffers();  // ~1 GB at full size, not needed until the next job
   if (tap) tap("img_cond", out.t);
   return out;
 }
@@ -415,6 +423,15 @@ void to_rgb8(const Tensor& frames, int64_t index, Frame& out) {
 Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunContext& ctx,
                               const Tap& tap) {
   FLICK_TRY(validate_mg2_input(opt, input));
+  // Between jobs, the pipeline holds its weights and nothing else.
+  struct ReleaseBuffers {
+    Impl& p;
+    ~ReleaseBuffers() {
+      p.encoder->release_buffers();
+      p.decoder->release_buffers();
+      release_free_heap();
+    }
+  } release_at_exit{*this};
   Backend& be = *backend;
   const int64_t n = input.latent_frames, blocks = n / kMg2FramesPerBlock,
                 total = mg2_video_frames(n), f = kMg2FramesPerBlock;
@@ -473,6 +490,8 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
     // The clean re-run at t = 0 leaves this block's clean K/V for later blocks.
     FLICK_TRY(dit_call(b, x0.t, 0.f, cond.t, keyboard, mouse, false, nullptr));
 
+    log_debug("Matrix-Game 2.0: block " + std::to_string(b) + " sampled, " + resident() +
+              " resident");
     if (tap) tap(pb + "latents", x0.t);  // the block's clean latents, into the decoder
     FLICK_ASSIGN_OR_RETURN(Tensor frames, decoder->decode(x0.t));  // [1, T, 3, H, W] F32
     if (tap) tap(pb + "frames", frames);

@@ -58,7 +58,8 @@ Expected<WanActionConfig> WanActionConfig::detect(const WeightView& action, int6
 
 Expected<WanActionModule> WanActionModule::load(const WeightView& action, Backend& backend,
                                                 Precision precision, int64_t dim, int64_t frames,
-                                                int64_t frame_tokens, int64_t cache_frames) {
+                                                int64_t frame_tokens, int64_t cache_frames,
+                                                const WanActionModule* share_with) {
   FLICK_TRY(check_wan_precision(precision, backend, "Wan action module"));
   WanActionModule m;
   FLICK_ASSIGN_OR_RETURN(m.cfg_, WanActionConfig::detect(action, dim));
@@ -70,6 +71,11 @@ Expected<WanActionModule> WanActionModule::load(const WeightView& action, Backen
   m.cache_frames_ = cache_frames;
   FLICK_TRY(m.load_weights(action));
   m.plan();
+  if (share_with != nullptr && share_with->arena_->same_plan(*m.arena_)) {
+    m.arena_ = share_with->arena_;
+  } else {
+    m.arena_->finalize();
+  }
   m.reset_caches();
   return m;
 }
@@ -113,30 +119,30 @@ Status WanActionModule::load_weights(const WeightView& a) {
 }
 
 void WanActionModule::plan() {
+  arena_ = std::make_shared<Arena>();
   const WanActionConfig& c = cfg_;
   const int64_t f = frames_, s = frame_tokens_, n = f * s, h = c.heads,
                 win = wan::kActionWindowFrames;
   if (c.has_mouse()) {
-    m_in_ = arena_.request("act.mouse_in", act_, {s, f, c.dim + win * c.mouse_dim});
-    m_h_ = arena_.request("act.mouse_h", act_, {n, c.mouse_hidden});
-    m_z_ = arena_.request("act.mouse_z", act_, {n, c.mouse_hidden});
-    m_qkv_ = arena_.request("act.mouse_qkv", act_, {s, f, 3, h, kHd});
-    m_q_ = arena_.request("act.mouse_q", act_, {s, f, h, kHd});
-    m_k_ = arena_.request("act.mouse_k", act_, {s, f, h, kHd});
-    m_v_ = arena_.request("act.mouse_v", act_, {s, f, h, kHd});
-    m_attn_ = arena_.request("act.mouse_attn", act_, {s, f, h, kHd});
-    m_attn_fs_ = arena_.request("act.mouse_attn_fs", act_, {f, s, h, kHd});
+    m_in_ = arena_->request("act.mouse_in", act_, {s, f, c.dim + win * c.mouse_dim});
+    m_h_ = arena_->request("act.mouse_h", act_, {n, c.mouse_hidden});
+    m_z_ = arena_->request("act.mouse_z", act_, {n, c.mouse_hidden});
+    m_qkv_ = arena_->request("act.mouse_qkv", act_, {s, f, 3, h, kHd});
+    m_q_ = arena_->request("act.mouse_q", act_, {s, f, h, kHd});
+    m_k_ = arena_->request("act.mouse_k", act_, {s, f, h, kHd});
+    m_v_ = arena_->request("act.mouse_v", act_, {s, f, h, kHd});
+    m_attn_ = arena_->request("act.mouse_attn", act_, {s, f, h, kHd});
+    m_attn_fs_ = arena_->request("act.mouse_attn_fs", act_, {f, s, h, kHd});
   }
-  proj_ = arena_.request("act.proj", act_, {n, c.dim});
-  kb_track_ = arena_.request("act.kb_track", act_, {f * win, c.keyboard_dim});
-  kb_h_ = arena_.request("act.kb_h", act_, {f * win, c.keyboard_hidden});
-  kb_e_ = arena_.request("act.kb_e", act_, {f * win, c.keyboard_hidden});
-  kb_kv_ = arena_.request("act.kb_kv", act_, {f, 2, h, kHd});
-  kb_k_ = arena_.request("act.kb_k", act_, {1, f, h, kHd});
-  kb_v_ = arena_.request("act.kb_v", act_, {1, f, h, kHd});
-  kb_q_ = arena_.request("act.kb_q", act_, {f, s, h, kHd});
-  kb_attn_ = arena_.request("act.kb_attn", act_, {f, s, h, kHd});
-  arena_.finalize();
+  proj_ = arena_->request("act.proj", act_, {n, c.dim});
+  kb_track_ = arena_->request("act.kb_track", act_, {f * win, c.keyboard_dim});
+  kb_h_ = arena_->request("act.kb_h", act_, {f * win, c.keyboard_hidden});
+  kb_e_ = arena_->request("act.kb_e", act_, {f * win, c.keyboard_hidden});
+  kb_kv_ = arena_->request("act.kb_kv", act_, {f, 2, h, kHd});
+  kb_k_ = arena_->request("act.kb_k", act_, {1, f, h, kHd});
+  kb_v_ = arena_->request("act.kb_v", act_, {1, f, h, kHd});
+  kb_q_ = arena_->request("act.kb_q", act_, {f, s, h, kHd});
+  kb_attn_ = arena_->request("act.kb_attn", act_, {f, s, h, kHd});
 }
 
 void WanActionModule::reset_caches() {
@@ -240,13 +246,13 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
   if (c.has_mouse()) {
     FLICK_ASSIGN_OR_RETURN(mw, windows(mouse, c.mouse_dim));
   }
-  Tensor proj = arena_.get(proj_);
+  Tensor proj = arena_->get(proj_);
   const Tensor x_fs = x.reshape({f, s, c.dim});
 
   // ---- mouse branch ----
   if (c.has_mouse()) {
     const int64_t mwidth = win * c.mouse_dim;
-    Tensor in = arena_.get(m_in_);  // [S, F, dim + 12 * mouse_dim]
+    Tensor in = arena_->get(m_in_);  // [S, F, dim + 12 * mouse_dim]
     Tensor in_x = in.slice(2, 0, c.dim);
     be.copy(x_fs.permute({1, 0, 2}), in_x);
     const Tensor mw_t = Tensor::view(mw.data(), DType::F32, Shape{f, mwidth});
@@ -255,7 +261,7 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
       be.copy(mw_t, dst);
     }
     emit("mouse_in", in);
-    Tensor in2 = in.reshape({n, c.dim + mwidth}), hid = arena_.get(m_h_), z = arena_.get(m_z_);
+    Tensor in2 = in.reshape({n, c.dim + mwidth}), hid = arena_->get(m_h_), z = arena_->get(m_z_);
     if (act_ == DType::BF16) {
       be.linear(in2, *mouse_1_, hid, Activation::None);
       be.gelu(hid, hid, /*tanh_approx=*/true);
@@ -265,10 +271,10 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
     be.linear(hid, *mouse_2_, z, Activation::None);
     be.layer_norm(z, mouse_ln_w_, mouse_ln_b_, kLnEps, z);
     emit("mouse_mlp", z.reshape({s, f, c.mouse_hidden}));
-    Tensor qkv = arena_.get(m_qkv_);  // [S, F, 3, H, 64]
+    Tensor qkv = arena_->get(m_qkv_);  // [S, F, 3, H, 64]
     Tensor qkv2 = qkv.reshape({n, 3 * c.attn_width});
     be.linear(z, *t_qkv_, qkv2, Activation::None);
-    Tensor q = arena_.get(m_q_), k = arena_.get(m_k_), v = arena_.get(m_v_);
+    Tensor q = arena_->get(m_q_), k = arena_->get(m_k_), v = arena_->get(m_v_);
     be.copy(qkv.select(2, 0), q);
     be.copy(qkv.select(2, 1), k);
     be.copy(qkv.select(2, 2), v);
@@ -281,10 +287,10 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
     auto [kwin, vwin] = write_cache(mouse_ring_, mk_, mv_, k, v, start_frame);
     emit("mouse_kwin", kwin);
     emit("mouse_vwin", vwin);
-    Tensor attn = arena_.get(m_attn_);  // [S, F, H, 64]
+    Tensor attn = arena_->get(m_attn_);  // [S, F, H, 64]
     be.attention(q, kwin, vwin, attn, AttentionParams{});
     emit("mouse_attn", attn);
-    Tensor attn_fs = arena_.get(m_attn_fs_);
+    Tensor attn_fs = arena_->get(m_attn_fs_);
     be.copy(attn.permute({1, 0, 2, 3}), attn_fs);
     be.linear(attn_fs.reshape({n, c.attn_width}), *proj_mouse_, proj, Activation::None);
     emit("mouse_proj", proj.reshape({1, n, c.dim}));
@@ -292,11 +298,11 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
   }
 
   // ---- keyboard branch ----
-  Tensor track = arena_.get(kb_track_);  // [F * 12, Kd] time-major windows
+  Tensor track = arena_->get(kb_track_);  // [F * 12, Kd] time-major windows
   be.copy(Tensor::view(kw.data(), DType::F32, track.shape), track);
   // The embedding is per raw frame, so embedding the gathered windows equals
   // gathering the embedded track.
-  Tensor eh = arena_.get(kb_h_), e = arena_.get(kb_e_);
+  Tensor eh = arena_->get(kb_h_), e = arena_->get(kb_e_);
   if (act_ == DType::BF16) {
     be.linear(track, *kb_1_, eh, Activation::None);
     be.silu(eh, eh);
@@ -306,11 +312,11 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
   be.linear(eh, *kb_2_, e, Activation::None);
   const Tensor window = e.reshape({f, win * c.keyboard_hidden});
   emit("kb_window", window.reshape({1, f, win * c.keyboard_hidden}));
-  Tensor kvt = arena_.get(kb_kv_);  // [F, 2, H, 64]
+  Tensor kvt = arena_->get(kb_kv_);  // [F, 2, H, 64]
   Tensor kv2 = kvt.reshape({f, 2 * c.attn_width});
   be.linear(window, *kv_, kv2, Activation::None);
   emit("kb_kv", kv2.reshape({1, f, 2 * c.attn_width}));
-  Tensor k = arena_.get(kb_k_), v = arena_.get(kb_v_);
+  Tensor k = arena_->get(kb_k_), v = arena_->get(kb_v_);
   Tensor k3 = k.reshape({f, h, kHd}), v3 = v.reshape({f, h, kHd});
   be.copy(kvt.select(1, 0), k3);
   be.copy(kvt.select(1, 1), v3);
@@ -320,7 +326,7 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
   emit("kb_k_rope", k);
 
   emit("kb_q_in", x.reshape({1, n, c.dim}));
-  Tensor q = arena_.get(kb_q_);  // [F, S, H, 64]
+  Tensor q = arena_->get(kb_q_);  // [F, S, H, 64]
   Tensor q2 = q.reshape({n, c.attn_width});
   be.linear(x, *q_, q2, Activation::None);
   norm(q);
@@ -332,7 +338,7 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
   auto [kwin, vwin] = write_cache(kb_ring_, kk_, kv_cache_, k, v, start_frame);
   emit("kb_kwin", kwin);
   emit("kb_vwin", vwin);
-  Tensor attn = arena_.get(kb_attn_);  // [F, S, H, 64]
+  Tensor attn = arena_->get(kb_attn_);  // [F, S, H, 64]
   Tensor attn4 = attn.reshape({1, n, h, kHd});
   be.attention(q.reshape({1, n, h, kHd}), kwin, vwin, attn4, AttentionParams{});
   emit("kb_attn", attn.permute({1, 0, 2, 3}));

@@ -163,6 +163,7 @@ Status WanDit::load_weights(const WeightView& model) {
     b.v_cache = OwnedTensor(act_, {cache, d});
     b.ca_kc = OwnedTensor(act_, {shape_.context_tokens, d});
     b.ca_vc = OwnedTensor(act_, {shape_.context_tokens, d});
+    model.release_pages();  // this block is packed (views stay valid)
   }
   return ok_status();
 }

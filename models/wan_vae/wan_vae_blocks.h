@@ -94,6 +94,7 @@ Tensor frames(const Tensor& x, int64_t start, int64_t len);
 struct Workspace {
   Scratch pad, mid, aux, up;
   Scratch scores, probs, acc, sums;  // attention
+  void release() { *this = Workspace(); }
 };
 
 // The shape of a required tensor, or an error naming it.
@@ -133,8 +134,12 @@ class CausalConv3d {
   // Any x [1, I, T, H, W]: kt = 1 convolves it directly, kt = 3 copies it
   // into a padded buffer in `pad` first.
   void forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad);
-  // Back to 2 zero frames (a new video).
-  void reset() { cache_zero_ = true; }
+  // Back to 2 zero frames (a new video). Frees the cache: the next call
+  // allocates it for its own size.
+  void reset() {
+    cache_ = OwnedTensor();
+    cache_zero_ = true;
+  }
 
  private:
   std::unique_ptr<PackedConv> conv_;
@@ -237,7 +242,10 @@ class Downsample {
   int64_t out_frames(int64_t t) const { return temporal() && !first_ ? (t + 1 - 3) / 2 + 1 : t; }
   // x: [1, C, T, H, W] (H, W even) -> y: [1, C, T', H/2, W/2], channels-last.
   void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
-  void reset() { first_ = true; }
+  void reset() {
+    first_ = true;
+    last_ = OwnedTensor();
+  }
 
  private:
   int64_t c_ = 0;

@@ -64,8 +64,10 @@ class WanVaeDecoder {
  public:
   // Called with intermediates: "conv2" (per call), and per latent i of the
   // call "l{i}.conv1", "l{i}.middle", "l{i}.up{j}" (after decoder.upsamples.j).
-  // Views ([1, C, T, H, W] over channels-last memory, in the activation
-  // dtype) are valid during the call only.
+  // The layers after the last temporal upsample run one frame at a time;
+  // where a latent gives several frames, their taps are per frame:
+  // "l{i}.up{j}.f{k}". Views ([1, C, T, H, W] over channels-last memory, in
+  // the activation dtype) are valid during the call only.
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // root: a view holding `decoder.*` and `conv2.*`. precision: F32 or BF16.
@@ -83,6 +85,10 @@ class WanVaeDecoder {
   Expected<Tensor> decode(const Tensor& latents, const Tap& tap = {});
   // Starts a new video: clears every feature cache.
   void reset();
+  // reset(), and frees the working memory (feature caches and intermediates
+  // at full resolution) and the last returned frames; the next decode
+  // allocates it again.
+  void release_buffers();
 
  private:
   using Layer = std::variant<wan_vae::ResidualBlock, wan_vae::Upsample>;
@@ -109,7 +115,7 @@ class WanVaeDecoder {
   wan_vae::ChannelRmsNorm head_norm_;
 
   wan_vae::Workspace ws_;
-  wan_vae::Scratch z_, zc_, a_, b_, out_;
+  wan_vae::Scratch z_, zc_, a_, b_, c_, out_;
 };
 
 }  // namespace flick

@@ -112,6 +112,12 @@ void WanVaeEncoder::reset() {
   head_conv_.reset();
 }
 
+void WanVaeEncoder::release_buffers() {
+  reset();
+  ws_.release();
+  for (wan_vae::Scratch* s : {&a_, &b_, &moments_, &mu_logvar_, &latents_}) *s = wan_vae::Scratch();
+}
+
 Expected<Tensor> WanVaeEncoder::encode(const Tensor& video, const Tap& tap) {
   const int64_t scale = int64_t{1} << cfg_.spatial_down;
   if (video.ndim() != 5 || video.dim(0) != 1 || video.dim(1) != 3 || video.dim(2) < 1 ||

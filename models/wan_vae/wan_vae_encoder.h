@@ -73,6 +73,10 @@ class WanVaeEncoder {
   // (bf16 values under BF16), valid until the next call. Every call is a new
   // video.
   Expected<Tensor> encode(const Tensor& video, const Tap& tap = {});
+  // Frees the working memory of the last encode (feature caches and
+  // intermediates at full resolution, ~1 GB at 352x640) and the tensor it
+  // returned; the next encode allocates it again.
+  void release_buffers();
 
  private:
   using Layer = std::variant<wan_vae::ResidualBlock, wan_vae::Downsample>;

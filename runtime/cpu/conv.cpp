@@ -6,9 +6,10 @@
 // (nChw16c-like) or channels-last activations; on plain NCHW / NCDHW it
 // falls back to im2col + GEMM at ~10x the time. So:
 //   - plain (or any other strided) x: x is reordered into a blocked buffer and
-//     the blocked result reordered into y. Both reorders are owned by the plan
-//     (no allocation per call) and cost one pass over x and y each (see
-//     bench/RESULTS.md for their share of VAE-sized layers);
+//     the blocked result reordered into y. The reorders are built once per
+//     plan; their staging buffers and the scratchpad are the calling thread's
+//     CallBuffers, shared by all plans. They cost one pass over x and y each
+//     (see bench/RESULTS.md for their share of VAE-sized layers);
 //   - channels-last x (an [N, C, D, H, W] view with C innermost, e.g. a
 //     permuted NDHWC buffer): the convolution reads it in place and writes y
 //     in place when y is channels-last too. A model that keeps its activations
@@ -69,7 +70,8 @@ struct Plan {
   std::unordered_map<int, memory> args;
   memory src, dst;
   memory weights_copy;  // only when this shape wants another weight layout
-  HostBuffer src_buf, dst_buf, scratchpad;
+  memory scratchpad;    // data handles of scratchpad, src and dst (when not
+  size_t scratch_bytes = 0, src_bytes = 0, dst_bytes = 0;  // direct) set per call
   bool x_direct = false, y_direct = false;
   std::optional<ReorderChain> x_in, y_out;
   memory y_mem;  // y as the caller laid it out; data handle set per call
@@ -111,7 +113,7 @@ class OnednnConv final : public PackedConv {
   OwnedTensor bias_buf_, scale_buf_;
   memory bias_, scale_, weights_;
 
-  mutable std::mutex mu_;  // one call at a time: plans own the scratch buffers
+  mutable std::mutex mu_;  // guards plans_ and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
   mutable std::string last_impl_;
 };
@@ -146,9 +148,11 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
   desc_.bias = bias_buf_.t;
   if (w.has_scale()) desc_.w_scale = scale_buf_.t.reshape({out_channels_});
 
-  // Pack for a representative input (16 outputs along H and W, 2 along D);
-  // the layout depends on channels, kernel and ISA, and other shapes that
-  // want another layout get their own copy (Plan::weights_copy).
+  // Pack for a representative channels-last input (16 outputs along H and
+  // W, 2 along D), the layout models keep their activations in; the weight
+  // layout depends on channels, kernel, ISA and activation layout, and a
+  // call whose best implementation wants another gets its own copy
+  // (Plan::weights_copy).
   memory::dims x_dims{1, d.w.dim(1) * d.groups}, y_dims{1, out_channels_};
   for (int i = 0; i < sd; ++i) {
     const auto s = static_cast<size_t>(i);
@@ -157,11 +161,11 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
     x_dims.push_back((out - 1) * d.stride[s] + ek - 2 * d.padding[s]);
     y_dims.push_back(out);
   }
+  const tag cl = sd == 2 ? tag::nhwc : tag::ndhwc;
   auto pack_pd = [&] {
-    const tag any = tag::any;
-    return try_primitive_desc(memory::desc(x_dims, src_type_, any),
-                              memory::desc(weight_dims(), src_type_, any),
-                              memory::desc(y_dims, src_type_, any), Activation::None);
+    return try_primitive_desc(memory::desc(x_dims, src_type_, cl),
+                              memory::desc(weight_dims(), src_type_, tag::any),
+                              memory::desc(y_dims, src_type_, cl), Activation::None);
   };
   auto pd = pack_pd();
   if (!pd && src_type_ == odt::bf16) {
@@ -270,15 +274,16 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   }
   p.impl = impl_name(*pd, "conv " + desc_.w.str() + " on " + x.str());
   p.prim = dnnl::convolution_forward(*pd);
-  p.scratchpad = HostBuffer(pd->scratchpad_desc().get_size());
+  p.scratch_bytes = pd->scratchpad_desc().get_size();
+  p.scratchpad = memory(pd->scratchpad_desc(), eng, DNNL_MEMORY_NONE);
 
   p.x_direct = !emulate_bf16_ && pd->src_desc() == x_md;
-  if (!p.x_direct) p.src_buf = HostBuffer(pd->src_desc().get_size());
-  p.src = memory(pd->src_desc(), eng, p.x_direct ? DNNL_MEMORY_NONE : p.src_buf.data());
+  if (!p.x_direct) p.src_bytes = pd->src_desc().get_size();
+  p.src = memory(pd->src_desc(), eng, DNNL_MEMORY_NONE);
   if (!p.x_direct) p.x_in.emplace(x_md, p.src, emulate_bf16_);
   p.y_direct = pd->dst_desc() == y_md;
-  if (!p.y_direct) p.dst_buf = HostBuffer(pd->dst_desc().get_size());
-  p.dst = memory(pd->dst_desc(), eng, p.y_direct ? DNNL_MEMORY_NONE : p.dst_buf.data());
+  if (!p.y_direct) p.dst_bytes = pd->dst_desc().get_size();
+  p.dst = memory(pd->dst_desc(), eng, DNNL_MEMORY_NONE);
   if (!p.y_direct) {
     p.y_mem = memory(y_md, eng, DNNL_MEMORY_NONE);
     p.y_out.emplace(p.dst.get_desc(), p.y_mem, false);
@@ -287,7 +292,7 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   p.args = {{DNNL_ARG_SRC, p.src},
             {DNNL_ARG_WEIGHTS, weights},
             {DNNL_ARG_DST, p.dst},
-            {DNNL_ARG_SCRATCHPAD, memory(pd->scratchpad_desc(), eng, p.scratchpad.data())}};
+            {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
   if (scale_) {
     p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = scale_;
     if (bias_) {
@@ -300,20 +305,31 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
 }
 
 void OnednnConv::run(const Tensor& x, const Tensor& y, Activation act) const {
+  // The plan's memory objects carry this call's data handles, so one call
+  // at a time per convolution (calls on different convolutions overlap).
   std::lock_guard<std::mutex> lock(mu_);
   Plan& p = plan({x.shape, x.strides, y.strides, x.dtype, y.dtype, act}, x, y);
   last_impl_ = p.impl;
   dnnl::stream& s = onednn_stream();
+  CallBuffers& buf = onednn_call_buffers();
+  p.scratchpad.set_data_handle(buf.get(CallBuffers::kScratchpad, p.scratch_bytes));
   if (p.x_direct) {
     p.src.set_data_handle(x.data);
   } else {
+    p.src.set_data_handle(buf.get(CallBuffers::kSrc, p.src_bytes));
     p.x_in->run(s, x.data);
   }
-  if (p.y_direct) p.dst.set_data_handle(y.data);
+  void* dst_staging = nullptr;
+  if (p.y_direct) {
+    p.dst.set_data_handle(y.data);
+  } else {
+    dst_staging = buf.get(CallBuffers::kDst, p.dst_bytes);
+    p.dst.set_data_handle(dst_staging);
+  }
   p.prim.execute(s, p.args);
   if (!p.y_direct) {
     p.y_mem.set_data_handle(y.data);
-    p.y_out->run(s, p.dst_buf.data());
+    p.y_out->run(s, dst_staging);
   }
   s.wait();
 }

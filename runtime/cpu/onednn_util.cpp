@@ -14,6 +14,17 @@ dnnl::stream& onednn_stream() {
   return stream;
 }
 
+void* CallBuffers::get(Slot s, size_t bytes) {
+  HostBuffer& b = bufs_[s];
+  if (b.size() < bytes) b = HostBuffer(bytes);
+  return b.data();
+}
+
+CallBuffers& onednn_call_buffers() {
+  thread_local CallBuffers buffers;
+  return buffers;
+}
+
 dnnl::memory::data_type onednn_dtype(DType t) {
   using dt = dnnl::memory::data_type;
   switch (t) {

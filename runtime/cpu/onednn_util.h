@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/tensor.h"
 
 namespace flick::cpu {
 
@@ -21,6 +22,21 @@ dnnl::memory::data_type onednn_dtype(DType t);
 
 // Appends the eltwise post-op computing act (nothing for None).
 void append_activation(dnnl::post_ops& po, Activation act);
+
+// Working memory of the oneDNN calls on the calling thread: the scratchpad
+// and the staging buffers of reorders around a primitive. A thread runs one
+// primitive at a time, so every plan shares these, sized by the largest need
+// (grown on first use), instead of each plan keeping its own: a VAE has
+// dozens of convolution plans, each with full-resolution buffers.
+struct CallBuffers {
+  enum Slot { kScratchpad, kSrc, kDst, kSlots };
+  // At least `bytes` of slot s; valid until the next larger request of s.
+  void* get(Slot s, size_t bytes);
+
+ private:
+  HostBuffer bufs_[kSlots];
+};
+CallBuffers& onednn_call_buffers();
 
 // The implementation oneDNN picked ("brg:avx512_core_amx_int8", ...). Logs a
 // warning the first time a slow reference implementation ("ref...") shows up,

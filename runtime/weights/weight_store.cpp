@@ -134,6 +134,10 @@ void WeightStore::release_pages() const {
   for (const auto& f : state_->files) f->release_pages();
 }
 
+void WeightView::release_pages() const {
+  for (const auto& f : state_->files) f->release_pages();
+}
+
 Status WeightStore::add_files(std::vector<std::unique_ptr<WeightFile>> files, Source source) {
   State& s = *state_;
   // All checks first, so a failed add leaves the store as it was.

@@ -128,6 +128,10 @@ class WeightView {
   std::vector<std::string> unused() const;
   // An error listing unused() if it is not empty.
   Status check_all_used() const;
+  // WeightStore::release_pages of the whole store: a loader that packs its
+  // weights piece by piece calls it after each piece, so loading peaks at
+  // the packed size plus one piece, not plus the whole mapped checkpoint.
+  void release_pages() const;
 
  private:
   friend class WeightStore;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <set>
+#include <tuple>
 
 #include "runtime/arena.h"
 #include "runtime/tensor.h"
@@ -185,6 +186,21 @@ TEST(Arena, CarvesAlignedDisjointBuffers) {
   std::memset(ta.data, 0xFF, ta.nbytes());
   for (int64_t i = 0; i < tb.numel(); ++i)
     EXPECT_EQ(static_cast<const uint16_t*>(tb.data)[i], 0) << i;
+}
+
+TEST(Arena, SamePlanComparesNamesDtypesShapesInOrder) {
+  auto plan = [](std::initializer_list<std::tuple<const char*, DType, Shape>> bufs) {
+    Arena a;
+    for (const auto& [n, t, s] : bufs) a.request(n, t, s);
+    return a;
+  };
+  const Arena base = plan({{"x", DType::BF16, {2, 3}}, {"y", DType::F32, {4}}});
+  EXPECT_TRUE(base.same_plan(plan({{"x", DType::BF16, {2, 3}}, {"y", DType::F32, {4}}})));
+  EXPECT_FALSE(base.same_plan(plan({{"y", DType::F32, {4}}, {"x", DType::BF16, {2, 3}}})));
+  EXPECT_FALSE(base.same_plan(plan({{"x", DType::F32, {2, 3}}, {"y", DType::F32, {4}}})));
+  EXPECT_FALSE(base.same_plan(plan({{"x", DType::BF16, {3, 2}}, {"y", DType::F32, {4}}})));
+  EXPECT_FALSE(base.same_plan(plan({{"x", DType::BF16, {2, 3}}, {"z", DType::F32, {4}}})));
+  EXPECT_FALSE(base.same_plan(plan({{"x", DType::BF16, {2, 3}}})));
 }
 
 TEST(Arena, DiesOnMisuse) {
