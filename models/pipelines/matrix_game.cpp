@@ -20,6 +20,7 @@
 #include "models/wan_vae/wan_vae_encoder.h"
 #include "runtime/dtype.h"
 #include "runtime/log.h"
+#include "runtime/profile_backend.h"
 #include "runtime/weights/weight_store.h"
 
 namespace flick {
@@ -358,7 +359,10 @@ Status Mg2Pipeline::Impl::dit_call(int64_t b, const Tensor& x, float t, const Te
   for (int64_t i = 0; i < c.layers; ++i) {
     if (i < c.action_blocks) {
       dit->attention(i, start);
-      FLICK_TRY(actions[static_cast<size_t>(i)].forward(tokens, keyboard, mouse, start));
+      {
+        const ProfileScope scope(*backend, "action module");
+        FLICK_TRY(actions[static_cast<size_t>(i)].forward(tokens, keyboard, mouse, start));
+      }
       dit->feed_forward(i);
     } else {
       dit->block(i, start);
