@@ -13,6 +13,7 @@
 #include "models/pipelines/matrix_game.h"
 #include "models/pipelines/mg2_synth.h"
 #include "runtime/backend.h"
+#include "runtime/profile_backend.h"
 
 namespace flick::bench {
 namespace {
@@ -76,7 +77,7 @@ Mg2Input bench_input(const Mg2Options& o) {
   in.keyboard.assign(static_cast<size_t>(4 * t), 0.f);
   in.mouse.assign(static_cast<size_t>(2 * t), 0.f);
   for (int64_t i = 0; i < t; ++i) {
-    in.keyboard[static_cast<size_t>(4 * i)] = 1.f;                  // w
+    in.keyboard[static_cast<size_t>(4 * i)] = 1.f;                    // w
     if (i >= t / 2) in.mouse[static_cast<size_t>(2 * i + 1)] = 0.1f;  // yaw right
   }
   return in;
@@ -124,7 +125,8 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   o.weights = weights;
   o.mode = Mg2Mode::kUniversal;
   o.precision = prec.precision;
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend = profile_if_enabled(make_cpu_backend());
+  ProfileBackend* profiler = as_profiler(*backend);  // FLICK_PROFILE=1
   const auto load_start = clock::now();
   Expected<std::unique_ptr<Mg2Pipeline>> p = Mg2Pipeline::load(o, *backend);
   if (!p.ok()) return failed(p.status());
@@ -132,14 +134,24 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   const int64_t rss_loaded = proc_status_kb("VmRSS");
 
   std::map<std::string, clock::time_point> at;
+  ProfileStats dit_start;
+  if (profiler != nullptr) profiler->reset();  // the run, without loading
   const Mg2Pipeline::Tap tap = [&](std::string_view n, const Tensor&) {
     at[std::string(n)] = clock::now();
+    if (profiler == nullptr) return;
+    // The measured DiT call (below) on its own, then the whole run.
+    if (n == "b1.s0.x") dit_start = profiler->stats();
+    if (n == "b1.s0.flow")
+      std::fputs(profiler->stats().minus(dit_start).table(name + " DiT call b1.s0").c_str(),
+                 stderr);
   };
   CountingSink sink;
   const Mg2Input in = bench_input(o);
   const auto run_start = clock::now();
   const Status s = (*p)->run(in, sink, RunContext{}, tap);
   const auto run_end = clock::now();
+  if (profiler != nullptr)
+    std::fputs(profiler->stats().table(name + " whole run (after load)").c_str(), stderr);
   if (!s.ok()) return failed(s);
   const int64_t rss_peak = proc_status_kb("VmHWM");
 

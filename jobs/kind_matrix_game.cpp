@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "jobs/config.h"
 #include "jobs/fs.h"
@@ -28,6 +29,7 @@
 #include "models/pipelines/matrix_game.h"
 #include "models/pipelines/mg2_actions.h"
 #include "models/pipelines/mg2_overlay.h"
+#include "runtime/profile_backend.h"
 
 namespace flick {
 namespace {
@@ -243,9 +245,10 @@ std::optional<Mg2Tracks> read_actions(TableReader& job, const Mg2ModeSpec& mode,
 
 class Mg2Job : public PreparedJob {
  public:
-  Mg2Job(const std::unique_ptr<Mg2Pipeline>& pipeline, const Mg2ModeSpec& mode, Mg2Input input,
-         std::string image_path)
+  Mg2Job(const std::unique_ptr<Mg2Pipeline>& pipeline, ProfileBackend* profiler,
+         const Mg2ModeSpec& mode, Mg2Input input, std::string image_path)
       : pipeline_(pipeline),
+        profiler_(profiler),
         mode_(mode),
         input_(std::move(input)),
         image_path_(std::move(image_path)) {}
@@ -259,7 +262,12 @@ class Mg2Job : public PreparedJob {
 
   Status run(FrameSink& sink, const RunContext& ctx) override {
     if (pipeline_ == nullptr) return unavailable("the matrix-game-2 pipeline is not loaded");
-    return pipeline_->run(input_, sink, ctx);
+    if (profiler_ == nullptr) return pipeline_->run(input_, sink, ctx);
+    const ProfileStats before = profiler_->stats();
+    Status s = pipeline_->run(input_, sink, ctx);
+    std::fputs(profiler_->stats().minus(before).table("matrix-game-2 job: " + summary()).c_str(),
+               stderr);
+    return s;
   }
 
   FrameAnnotator overlay() const override {
@@ -279,6 +287,7 @@ class Mg2Job : public PreparedJob {
 
  private:
   const std::unique_ptr<Mg2Pipeline>& pipeline_;  // the instance's; null until loaded
+  ProfileBackend* profiler_;                      // FLICK_PROFILE=1, else null
   const Mg2ModeSpec& mode_;
   Mg2Input input_;
   std::string image_path_;
@@ -290,7 +299,7 @@ class Mg2Instance : public PipelineInstance {
 
   Status load() override {
     if (pipeline_ != nullptr) return ok_status();
-    backend_ = make_cpu_backend();
+    backend_ = profile_if_enabled(make_cpu_backend());
     FLICK_ASSIGN_OR_RETURN(pipeline_, Mg2Pipeline::load(options_, *backend_));
     return ok_status();
   }
@@ -355,7 +364,8 @@ class Mg2Instance : public PipelineInstance {
       job.diagnostics().error_at(input->toml(), input->path(), s.message(), "this job");
       return nullptr;
     }
-    return std::make_unique<Mg2Job>(pipeline_, mode, std::move(in), std::move(image_path));
+    return std::make_unique<Mg2Job>(pipeline_, backend_ ? as_profiler(*backend_) : nullptr, mode,
+                                    std::move(in), std::move(image_path));
   }
 
  private:

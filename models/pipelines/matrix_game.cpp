@@ -21,6 +21,7 @@
 #include "runtime/dtype.h"
 #include "runtime/heap.h"
 #include "runtime/log.h"
+#include "runtime/profile_backend.h"
 #include "runtime/weights/weight_store.h"
 
 namespace flick {
@@ -366,7 +367,10 @@ Status Mg2Pipeline::Impl::dit_call(int64_t b, const Tensor& x, float t, const Te
   for (int64_t i = 0; i < c.layers; ++i) {
     if (i < c.action_blocks) {
       dit->attention(i, start);
-      FLICK_TRY(actions[static_cast<size_t>(i)].forward(tokens, keyboard, mouse, start));
+      {
+        const ProfileScope scope(*backend, "action module");
+        FLICK_TRY(actions[static_cast<size_t>(i)].forward(tokens, keyboard, mouse, start));
+      }
       dit->feed_forward(i);
     } else {
       dit->block(i, start);

@@ -5,6 +5,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/status.h"
+#include "runtime/threads.h"
 
 namespace flick::wan {
 
@@ -31,25 +32,28 @@ void action_rope_apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t
   FLICK_CHECK(frames > 0 && heads > 0 && x.size() % row == 0 && out.size() == x.size());
   FLICK_CHECK(cos.size() == static_cast<size_t>(frames * kActionHeadDim) &&
               sin.size() == cos.size());
-  const int64_t tokens = static_cast<int64_t>(x.size()) / row;
-  for (int64_t n = 0; n < tokens; ++n) {
-    for (int64_t t = 0; t < frames; ++t) {
-      const float* c = cos.data() + t * kActionHeadDim;
-      const float* s = sin.data() + t * kActionHeadDim;
-      for (int64_t h = 0; h < heads; ++h) {
-        const size_t base = static_cast<size_t>(((n * frames + t) * heads + h) * kActionHeadDim);
-        for (int d = 0; d < kActionHeadDim; d += 2) {
-          const float x0 = bf16_to_f32(x[base + d]);
-          const float x1 = bf16_to_f32(x[base + d + 1]);
-          // x*cos + rotate_half(x)*sin: three separately rounded tensor ops.
-          const float a0 = x0 * c[d], b0 = -x1 * s[d];
-          const float a1 = x1 * c[d + 1], b1 = x0 * s[d + 1];
-          out[base + d] = f32_to_bf16(a0 + b0);
-          out[base + d + 1] = f32_to_bf16(a1 + b1);
+  // One row per (token, frame, head), rotated by its frame's cos / sin.
+  const int64_t rows = static_cast<int64_t>(x.size()) / kActionHeadDim;
+  parallel_for(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t t = r / heads % frames;
+          const float* c = cos.data() + t * kActionHeadDim;
+          const float* s = sin.data() + t * kActionHeadDim;
+          const size_t base = static_cast<size_t>(r * kActionHeadDim);
+          for (int d = 0; d < kActionHeadDim; d += 2) {
+            const float x0 = bf16_to_f32(x[base + d]);
+            const float x1 = bf16_to_f32(x[base + d + 1]);
+            // x*cos + rotate_half(x)*sin: three separately rounded tensor ops.
+            const float a0 = x0 * c[d], b0 = -x1 * s[d];
+            const float a1 = x1 * c[d + 1], b1 = x0 * s[d + 1];
+            out[base + d] = f32_to_bf16(a0 + b0);
+            out[base + d + 1] = f32_to_bf16(a1 + b1);
+          }
         }
-      }
-    }
-  }
+      },
+      /*min_per_thread=*/256);
 }
 
 void action_rope_apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t heads,
@@ -68,23 +72,29 @@ void action_rms_norm_bf16(std::span<const uint16_t> x, int64_t dim, std::span<ui
                           float eps) {
   FLICK_CHECK(dim > 0 && x.size() % dim == 0 && out.size() == x.size());
   const int64_t rows = static_cast<int64_t>(x.size()) / dim;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* xr = x.data() + r * dim;
-    // x.pow(2) rounds each square to bf16; mean accumulates in fp32 and
-    // rounds once; + eps rounds; torch's bf16 rsqrt is 1 / sqrt with the
-    // square root itself rounded to bf16 first (c10::BFloat16 arithmetic),
-    // which differs from bf16(1/sqrt(x)) in the last bit now and then.
-    float sum = 0.0f;
-    for (int64_t d = 0; d < dim; ++d) {
-      const float v = bf16_to_f32(xr[d]);
-      sum += round_bf16(v * v);
-    }
-    const float mean = round_bf16(sum / static_cast<float>(dim));
-    const float inv = round_bf16(1.0f / round_bf16(std::sqrt(round_bf16(mean + eps))));
-    for (int64_t d = 0; d < dim; ++d) {
-      out[r * dim + d] = f32_to_bf16(bf16_to_f32(xr[d]) * inv);
-    }
-  }
+  parallel_for(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const uint16_t* xr = x.data() + r * dim;
+          // x.pow(2) rounds each square to bf16; mean accumulates in fp32 and
+          // rounds once; + eps rounds; torch's bf16 rsqrt is 1 / sqrt with the
+          // square root itself rounded to bf16 first (c10::BFloat16
+          // arithmetic), which differs from bf16(1/sqrt(x)) in the last bit
+          // now and then.
+          float sum = 0.0f;
+          for (int64_t d = 0; d < dim; ++d) {
+            const float v = bf16_to_f32(xr[d]);
+            sum += round_bf16(v * v);
+          }
+          const float mean = round_bf16(sum / static_cast<float>(dim));
+          const float inv = round_bf16(1.0f / round_bf16(std::sqrt(round_bf16(mean + eps))));
+          for (int64_t d = 0; d < dim; ++d) {
+            out[r * dim + d] = f32_to_bf16(bf16_to_f32(xr[d]) * inv);
+          }
+        }
+      },
+      /*min_per_thread=*/256);
 }
 
 }  // namespace flick::wan

@@ -50,10 +50,24 @@ class Rope3d {
  private:
   // Angles of all pairs for a token at (f, i, j).
   void token_angles(int64_t f, int64_t i, int64_t j, std::span<double> angle) const;
+  // cos/sin [n, pairs] of the pairs of `axis` (0 t, 1 h, 2 w) at positions
+  // first .. first + n - 1, the other pairs' entries left unset.
+  void axis_tables(int axis, int64_t first, int64_t n, std::vector<double>& cos,
+                   std::vector<double>& sin) const;
 
   int head_dim_;
   RopeSplit split_;
   std::vector<double> inv_freq_;  // [pairs]
 };
+
+// The rotation of apply_bf16 for `rows` rows (heads) of `pairs` interleaved
+// bf16 pairs sharing one cos/sin row: out may alias x. The best kernel for
+// this CPU, and the portable and AVX-512 ones, bit-identical.
+void rotate_pairs_bf16(const uint16_t* x, const double* cos, const double* sin, int pairs,
+                       int64_t rows, uint16_t* out);
+void rotate_pairs_bf16_scalar(const uint16_t* x, const double* cos, const double* sin, int pairs,
+                              int64_t rows, uint16_t* out);
+void rotate_pairs_bf16_avx512(const uint16_t* x, const double* cos, const double* sin, int pairs,
+                              int64_t rows, uint16_t* out);
 
 }  // namespace flick::wan

@@ -8,6 +8,7 @@
 #include "models/wan/action_window.h"
 #include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
+#include "runtime/profile_backend.h"
 
 namespace flick {
 namespace {
@@ -159,6 +160,7 @@ void WanActionModule::reset_caches() {
 
 void WanActionModule::norm(Tensor& x) {
   if (act_ == DType::BF16) {
+    const ProfileScope scope(*backend_, "action.rms_norm");
     wan::action_rms_norm_bf16(bits(x), kHd, bits(x), kNormEps);
   } else {
     Tensor rows = x.reshape({x.numel() / kHd, kHd});
@@ -169,6 +171,7 @@ void WanActionModule::norm(Tensor& x) {
 void WanActionModule::rope(Tensor& x, int64_t start_frame) {
   const int64_t f = x.dim(1), hh = x.dim(2);
   if (act_ == DType::BF16) {
+    const ProfileScope scope(*backend_, "action.rope");
     wan::action_rope_apply_bf16(bits(x), f, hh, start_frame, bits(x));
     return;
   }
@@ -193,6 +196,7 @@ std::pair<Tensor, Tensor> WanActionModule::write_cache(wan::KvRing& ring, OwnedT
   const wan::KvRingStep step = ring.advance(start_frame + f, f);
   const size_t row = static_cast<size_t>(cfg_.heads * kHd) * dtype_size(act_);
   if (step.rolled > 0) {
+    const ProfileScope scope(*backend_, "action.kv_roll");
     for (OwnedTensor* cache : {&kc, &vc}) {
       auto* base = static_cast<char*>(cache->t.data);
       for (int64_t i = 0; i < b; ++i) {  // left shift within each sequence
@@ -228,6 +232,7 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
   };
   // Raw windows of every latent of the call, in F32: [F, 12 * C].
   auto windows = [&](const Tensor& track, int64_t channels) -> Expected<std::vector<float>> {
+    const ProfileScope scope(be, "action.windows");
     std::vector<float> all(static_cast<size_t>(track.numel()));
     OwnedTensor tf(DType::F32, track.shape);
     be.copy(track, tf.t);
@@ -255,11 +260,13 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
     Tensor in = arena_->get(m_in_);  // [S, F, dim + 12 * mouse_dim]
     Tensor in_x = in.slice(2, 0, c.dim);
     be.copy(x_fs.permute({1, 0, 2}), in_x);
-    const Tensor mw_t = Tensor::view(mw.data(), DType::F32, Shape{f, mwidth});
-    for (int64_t i = 0; i < s; ++i) {
-      Tensor dst = in.select(0, i).slice(1, c.dim, mwidth);
-      be.copy(mw_t, dst);
-    }
+    // The same [F, 12 * mouse_dim] windows beside every token: one copy from
+    // a view repeating them along S (stride 0).
+    Tensor mw_t = Tensor::view(mw.data(), DType::F32, Shape{1, f, mwidth});
+    mw_t.shape[0] = s;
+    mw_t.strides[0] = 0;
+    Tensor in_m = in.slice(2, c.dim, mwidth);
+    be.copy(mw_t, in_m);
     emit("mouse_in", in);
     Tensor in2 = in.reshape({n, c.dim + mwidth}), hid = arena_->get(m_h_), z = arena_->get(m_z_);
     if (act_ == DType::BF16) {

@@ -10,16 +10,19 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/wan/action_rope.h"
 #include "models/wan/action_window.h"
+#include "models/wan/bf16_chain.h"
 #include "models/wan/flow_sampler.h"
 #include "models/wan/kv_ring.h"
 #include "models/wan/rope3d.h"
 #include "models/wan/sampler_noise.h"
 #include "models/wan/time_embedding.h"
 #include "models/wan/unpatchify.h"
+#include "runtime/backend.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/safetensors.h"
 
@@ -310,6 +313,100 @@ TEST(WanRope3d, F32TablesAreTheRoundedExactTable) {
   for (int p = 22; p < 43; ++p) EXPECT_EQ(sin[tok * 64 + p], static_cast<float>(s[p]));
   rope.table_row(3, c, s);
   for (int p = 43; p < 64; ++p) EXPECT_EQ(cos[tok * 64 + p], static_cast<float>(c[p]));
+}
+
+// Random bf16 bits over the whole range (normals of every scale, denormals,
+// zeros, infinities, NaNs) from a fixed LCG.
+std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<uint16_t>(seed >> 16);
+  }
+  return v;
+}
+
+TEST(WanRope3d, VectorKernelMatchesTheScalarOneBitForBit) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512dq"))
+    GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar kernel runs";
+  for (int pairs : {64, 16, 13}) {  // full size, the tiny goldens' head, a tail
+    SCOPED_TRACE(pairs);
+    const int64_t rows = 37;
+    const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(rows * 2 * pairs), pairs);
+    std::vector<double> c(static_cast<size_t>(pairs)), s(c.size());
+    for (int p = 0; p < pairs; ++p) c[p] = std::cos(0.7 * p + 0.1), s[p] = std::sin(0.7 * p + 0.1);
+    std::vector<uint16_t> want(x.size()), got(x.size());
+    rotate_pairs_bf16_scalar(x.data(), c.data(), s.data(), pairs, rows, want.data());
+    rotate_pairs_bf16_avx512(x.data(), c.data(), s.data(), pairs, rows, got.data());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 2), 0);
+  }
+}
+
+TEST(WanRope3d, ApplyAtFullHeadDimRotatesEveryTokenByItsOwnAngles) {
+  // 2 frames of 3 x 4 tokens from frame 500, 3 heads of 128: each token
+  // against the scalar rotation by its reference table rows (temporal pairs
+  // at the frame, height pairs at i, width pairs at j).
+  const Rope3d rope(128);
+  const int64_t frames = 2, h = 3, w = 4, heads = 3, start = 500;
+  const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(frames * h * w * heads * 128), 9);
+  std::vector<uint16_t> got(x.size());
+  rope.apply_bf16(x, frames, h, w, heads, start, got);
+  std::vector<double> c(64), s(64), rc(64), rs(64);
+  for (int64_t f = 0; f < frames; ++f)
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < w; ++j) {
+        const int64_t tok = (f * h + i) * w + j;
+        for (auto [pos, lo, hi] :
+             {std::tuple{start + f, 0, 22}, std::tuple{i, 22, 43}, std::tuple{j, 43, 64}}) {
+          rope.table_row(pos, rc, rs);
+          for (int p = lo; p < hi; ++p) c[p] = rc[p], s[p] = rs[p];
+        }
+        std::vector<uint16_t> want(static_cast<size_t>(heads * 128));
+        const size_t base = static_cast<size_t>(tok * heads * 128);
+        rotate_pairs_bf16_scalar(x.data() + base, c.data(), s.data(), 64, heads, want.data());
+        EXPECT_EQ(std::memcmp(got.data() + base, want.data(), want.size() * 2), 0) << tok;
+      }
+}
+
+// The fused modulation / gated residual against the reference backend's mul
+// then add (each rounded to bf16), bit for bit: per-frame q and r repeated
+// over the tokens from a strided [F, 6, D] table as the DiT passes them, and
+// per-token r (the residual stream), D with a vector tail.
+TEST(WanBf16MulAdd, MatchesTheSeparateBackendOpsBitForBit) {
+  const int64_t f = 3, t = 29, d = 200;
+  std::unique_ptr<Backend> ref = make_ref_backend();
+  auto bf16 = [](Shape shape, uint32_t seed) {
+    OwnedTensor o(DType::BF16, shape);
+    // Finite values of mixed scale (the random_bf16 range less Inf / NaN).
+    std::vector<uint16_t> v = random_bf16(static_cast<size_t>(o.t.numel()), seed);
+    for (auto& x : v) x = static_cast<uint16_t>((x & 0x8000) | (0x3000 + (x & 0x1FFF)));
+    std::memcpy(o.t.data, v.data(), v.size() * 2);
+    return o;
+  };
+  const OwnedTensor p = bf16({f, t, d}, 1), table = bf16({f, 6, d}, 2), x = bf16({f, t, d}, 3);
+  const Tensor q = table.t.slice(1, 1, 1), r = table.t.slice(1, 4, 1);  // [F, 1, D]
+  for (bool per_token_r : {false, true}) {
+    SCOPED_TRACE(per_token_r);
+    const Tensor rr = per_token_r ? x.t : r;
+    OwnedTensor want(DType::BF16, {f, t, d}), got(DType::BF16, {f, t, d});
+    ref->mul(p.t, q, want.t);
+    ref->add(want.t, rr, want.t);
+    bf16_mul_add(p.t, q, rr, got.t);
+    EXPECT_EQ(std::memcmp(got.t.data, want.t.data, static_cast<size_t>(want.t.numel()) * 2), 0);
+    if (per_token_r) {  // in place on the residual stream, as gated_residual runs it
+      OwnedTensor acc = bf16({f, t, d}, 3);
+      bf16_mul_add(p.t, q, acc.t, acc.t);
+      EXPECT_EQ(std::memcmp(acc.t.data, want.t.data, static_cast<size_t>(want.t.numel()) * 2), 0);
+    }
+  }
+  // The scalar kernel agrees with the dispatched one, tails included.
+  const std::vector<uint16_t> a = random_bf16(77, 4), b = random_bf16(77, 5),
+                              c = random_bf16(77, 6);
+  std::vector<uint16_t> one(77), two(77);
+  bf16_mul_add_row(a.data(), b.data(), c.data(), one.data(), 77);
+  bf16_mul_add_row_scalar(a.data(), b.data(), c.data(), two.data(), 77);
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 2), 0);
 }
 
 // ---- 4. action window, action RoPE, action RMSNorm ----
