@@ -25,8 +25,14 @@ bool Arena::same_plan(const Arena& o) const {
   return true;
 }
 
+void Arena::release() {
+  FLICK_CHECK(finalized_, "Arena::release before finalize");
+  memory_ = HostBuffer();
+}
+
 Tensor Arena::get(BufferId id) const {
   FLICK_CHECK(finalized_, "Arena::get before finalize");
+  if (memory_.size() < total_) memory_ = HostBuffer(total_);
   FLICK_CHECK(id >= 0 && id < size(), "bad arena buffer id");
   const Entry& e = entries_[static_cast<size_t>(id)];
   return Tensor::view(static_cast<char*>(memory_.data()) + e.offset, e.dtype, e.shape);

@@ -17,6 +17,10 @@ class Arena {
   BufferId request(std::string name, DType dtype, Shape shape);
   // Allocate once. After this no more requests are accepted.
   void finalize();
+  // Frees the memory (contents are lost); the next get() allocates it again.
+  // For buffers idle during a long phase of a pipeline (a DiT's activations
+  // while the VAE decodes).
+  void release();
   bool finalized() const { return finalized_; }
 
   // The tensor for a planned buffer (valid after finalize()).
@@ -39,7 +43,7 @@ class Arena {
   std::vector<Entry> entries_;
   size_t total_ = 0;
   bool finalized_ = false;
-  HostBuffer memory_;
+  mutable HostBuffer memory_;  // empty after release() until the next get()
 };
 
 }  // namespace flick

@@ -71,14 +71,11 @@ Expected<ClipVisionConfig> ClipVisionConfig::detect(const WeightView& visual, in
 
 Expected<ClipVision> ClipVision::load(const WeightView& visual, Backend& backend,
                                       Precision precision, int64_t head_dim) {
-  if (precision != Precision::F32 && precision != Precision::BF16)
-    return invalid_input(std::string("CLIP vision tower: precision ") + precision_name(precision) +
-                         " is not supported (F32 or BF16)");
   ClipVision m;
   FLICK_ASSIGN_OR_RETURN(m.cfg_, ClipVisionConfig::detect(visual, head_dim));
   m.backend_ = &backend;
   m.precision_ = precision;
-  m.act_ = precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;
   FLICK_TRY(m.load_weights(visual));
   m.plan();
   return m;
@@ -122,8 +119,9 @@ Status ClipVision::load_weights(const WeightView& visual) {
   // patches flattened as (c, ky, kx), the conv weight's own layout.
   FLICK_ASSIGN_OR_RETURN(Tensor pe,
                          visual.get("patch_embedding.weight", kFloat, {w, 3, c.patch, c.patch}));
-  patch_embed_ = backend_->pack_linear(
-      {pe.reshape({w, 3 * c.patch * c.patch}), Tensor{}, Tensor{}, precision_});
+  // Quantized towers keep it BF16: it sees the raw pixels, K = 3 p^2.
+  patch_embed_ = backend_->pack_linear({pe.reshape({w, 3 * c.patch * c.patch}), Tensor{}, Tensor{},
+                                        act_ == DType::F32 ? Precision::F32 : Precision::BF16});
 
   const WeightView transformer = visual.sub("transformer");
   for (int64_t i = 0; i < c.used_layers(); ++i) {

@@ -65,13 +65,15 @@ class ClipVision {
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // Checks and prepares every weight under `visual` for `backend` and plans
-  // the activation buffers. precision: F32 or BF16. The store must outlive
-  // the component (F32 parameters are views into it).
+  // the activation buffers. precision: F32; BF16; INT8 or FP8 (the block
+  // linears quantized as the backend's pack_linear does, all else BF16; the
+  // caller checks the backend runs that precision). The store must outlive
+  // the component when borrows_store().
   static Expected<ClipVision> load(const WeightView& visual, Backend& backend, Precision precision,
                                    int64_t head_dim = 80);
 
   const ClipVisionConfig& config() const { return cfg_; }
-  // F32 or BF16, as the precision.
+  // F32 for F32, else BF16.
   DType activation_dtype() const { return act_; }
   // Whether any parameter is a view into the WeightStore it was loaded from
   // (a parameter already stored in the activation dtype). When not, the

@@ -16,6 +16,7 @@
 #include "models/wan/unpatchify.h"
 #include "models/wan/wan_action.h"
 #include "models/wan/wan_dit.h"
+#include "models/wan/wan_quant.h"
 #include "models/wan_vae/wan_vae_decoder.h"
 #include "models/wan_vae/wan_vae_encoder.h"
 #include "runtime/dtype.h"
@@ -210,7 +211,13 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   lw = opt.width / kVaeStride;
   const bool f32 = opt.precision == Precision::F32;
   act = f32 ? DType::F32 : DType::BF16;
-  clip_precision = f32 ? Precision::F32 : Precision::BF16;
+  // The INT8 pipeline quantizes CLIP's block linears too (W8A8, like the
+  // DiT): 0.6 GB less resident for the whole life of the daemon, for a
+  // tower that runs once per job. FP8 keeps a BF16 tower (E4M3 weights
+  // already cost the most quality; see bench/RESULTS.md).
+  clip_precision = f32                                ? Precision::F32
+                   : opt.precision == Precision::INT8 ? Precision::INT8
+                                                      : Precision::BF16;
   // The reference runs a bf16 encoder and an fp16 decoder; flick's decoder
   // keeps the reference's weights with bf16 activations (AMX convolutions).
   vae_precision = f32 ? Precision::F32 : Precision::BF16;
@@ -222,6 +229,8 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   FLICK_TRY(require_file(clip_path, "CLIP checkpoint"));
   FLICK_TRY(require_file(vae_path, "VAE checkpoint"));
   FLICK_TRY(require_file(dit_path, std::string(mode->name) + " DiT checkpoint"));
+
+  FLICK_TRY(check_wan_precision(opt.precision, be, "Matrix-Game 2.0"));
 
   // ---- CLIP visual tower ----
   FLICK_ASSIGN_OR_RETURN(clip_store, WeightStore::open({clip_path}));
@@ -496,6 +505,10 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
 
     log_debug("Matrix-Game 2.0: block " + std::to_string(b) + " sampled, " + resident() +
               " resident");
+    // The DiT's activations are idle while the VAE decodes: memory peaks at
+    // the larger of the two phases' buffers, not at their sum.
+    dit->release_buffers();
+    for (WanActionModule& a : actions) a.release_buffers();
     if (tap) tap(pb + "latents", x0.t);  // the block's clean latents, into the decoder
     FLICK_ASSIGN_OR_RETURN(Tensor frames, decoder->decode(x0.t));  // [1, T, 3, H, W] F32
     if (tap) tap(pb + "frames", frames);

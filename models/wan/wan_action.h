@@ -62,6 +62,9 @@ class WanActionModule {
 
   const WanActionConfig& config() const { return cfg_; }
   void reset_caches();
+  // Frees the activation buffers (shared with share_with modules; not the
+  // caches) until the next call.
+  void release_buffers() { arena_->release(); }
 
   // x: [F * S, dim] in the activation dtype, updated in place. keyboard:
   // [raw_frames, keyboard_dim], mouse: [raw_frames, mouse_dim] (F32 or BF16;

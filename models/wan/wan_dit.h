@@ -88,6 +88,9 @@ class WanDit {
   Status set_context(const Tensor& visual_context, const Tap& tap = {});
   // Empties the self-attention caches (a new video).
   void reset_caches();
+  // Frees the activation buffers (not the caches) until the next call: the
+  // pipeline calls it while the VAE decodes.
+  void release_buffers() { arena_.release(); }
 
   // Patch and time embeddings of one call: noisy [1, 16, F, H, W], cond
   // [1, in_dim - 16, F, H, W], t F32 [F] (the step time of every frame).

@@ -203,6 +203,24 @@ TEST(Arena, SamePlanComparesNamesDtypesShapesInOrder) {
   EXPECT_FALSE(base.same_plan(plan({{"x", DType::BF16, {2, 3}}})));
 }
 
+TEST(Arena, ReleaseFreesTheMemoryAndGetAllocatesItAgain) {
+  Arena arena;
+  auto a = arena.request("a", DType::F32, Shape{1024});
+  auto b = arena.request("b", DType::BF16, Shape{8, 8});
+  arena.finalize();
+  arena.get(a).ptr<float>()[5] = 3.f;
+  EXPECT_EQ(arena.get(a).ptr<float>()[5], 3.f);
+  arena.release();
+  const Tensor ta = arena.get(a), tb = arena.get(b);  // allocated again, zeroed
+  EXPECT_EQ(ta.shape, Shape({1024}));
+  EXPECT_EQ(tb.shape, Shape({8, 8}));
+  EXPECT_EQ(static_cast<char*>(tb.data) - static_cast<char*>(ta.data), 4096);
+  EXPECT_EQ(ta.ptr<float>()[5], 0.f);
+  ta.ptr<float>()[5] = 7.f;
+  EXPECT_EQ(arena.get(a).ptr<float>()[5], 7.f);  // and stays until the next release
+  EXPECT_EQ(arena.bytes(), 4096u + 128u);
+}
+
 TEST(Arena, DiesOnMisuse) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Arena arena;
