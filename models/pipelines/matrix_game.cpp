@@ -517,6 +517,7 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
       FLICK_TRY(sink.write(rgb.view()));
     }
     done += frames.dim(1);
+    decoder->release_scratch();  // idle while the DiT samples the next block
     log_debug("Matrix-Game 2.0: block " + std::to_string(b) + " decoded, " + resident() +
               " resident");
     if (ctx.progress) ctx.progress(done, total);

@@ -124,10 +124,14 @@ void WanVaeDecoder::reset() {
   head_conv_.reset();
 }
 
-void WanVaeDecoder::release_buffers() {
-  reset();
+void WanVaeDecoder::release_scratch() {
   ws_.release();
   for (wan_vae::Scratch* s : {&z_, &zc_, &a_, &b_, &c_, &out_}) *s = wan_vae::Scratch();
+}
+
+void WanVaeDecoder::release_buffers() {
+  reset();
+  release_scratch();
 }
 
 int64_t WanVaeDecoder::frames_out(int64_t t) const { return first_ ? 1 + 4 * (t - 1) : 4 * t; }

@@ -85,9 +85,11 @@ class WanVaeDecoder {
   Expected<Tensor> decode(const Tensor& latents, const Tap& tap = {});
   // Starts a new video: clears every feature cache.
   void reset();
-  // reset(), and frees the working memory (feature caches and intermediates
-  // at full resolution) and the last returned frames; the next decode
-  // allocates it again.
+  // Frees the intermediates (not the feature caches: the video goes on) and
+  // the last returned frames; the next decode allocates them again. For the
+  // time between two decodes of a long video.
+  void release_scratch();
+  // reset() and release_scratch(): holds nothing but the weights.
   void release_buffers();
 
  private:
