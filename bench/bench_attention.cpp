@@ -115,6 +115,9 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
   for (const Shape5& s : shapes) {
     for (const Kernel* k : bf16_kernels)
       cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, k});
+    if (ad::avx512_bf16_supported() && s.kv_len <= ad::kShortKeys)
+      cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
+                       &ad::kAvx512ShortKernel});
     if (s.f32)
       cases.push_back(
           {s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, f32_kernel});

@@ -25,7 +25,11 @@ enum class Precision { F32, BF16, INT8, FP8 };
 const char* precision_name(Precision p);
 
 // Activation fused after bias in linear/conv.
-enum class Activation { None, GeluErf, GeluTanh, Silu };
+//   RoundGeluTanh (linear only): round the pre-activation to the output
+//   dtype first, then GELU-tanh, as PyTorch computes a bf16 nn.Linear
+//   followed by GELU (the linear's output is a bf16 tensor). Equal to
+//   GeluTanh for F32 outputs.
+enum class Activation { None, GeluErf, GeluTanh, Silu, RoundGeluTanh };
 
 // A linear layer's weight, prepared once at load for one backend.
 //   w:        [N, K] (PyTorch nn.Linear layout) in F32, BF16, F16, I8 or F8_E4M3

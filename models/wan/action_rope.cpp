@@ -68,31 +68,39 @@ void action_rope_apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t
   action_rope_apply_bf16(x, frames, heads, cos, sin, out);
 }
 
+void action_rms_norm_row_scalar(const uint16_t* x, int64_t dim, uint16_t* out, float eps) {
+  // x.pow(2) rounds each square to bf16; mean accumulates in fp32 and rounds
+  // once; + eps rounds; torch's bf16 rsqrt is 1 / sqrt with the square root
+  // itself rounded to bf16 first (c10::BFloat16 arithmetic), which differs
+  // from bf16(1/sqrt(x)) in the last bit now and then.
+  float sum = 0.0f;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float v = bf16_to_f32(x[d]);
+    sum += round_bf16(v * v);
+  }
+  const float mean = round_bf16(sum / static_cast<float>(dim));
+  const float inv = round_bf16(1.0f / round_bf16(std::sqrt(round_bf16(mean + eps))));
+  for (int64_t d = 0; d < dim; ++d) out[d] = f32_to_bf16(bf16_to_f32(x[d]) * inv);
+}
+
 void action_rms_norm_bf16(std::span<const uint16_t> x, int64_t dim, std::span<uint16_t> out,
                           float eps) {
   FLICK_CHECK(dim > 0 && x.size() % dim == 0 && out.size() == x.size());
   const int64_t rows = static_cast<int64_t>(x.size()) / dim;
+  // 16 rows per AVX-512 pass (one per lane: the sum of a row of 64 is a
+  // chain of dependent adds, which one row at a time waits on).
+  static const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  const bool wide = avx512 && dim % 2 == 0;
   parallel_for(
       rows,
       [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const uint16_t* xr = x.data() + r * dim;
-          // x.pow(2) rounds each square to bf16; mean accumulates in fp32 and
-          // rounds once; + eps rounds; torch's bf16 rsqrt is 1 / sqrt with the
-          // square root itself rounded to bf16 first (c10::BFloat16
-          // arithmetic), which differs from bf16(1/sqrt(x)) in the last bit
-          // now and then.
-          float sum = 0.0f;
-          for (int64_t d = 0; d < dim; ++d) {
-            const float v = bf16_to_f32(xr[d]);
-            sum += round_bf16(v * v);
-          }
-          const float mean = round_bf16(sum / static_cast<float>(dim));
-          const float inv = round_bf16(1.0f / round_bf16(std::sqrt(round_bf16(mean + eps))));
-          for (int64_t d = 0; d < dim; ++d) {
-            out[r * dim + d] = f32_to_bf16(bf16_to_f32(xr[d]) * inv);
-          }
-        }
+        int64_t r = begin;
+        if (wide)
+          for (; r + 16 <= end; r += 16)
+            action_rms_norm_rows16_avx512(x.data() + r * dim, dim, out.data() + r * dim, eps);
+        for (; r < end; ++r)
+          action_rms_norm_row_scalar(x.data() + r * dim, dim, out.data() + r * dim, eps);
       },
       /*min_per_thread=*/256);
 }

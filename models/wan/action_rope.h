@@ -37,4 +37,9 @@ void action_rope_apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t
 void action_rms_norm_bf16(std::span<const uint16_t> x, int64_t dim, std::span<uint16_t> out,
                           float eps = 1e-6f);
 
+// The kernels behind it, bit-identical: one row, and 16 consecutive rows
+// (AVX-512 F/BW; dim even; out may alias x).
+void action_rms_norm_row_scalar(const uint16_t* x, int64_t dim, uint16_t* out, float eps);
+void action_rms_norm_rows16_avx512(const uint16_t* x, int64_t dim, uint16_t* out, float eps);
+
 }  // namespace flick::wan

@@ -269,12 +269,8 @@ Status WanActionModule::forward(Tensor& x, const Tensor& keyboard, const Tensor&
     be.copy(mw_t, in_m);
     emit("mouse_in", in);
     Tensor in2 = in.reshape({n, c.dim + mwidth}), hid = arena_->get(m_h_), z = arena_->get(m_z_);
-    if (act_ == DType::BF16) {
-      be.linear(in2, *mouse_1_, hid, Activation::None);
-      be.gelu(hid, hid, /*tanh_approx=*/true);
-    } else {
-      be.linear(in2, *mouse_1_, hid, Activation::GeluTanh);
-    }
+    // GELU of the bf16-rounded linear output, as the reference computes it.
+    be.linear(in2, *mouse_1_, hid, Activation::RoundGeluTanh);
     be.linear(hid, *mouse_2_, z, Activation::None);
     be.layer_norm(z, mouse_ln_w_, mouse_ln_b_, kLnEps, z);
     emit("mouse_mlp", z.reshape({s, f, c.mouse_hidden}));

@@ -493,12 +493,8 @@ void WanDit::feed_forward(int64_t i, const Tap& tap) {
   modulated_norm(x, m(3), m(4), h);
   emit3("ffn_in", h);
   Tensor ffn = arena_.get(ffn_);
-  if (act_ == DType::BF16) {
-    be.linear(h, *b.ffn1, ffn, Activation::None);
-    be.gelu(ffn, ffn, /*tanh_approx=*/true);
-  } else {
-    be.linear(h, *b.ffn1, ffn, Activation::GeluTanh);
-  }
+  // GELU of the bf16-rounded linear output, as the reference computes it.
+  be.linear(h, *b.ffn1, ffn, Activation::RoundGeluTanh);
   be.linear(ffn, *b.ffn2, o, Activation::None);
   emit3("ffn_out", o);
   gated_residual(o, m(5));

@@ -347,7 +347,7 @@ HostBuffer& thread_scratch(size_t bytes) {
 
 bool host_runs(const Kernel& kernel) {
   if (&kernel == &kAmxKernel) return amx_bf16_supported();  // also asks for the tile state
-  if (&kernel == &kAvx512Kernel) return avx512_bf16_supported();
+  if (&kernel == &kAvx512Kernel || &kernel == &kAvx512ShortKernel) return avx512_bf16_supported();
   return true;
 }
 
@@ -394,16 +394,20 @@ namespace {
 // AMX for every BF16 problem it takes, except tiny ones: with under 8
 // queries and under 64 keys per (batch, head) its per-item setup (packing K,
 // V^T and Q^T into tiles, padding both lengths to 32) costs more than the
-// vdpbf16ps kernel's whole work. Measured on one Sapphire Rapids core:
-// Matrix-Game's mouse attention (880 x 16 heads of 3 queries x 6 keys) 29 ms
-// on AMX vs 22 ms; at 8 queries, or 3 queries x 64 keys, AMX is ahead.
+// vdpbf16ps kernels' whole work. Measured on Sapphire Rapids, 2 threads, on a
+// shared machine: Matrix-Game's mouse attention (880 x 16 heads of 3 queries
+// x 6 keys) 39 ms on AMX, 36 ms on the general AVX-512 kernel, 20 ms on the
+// short-key one; its keyboard attention (2640 queries x 6 keys x 16 heads)
+// 2.6 ms on AMX, 4.9 ms short-key, 6.5 ms general.
 bool amx_pays_off(const Problem& p) { return p.q_len >= 8 || p.kv_len >= 64; }
 
 }  // namespace
 
 const Kernel& select_kernel(const Problem& p) {
+  if (!avx512_bf16_supported()) return kPortableKernel;
   if (amx_bf16_supported() && kernel_accepts(kAmxKernel, p) && amx_pays_off(p)) return kAmxKernel;
-  return avx512_bf16_supported() ? kAvx512Kernel : kPortableKernel;
+  if (kernel_accepts(kAvx512ShortKernel, p)) return kAvx512ShortKernel;
+  return kAvx512Kernel;
 }
 
 void attention_with(const Kernel& kernel, const Tensor& q, const Tensor& k, const Tensor& v,

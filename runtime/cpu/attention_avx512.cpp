@@ -21,7 +21,9 @@
 // See attention_kernels.h for why this file avoids inline functions of other
 // headers: everything here is in an anonymous namespace or intrinsics.
 // GCC 12 reports the intrinsics' deliberately undefined pass-through operand
-// (_mm512_undefined_ps) as maybe-uninitialized once they are inlined.
+// (_mm512_undefined_ps) as (maybe-)uninitialized once they are inlined
+// (GCC PR105593, fixed in 13).
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
@@ -577,6 +579,144 @@ void run_items(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   }
 }
 
+// ---- short key sequences (Lk <= 16: one key vector, one softmax block) ----
+//
+// The action module's attentions (mouse: 880 x 16 problems of 3 queries x 6
+// keys; keyboard: 2640 queries x 6 keys) spend most of the general kernel's
+// time on per-tile setup: K packed into 4 key vectors, rows padded to 12, O
+// cleared, Q copied. Here a work item is (batch, head, tile of kShortRows
+// queries) and groups of up to kQkRows rows go straight from Q to the output:
+// S = Q K^T in one register tile (Q read in place when its rows are bf16
+// pairs), the softmax over the single key block, O = P V in registers. The
+// arithmetic is the general kernel's for one key block, in the same order, so
+// the results are the same bit for bit.
+constexpr int64_t kShortRows = 48;  // queries per work item (keyboard: 55 x 16 items)
+
+bool short_accepts(const Problem& p) { return p.kv_len <= kShortKeys; }
+
+template <class M>
+size_t short_scratch_bytes_for(const Problem& p) {
+  const Dims<M> d(p);
+  // K [U][16], V [ceil(Lk/u)][Dv], then the general workspace's row arrays
+  // for kQkRows rows (Q, S, P, O, max, sum, alpha, key end).
+  return align64(size_t(16 * d.units) * 4) + align64(size_t(d.vunits * d.dv) * 4) +
+         align64(size_t(kQkRows * d.units) * 4) + align64(size_t(kQkRows * kCols) * 4) +
+         align64(size_t(kQkRows * kCols / M::kPerUnit) * 4) + align64(size_t(kQkRows * d.dv) * 4) +
+         2 * align64(kQkRows * 4) + align64(kQkRows * 64) + align64(kQkRows * 8);
+}
+
+template <class M>
+Workspace short_carve(const Problem& p, void* scratch) {
+  const Dims<M> d(p);
+  char* at = static_cast<char*>(scratch);
+  auto take = [&at](size_t bytes) {
+    char* r = at;
+    at += align64(bytes);
+    return r;
+  };
+  Workspace w;
+  w.k = reinterpret_cast<uint32_t*>(take(size_t(16 * d.units) * 4));
+  w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
+  w.q = reinterpret_cast<uint32_t*>(take(size_t(kQkRows * d.units) * 4));
+  w.s = reinterpret_cast<float*>(take(size_t(kQkRows * kCols) * 4));
+  w.p = reinterpret_cast<uint32_t*>(take(size_t(kQkRows * kCols / M::kPerUnit) * 4));
+  w.o = reinterpret_cast<float*>(take(size_t(kQkRows * d.dv) * 4));
+  w.row_max = reinterpret_cast<float*>(take(kQkRows * 4));
+  w.row_sum = reinterpret_cast<float*>(take(kQkRows * 64));
+  w.alpha = reinterpret_cast<float*>(take(kQkRows * 4));
+  w.key_end = reinterpret_cast<int64_t*>(take(kQkRows * 8));
+  return w;
+}
+
+// K of (b, h) -> [U][16] units: the Lk keys, zeros in the other lanes.
+template <class M>
+void short_pack_k(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint32_t* dst) {
+  for (int64_t u = 0; u < d.units; ++u) _mm512_store_si512(dst + u * 16, _mm512_setzero_si512());
+  for (int64_t j = 0; j < p.kv_len; ++j)
+    pack_row<M>(p.k, element(p.k, b, j, h), p.head_dim, d.units, dst + j, 16);
+}
+
+// Rows [row0, row0 + R) of (b, h): scores, softmax, P V and the store.
+template <class M, int R>
+void short_rows(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b, int64_t h,
+                int64_t row0) {
+  // Q as units: in place for contiguous bf16 pairs, else packed.
+  const uint32_t* a = w.q;
+  int64_t lda = d.units;
+  const Operand& q = p.q;
+  if (M::kPerUnit == 2 && q.stride[3] == 1 && p.head_dim % 2 == 0 && q.stride[1] % 2 == 0 &&
+      (reinterpret_cast<uintptr_t>(q.data) & 3) == 0 && (q.stride[0] | q.stride[2]) % 2 == 0) {
+    a = reinterpret_cast<const uint32_t*>(element(q, b, row0, h));
+    lda = q.stride[1] / 2;
+  } else {
+    for (int r = 0; r < R; ++r)
+      pack_row<M>(q, element(q, b, row0 + r, h), p.head_dim, d.units, w.q + r * d.units, 1);
+  }
+  tile_gemm<M, R, 1>(a, lda, w.k, 16, 16, d.units, w.s, kCols, nullptr);
+  for (int r = 0; r < R; ++r) {
+    w.key_end[r] = attention_key_end(p, row0 + r);
+    w.row_max[r] = -__builtin_inff();
+    _mm512_store_ps(w.row_sum + 16 * r, _mm512_setzero_ps());
+  }
+  // The softmax reads the rows' bias at row0 + r; with one key block alpha
+  // multiplies nothing (O starts at zero), so P V overwrites O.
+  softmax_block<M>(p, w, b, h, row0, R, 0, 1);
+  constexpr int64_t ldp = kCols / M::kPerUnit;
+  const int64_t units = ceil_div(p.kv_len, M::kPerUnit);
+  const int64_t nvec = d.dv / 16;
+  for (int64_t vec = 0; vec < nvec; vec += 4) {
+    float* o = w.o + vec * 16;
+    const uint32_t* vb = w.v + vec * 16;
+    switch (min64(4, nvec - vec)) {
+      case 1: tile_gemm<M, R, 1>(w.p, ldp, vb, d.dv, 16, units, o, d.dv, nullptr); break;
+      case 2: tile_gemm<M, R, 2>(w.p, ldp, vb, d.dv, 16, units, o, d.dv, nullptr); break;
+      case 3: tile_gemm<M, R, 3>(w.p, ldp, vb, d.dv, 16, units, o, d.dv, nullptr); break;
+      default: tile_gemm<M, R, 4>(w.p, ldp, vb, d.dv, 16, units, o, d.dv, nullptr); break;
+    }
+  }
+  store_rows<M>(p, w, d, b, h, row0, R);
+}
+
+template <class M>
+void short_run_items(const Problem& p, int64_t begin, int64_t end, void* scratch) {
+  const Dims<M> d(p);
+  const Workspace w = short_carve<M>(p, scratch);
+  const int64_t tiles = ceil_div(p.q_len, kShortRows);
+  int64_t packed = -1;  // (b, h) whose K/V are in the workspace
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t bh = item / tiles, tile = item % tiles;
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    if (bh != packed) {
+      short_pack_k<M>(p, b, h, d, w.k);
+      pack_v<M>(p, b, h, d, w.v);
+      packed = bh;
+    }
+    const int64_t row_end = min64(p.q_len, (tile + 1) * kShortRows);
+    int64_t row = tile * kShortRows;
+    for (; row + kQkRows <= row_end; row += kQkRows) short_rows<M, kQkRows>(p, w, d, b, h, row);
+    static_assert(kQkRows == 6, "the tail dispatch below covers 1 to 5 rows");
+    switch (row_end - row) {
+      case 1: short_rows<M, 1>(p, w, d, b, h, row); break;
+      case 2: short_rows<M, 2>(p, w, d, b, h, row); break;
+      case 3: short_rows<M, 3>(p, w, d, b, h, row); break;
+      case 4: short_rows<M, 4>(p, w, d, b, h, row); break;
+      case 5: short_rows<M, 5>(p, w, d, b, h, row); break;
+      default: break;
+    }
+  }
+}
+
+size_t short_scratch_bytes(const Problem& p) {
+  return p.bf16_inputs ? short_scratch_bytes_for<Bf16Math>(p) : short_scratch_bytes_for<F32Math>(p);
+}
+
+void short_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
+  if (p.bf16_inputs)
+    short_run_items<Bf16Math>(p, begin, end, scratch);
+  else
+    short_run_items<F32Math>(p, begin, end, scratch);
+}
+
 size_t avx512_scratch_bytes(const Problem& p) {
   return p.bf16_inputs ? scratch_bytes_for<Bf16Math>(p) : scratch_bytes_for<F32Math>(p);
 }
@@ -591,5 +731,7 @@ void avx512_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
 }  // namespace
 
 const Kernel kAvx512Kernel = {"avx512", kRows, avx512_scratch_bytes, avx512_run, nullptr};
+const Kernel kAvx512ShortKernel = {"avx512_short", kShortRows, short_scratch_bytes, short_run,
+                                   short_accepts};
 
 }  // namespace flick::cpu::attention_detail

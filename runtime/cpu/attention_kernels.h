@@ -75,6 +75,10 @@ extern const Kernel kAmxKernel;
 // Flash-style AVX-512 kernel: bf16 inputs through vdpbf16ps (P rounded to
 // bf16 for the P.V product), anything else through fp32 FMA.
 extern const Kernel kAvx512Kernel;
+// kAvx512Kernel's arithmetic for short key sequences (Lk <= kShortKeys, one
+// key vector) without its per-tile setup; bit-identical to it there.
+inline constexpr int64_t kShortKeys = 16;
+extern const Kernel kAvx512ShortKernel;
 // Blocked fp32 kernel for hosts without AVX-512 BF16 (compiled for AVX2).
 extern const Kernel kPortableKernel;
 
@@ -93,7 +97,8 @@ static inline bool kernel_accepts(const Kernel& kernel, const Problem& p) {
 }
 // The kernel cpu::attention runs for p on this host: AMX where the host has
 // it, the kernel accepts p and p is not tiny (under 8 queries and under 64
-// keys), else AVX-512, else the portable one.
+// keys), else the short-key AVX-512 one for Lk <= kShortKeys, else the
+// general AVX-512 one; without AVX-512 BF16 the portable one.
 const Kernel& select_kernel(const Problem& p);
 
 // cpu::attention with a chosen kernel, which must accept the problem (tests

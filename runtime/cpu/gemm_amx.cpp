@@ -78,8 +78,11 @@ constexpr int kBlock = 32;                      // rows and columns of a C block
 constexpr int64_t kBlockBytes = kBlock * kBlock * 4;
 constexpr int64_t kCStride = kBlock * 4;  // bytes between C rows in the buffer
 
-template <Activation A>
+template <Activation A, bool kBf16Out>
 inline v::Vf activate(v::Vf x) {
+  if constexpr (A == Activation::RoundGeluTanh && kBf16Out)
+    return v::gelu_tanh(v::bf16_bits_to_f32(v::f32_to_bf16_bits(x)));
+  if constexpr (A == Activation::RoundGeluTanh) return v::gelu_tanh(x);
   if constexpr (A == Activation::GeluErf) return v::gelu_erf(x);
   if constexpr (A == Activation::GeluTanh) return v::gelu_tanh(x);
   if constexpr (A == Activation::Silu) return v::silu(x);
@@ -124,7 +127,7 @@ struct Epilogue {
         if (e.col_scale != nullptr) x = x * v::Vf{_mm512_maskz_loadu_ps(mask, e.col_scale + col)};
         if (e.row_scale != nullptr) x = x * rs;
         if (e.bias != nullptr) x = x + v::Vf{_mm512_maskz_loadu_ps(mask, e.bias + col)};
-        x = activate<A>(x);
+        x = activate<A, kBf16Out>(x);
         void* out = e.y.row(row);
         if constexpr (kBf16Out) {
           _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + col, mask, v::f32_to_bf16_bits(x));
@@ -286,6 +289,7 @@ void run_type(const WorkerArgs& w) {
     case Activation::GeluErf: return run_act<T, Activation::GeluErf>(w);
     case Activation::GeluTanh: return run_act<T, Activation::GeluTanh>(w);
     case Activation::Silu: return run_act<T, Activation::Silu>(w);
+    case Activation::RoundGeluTanh: return run_act<T, Activation::RoundGeluTanh>(w);
   }
 }
 

@@ -466,6 +466,13 @@ void linear(const Tensor& x, const PackedLinear& w, Tensor& y, Activation act) {
                   (y.dtype == DType::F32 || y.dtype == DType::BF16),
               "linear: x and y must be F32 or BF16");
   if (const auto* amx = dynamic_cast<const AmxLinear*>(&w)) return amx->run(xr, yr, act);
+  if (act == Activation::RoundGeluTanh) {
+    // oneDNN cannot round between the matmul and a post-op: the linear
+    // stores y and the GELU op runs on it, as PyTorch does (the GELU code
+    // the AMX epilogue shares, so the paths differ only in the matmul).
+    as_onednn(w).run(xr, yr, Activation::None);
+    return gelu(y, y, /*tanh_approx=*/true);
+  }
   as_onednn(w).run(xr, yr, act);
 }
 

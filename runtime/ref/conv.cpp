@@ -125,7 +125,7 @@ void conv(const Tensor& x, const PackedConv& packed, Tensor& y, Activation act) 
             if (w.has_scale()) v *= w.scale.t.ptr<float>()[o];
             if (w.has_bias()) v += w.bias.t.ptr<float>()[o];
             void* p = sd == 3 ? y.at({b, o, od, oh, ow}) : y.at({b, o, oh, ow});
-            store_from_f32(y.dtype, p, 0, static_cast<float>(activate(v, act)));
+            store_from_f32(y.dtype, p, 0, static_cast<float>(activate(v, act, y.dtype)));
           }
     }
 }

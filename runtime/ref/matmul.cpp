@@ -5,7 +5,8 @@
 //   FP8:  as BF16 against the exact fp8 weights, then acc * scale[n] in fp32.
 //   INT8: activations quantized per row (quantize_row_int8), exact integer
 //         accumulation, then ((float)acc * w_scale[n]) * x_scale[m] in fp32.
-// Then + bias (fp32), the activation (double), one rounding at the store.
+// Then + bias (fp32), the activation (double), one rounding at the store
+// (RoundGeluTanh: another one before the activation).
 #include <vector>
 
 #include "runtime/ref/matmul_common.h"
@@ -91,7 +92,7 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, Activation a
     for (int64_t n = 0; n < w.n(); ++n) {
       float v = linear_dot(w, xs.data(), xq.data(), x_scale, n);
       if (w.has_bias()) v += w.bias.t.ptr<float>()[n];
-      store_from_f32(yr.dtype, yr.row(m), n, static_cast<float>(activate(v, act)));
+      store_from_f32(yr.dtype, yr.row(m), n, static_cast<float>(activate(v, act, yr.dtype)));
     }
   }
 }

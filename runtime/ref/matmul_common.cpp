@@ -156,7 +156,7 @@ PreparedWeights prepare_weights(const Tensor& w, const Tensor& w_scale, const Te
   return p;
 }
 
-double activate(double v, Activation act) {
+double activate(double v, Activation act, DType out) {
   switch (act) {
     case Activation::None: return v;
     case Activation::GeluErf: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
@@ -165,6 +165,11 @@ double activate(double v, Activation act) {
       return 0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v)));
     }
     case Activation::Silu: return v / (1.0 + std::exp(-v));
+    case Activation::RoundGeluTanh: {
+      float r = 0.f;
+      store_from_f32(out, &r, 0, static_cast<float>(v));
+      return activate(load_as_f32(out, &r, 0), Activation::GeluTanh, out);
+    }
   }
   return v;
 }

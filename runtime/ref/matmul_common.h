@@ -64,7 +64,8 @@ struct PreparedWeights {
 PreparedWeights prepare_weights(const Tensor& w, const Tensor& w_scale, const Tensor& bias,
                                 Precision precision);
 
-// The fused epilogue activation, evaluated in double.
-double activate(double v, Activation act);
+// The fused epilogue activation, evaluated in double; `out` is the output
+// dtype (RoundGeluTanh rounds v to it first).
+double activate(double v, Activation act, DType out);
 
 }  // namespace flick::ref

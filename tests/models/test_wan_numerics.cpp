@@ -5,10 +5,12 @@
 // those are compared within a few f64 ulps, and their bf16/fp32 uses exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -536,6 +538,41 @@ TEST(WanActionRmsNorm, KeyboardKeysBitExact) {
     std::vector<uint16_t> out(k.size());
     action_rms_norm_bf16(k, kActionHeadDim, out);
     EXPECT_EQ(count_diff(out, p.bf16(act + "kb_k_norm")), 0u);
+  }
+}
+
+// The AVX-512 kernel (16 rows per pass, one per lane) against the scalar
+// one, bit for bit: random rows at several scales (squares that round,
+// overflow to inf, or vanish in the sum), zero rows, NaN / inf elements,
+// dims 64 (the module's), 2 and 130, and the batch entry point with row
+// counts off multiples of 16 in place.
+TEST(WanActionRmsNorm, Avx512RowsBitIdenticalToScalar) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw"))
+    GTEST_SKIP() << "no AVX-512 on this host";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int64_t dim : {int64_t(64), int64_t(2), int64_t(130)})
+    for (int trial = 0; trial < 8; ++trial) {
+      const float scale = std::ldexp(1.f, 40 * (trial % 4) - 60);  // 2^-60 .. 2^60
+      std::vector<uint16_t> x(static_cast<size_t>(16 * dim));
+      for (uint16_t& e : x) e = f32_to_bf16(normal(rng) * scale);
+      if (trial == 5) std::fill(x.begin(), x.begin() + dim, uint16_t{0});  // a zero row
+      if (trial == 6) x[3] = 0x7FC0;                                       // NaN
+      if (trial == 7) x[static_cast<size_t>(dim + 1)] = 0x7F80;            // +inf
+      std::vector<uint16_t> want(x.size()), got(x.size());
+      for (int64_t r = 0; r < 16; ++r)
+        action_rms_norm_row_scalar(x.data() + r * dim, dim, want.data() + r * dim, 1e-6f);
+      action_rms_norm_rows16_avx512(x.data(), dim, got.data(), 1e-6f);
+      EXPECT_EQ(count_diff(got, want), 0u) << "dim " << dim << " trial " << trial;
+    }
+  for (int64_t rows : {int64_t(1), int64_t(15), int64_t(16), int64_t(300), int64_t(1000)}) {
+    std::vector<uint16_t> x(static_cast<size_t>(rows * 64));
+    for (uint16_t& e : x) e = f32_to_bf16(normal(rng) * 3.f);
+    std::vector<uint16_t> want(x.size());
+    for (int64_t r = 0; r < rows; ++r)
+      action_rms_norm_row_scalar(x.data() + r * 64, 64, want.data() + r * 64, 1e-6f);
+    action_rms_norm_bf16(x, 64, x);  // in place
+    EXPECT_EQ(count_diff(x, want), 0u) << rows << " rows";
   }
 }
 

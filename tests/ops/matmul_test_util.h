@@ -18,12 +18,17 @@ inline const char* act_name(Activation a) {
     case Activation::GeluErf: return "gelu_erf";
     case Activation::GeluTanh: return "gelu_tanh";
     case Activation::Silu: return "silu";
+    case Activation::RoundGeluTanh: return "round_gelu_tanh";
   }
   return "?";
 }
 
 inline constexpr Activation kAllActivations[] = {Activation::None, Activation::GeluErf,
                                                  Activation::GeluTanh, Activation::Silu};
+// Linear also takes RoundGeluTanh (conv does not).
+inline constexpr Activation kLinearActivations[] = {Activation::None, Activation::GeluErf,
+                                                    Activation::GeluTanh, Activation::Silu,
+                                                    Activation::RoundGeluTanh};
 
 // Fills every element of t (any strides, float dtypes) with N(mean, stddev)
 // values, rounded by the store to t's dtype.
@@ -82,6 +87,14 @@ inline double out_rel_error(DType y) { return y == DType::BF16 ? std::ldexp(1.0,
 // error passes through (x 1.13) and the activation adds a few ulps.
 inline double act_rel_error(Activation a) {
   return a == Activation::None ? 0.0 : 8 * std::ldexp(1.0, -24);
+}
+
+// RoundGeluTanh rounds the pre-activation to y's dtype: where the fast and
+// the reference accumulators straddle a bf16 rounding boundary, the rounded
+// pre-activations differ by one bf16 ulp (<= 2^-7 of |acc|, itself <= the
+// magnitude sum), which GELU passes on (x 1.13). Relative to the magnitude sum.
+inline double pre_round_rel_error(Activation a, DType y) {
+  return a == Activation::RoundGeluTanh && y == DType::BF16 ? 1.13 * std::ldexp(1.0, -7) : 0.0;
 }
 
 // Worst |fast - ref| / bound over checked elements; the test asserts <= 1.

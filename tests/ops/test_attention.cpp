@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -91,7 +92,8 @@ Tolerance tolerance(const Kernel& kernel, bool bf16_inputs, DType out, float vma
   Tolerance t;
   t.abs = 5e-6f * vmax;
   const std::string name = kernel.name;
-  if (bf16_inputs && (name == "avx512" || name == "amx")) t.abs += std::ldexp(1.f, -9) * vmax;
+  if (bf16_inputs && (name == "avx512" || name == "avx512_short" || name == "amx"))
+    t.abs += std::ldexp(1.f, -9) * vmax;
   if (name == "amx") t.abs += 6e-6f * vmax;
   if (out == DType::BF16) t.rel = std::ldexp(1.f, -7);
   return t;
@@ -127,8 +129,10 @@ void expect_close(const Tensor& got, const Tensor& want, Tolerance tol, const st
 // where present.
 std::vector<const Kernel*> kernels() {
   std::vector<const Kernel*> ks = {&cpu::attention_detail::kPortableKernel};
-  if (cpu::attention_detail::avx512_bf16_supported())
+  if (cpu::attention_detail::avx512_bf16_supported()) {
     ks.push_back(&cpu::attention_detail::kAvx512Kernel);
+    ks.push_back(&cpu::attention_detail::kAvx512ShortKernel);
+  }
   if (cpu::attention_detail::amx_bf16_supported()) ks.push_back(&cpu::attention_detail::kAmxKernel);
   return ks;
 }
@@ -486,10 +490,13 @@ void check_sampled_rows(ModelShape m, DType in) {
   OwnedTensor got(in, {m.B, m.Lq, m.H, m.D});
   cpu::attention(q, k, v, got, {});
   const Kernel& used = selected(q, k, v, got, {});
-  // BF16 inputs run on AMX wherever the host has it, but for tiny problems.
+  // BF16 inputs run on AMX wherever the host has it, but for tiny problems;
+  // the rest on the short-key kernel up to 16 keys, else the general one.
   const bool tiny = m.Lq < 8 && m.Lk < 64;
-  if (in == DType::BF16 && cpu::attention_detail::amx_bf16_supported()) {
-    EXPECT_STREQ(used.name, tiny ? "avx512" : "amx");
+  if (cpu::attention_detail::avx512_bf16_supported()) {
+    const bool amx = in == DType::BF16 && cpu::attention_detail::amx_bf16_supported() && !tiny;
+    const bool short_keys = m.Lk <= cpu::attention_detail::kShortKeys;
+    EXPECT_STREQ(used.name, amx ? "amx" : short_keys ? "avx512_short" : "avx512");
   }
   const std::string shape = std::to_string(m.B) + "x" + std::to_string(m.Lq) + "x" +
                             std::to_string(m.Lk) + "x" + std::to_string(m.H) + "x" +
@@ -580,6 +587,51 @@ std::string shape_name(const SweepCase& c) {
   std::ostringstream os;
   os << "B" << c.B << " Lq" << c.Lq << " Lk" << c.Lk << " H" << c.H << " D" << c.D;
   return os.str();
+}
+
+// The short-key kernel computes what the general AVX-512 kernel computes for
+// one key block, in the same order: identical bits, every mask, strided and
+// packed Q (bf16 rows in place; f32, odd head dims and odd strides packed),
+// row counts around its 6-row groups and 48-row items.
+TEST(AttentionShortKeys, BitIdenticalToGeneralAvx512Kernel) {
+  namespace ad = cpu::attention_detail;
+  if (!ad::avx512_bf16_supported()) GTEST_SKIP() << "no AVX-512 BF16 on this host";
+  const SweepCase cases[] = {{40, 3, 6, 16, 64}, {1, 97, 6, 3, 64}, {2, 1, 1, 2, 128},
+                             {1, 50, 16, 2, 80}, {3, 13, 9, 1, 33}, {1, 6, 2, 1, 256}};
+  std::mt19937 rng(21);
+  for (const SweepCase& c : cases)
+    for (DType in : {DType::BF16, DType::F32})
+      for (DType out : {DType::BF16, DType::F32})
+        for (int mask = 0; mask < 3; ++mask) {
+          // q as a slice of a wider [B, Lq, H, D + 2] buffer when D is even:
+          // row and head strides even, so bf16 Q is read in place.
+          OwnedTensor qw = random4(in, {c.B, c.Lq, c.H, c.D + 2}, rng, 2.f);
+          const Tensor q = qw.t.slice(3, c.D % 2 == 0 ? 2 : 1, c.D);
+          OwnedTensor k = random4(in, {c.B, c.Lk, c.H, c.D}, rng, 2.f);
+          OwnedTensor v = random4(in, {c.B, c.Lk, c.H, c.D}, rng, 1.f);
+          AttentionParams params;
+          OwnedTensor bias, padding;
+          if (mask == 1) {  // block-causal over the keys
+            params.causal_block = 2;
+          } else if (mask == 2) {  // additive bias and key padding
+            bias = random4(DType::F32, {1, c.H, c.Lq, c.Lk}, rng, 1.f);
+            padding = OwnedTensor(DType::U8, {c.B, c.Lk});
+            for (int64_t i = 0; i < c.B * c.Lk; ++i) padding.t.ptr<uint8_t>()[i] = i % 3 != 1;
+            params.bias = bias;
+            params.key_padding = padding;
+          }
+          OwnedTensor general(out, q.shape), fast(out, q.shape);
+          ad::attention_with(ad::kAvx512Kernel, q, k, v, general, params);
+          ad::attention_with(ad::kAvx512ShortKernel, q, k, v, fast, params);
+          const std::string what =
+              shape_name(c) + " " + dt(in) + "->" + dt(out) + " mask " + std::to_string(mask);
+          ASSERT_EQ(std::memcmp(general.t.data, fast.t.data, general.t.nbytes()), 0) << what;
+          // And within the kernels' bound of the reference.
+          OwnedTensor want(out, q.shape);
+          ref::attention(q, k, v, want, params);
+          expect_close(fast, want,
+                       tolerance(ad::kAvx512ShortKernel, in == DType::BF16, out, max_abs(v)), what);
+        }
 }
 
 // Lengths off every multiple of 16, 32 and 128, several query tiles and key
