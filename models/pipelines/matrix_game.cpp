@@ -81,17 +81,20 @@ Status check_used(const WeightStore& store, const std::string& path) {
 }
 
 // Resident memory, for the load log: "1.23 GiB".
+// Resident memory now and its peak so far, for the debug log:
+// "1.23 GiB (peak 2.34)".
 std::string resident() {
   std::ifstream f("/proc/self/status");
   std::string line;
+  double rss = -1, peak = -1;
   while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.2f GiB", std::stod(line.substr(6)) / (1024.0 * 1024.0));
-      return buf;
-    }
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::stod(line.substr(6)) / (1024.0 * 1024.0);
+    if (line.rfind("VmHWM:", 0) == 0) peak = std::stod(line.substr(6)) / (1024.0 * 1024.0);
   }
-  return "?";
+  if (rss < 0 || peak < 0) return "?";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f GiB (peak %.2f)", rss, peak);
+  return buf;
 }
 
 }  // namespace
@@ -445,6 +448,10 @@ Status Mg2Pipeline::Impl::run(const Mg2Input& input, FrameSink& sink, const RunC
       release_free_heap();
     }
   } release_at_exit{*this};
+  // Allocated again on the first DiT call: not resident while the VAE
+  // encodes the conditioning, the job's other memory peak.
+  dit->release_buffers();
+  for (WanActionModule& a : actions) a.release_buffers();
   Backend& be = *backend;
   const int64_t n = input.latent_frames, blocks = n / kMg2FramesPerBlock,
                 total = mg2_video_frames(n), f = kMg2FramesPerBlock;

@@ -310,8 +310,11 @@ void AttentionBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace&
   const DType dt = x.dtype;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c)));
   Tensor o = ws.up.get(dt, Shape{t, l, c});
-  Tensor s = ws.scores.get(DType::F32, Shape{1, l, l});
-  Tensor p = dt == DType::F32 ? s : ws.probs.get(dt, Shape{1, l, l});
+  // The scores and probabilities (70 MB at 44x80) borrow `pad` and `mid`,
+  // idle between the qkv and proj convolutions and larger at full
+  // resolution anyway.
+  Tensor s = ws.pad.get(DType::F32, Shape{1, l, l});
+  Tensor p = dt == DType::F32 ? s : ws.mid.get(dt, Shape{1, l, l});
   Tensor acc = ws.acc.get(DType::F32, Shape{1, l, c});
   Tensor sums = ws.sums.get(DType::F32, Shape{l});
   for (int64_t f = 0; f < t; ++f) {

@@ -93,7 +93,7 @@ Tensor frames(const Tensor& x, int64_t start, int64_t len);
 // intermediates (see each forward for which).
 struct Workspace {
   Scratch pad, mid, aux, up;
-  Scratch scores, probs, acc, sums;  // attention
+  Scratch acc, sums;  // attention (its scores use pad and mid)
   void release() { *this = Workspace(); }
 };
 
@@ -191,7 +191,7 @@ class ResidualBlock {
 // proj.{weight [C,C,1,1], bias}. The attention runs as two matmuls around a
 // softmax (what PyTorch's CPU flash attention computes for one key block: P
 // rounded to the activation dtype before P @ V), which the backend runs on
-// its GEMM units. Workspace: mid, aux, up and the attention scratch.
+// its GEMM units. Workspace: pad, mid, aux, up, acc, sums.
 class AttentionBlock {
  public:
   static Expected<AttentionBlock> load(const WeightView& v, Backend& be, const Numerics& num);
