@@ -175,36 +175,46 @@ struct Dims {
         vunits(ceil_div(p.kv_len, M::kPerUnit)) {}
 };
 
+// The workspace of `rows` rows and `kvecs` 16-key vectors of packed K,
+// carved from `scratch`; with scratch == nullptr only *bytes is computed.
+// The general kernel packs every key (ceil(Lk / 16) vectors, kRows rows),
+// the short-key kernel one vector and kQkRows rows.
+template <class M>
+Workspace layout(const Problem& p, int64_t rows, int64_t kvecs, void* scratch, size_t* bytes) {
+  const Dims<M> d(p);
+  const auto r = static_cast<size_t>(rows);
+  char* at = static_cast<char*>(scratch);
+  size_t used = 0;
+  auto take = [&](size_t n) {
+    char* ptr = at == nullptr ? nullptr : at + used;
+    used += align64(n);
+    return ptr;
+  };
+  Workspace w;
+  w.k = reinterpret_cast<uint32_t*>(take(size_t(kvecs * 16 * d.units) * 4));
+  w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
+  w.q = reinterpret_cast<uint32_t*>(take(r * size_t(d.units) * 4));
+  w.s = reinterpret_cast<float*>(take(r * kCols * 4));
+  w.p = reinterpret_cast<uint32_t*>(take(r * (kCols / M::kPerUnit) * 4));
+  w.o = reinterpret_cast<float*>(take(r * size_t(d.dv) * 4));
+  w.row_max = reinterpret_cast<float*>(take(r * 4));
+  w.row_sum = reinterpret_cast<float*>(take(r * 64));
+  w.alpha = reinterpret_cast<float*>(take(r * 4));
+  w.key_end = reinterpret_cast<int64_t*>(take(r * 8));
+  if (bytes != nullptr) *bytes = used;
+  return w;
+}
+
 template <class M>
 size_t scratch_bytes_for(const Problem& p) {
-  const Dims<M> d(p);
-  return align64(size_t(d.kvecs * 16 * d.units) * 4) + align64(size_t(d.vunits * d.dv) * 4) +
-         align64(size_t(kRows * d.units) * 4) + align64(size_t(kRows * kCols) * 4) +
-         align64(size_t(kRows * kCols / M::kPerUnit) * 4) + align64(size_t(kRows * d.dv) * 4) +
-         2 * align64(kRows * 4) + align64(kRows * 64) + align64(kRows * 8);
+  size_t bytes = 0;
+  layout<M>(p, kRows, Dims<M>(p).kvecs, nullptr, &bytes);
+  return bytes;
 }
 
 template <class M>
 Workspace carve(const Problem& p, void* scratch) {
-  const Dims<M> d(p);
-  char* at = static_cast<char*>(scratch);
-  auto take = [&at](size_t bytes) {
-    char* r = at;
-    at += align64(bytes);
-    return r;
-  };
-  Workspace w;
-  w.k = reinterpret_cast<uint32_t*>(take(size_t(d.kvecs * 16 * d.units) * 4));
-  w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
-  w.q = reinterpret_cast<uint32_t*>(take(size_t(kRows * d.units) * 4));
-  w.s = reinterpret_cast<float*>(take(size_t(kRows * kCols) * 4));
-  w.p = reinterpret_cast<uint32_t*>(take(size_t(kRows * kCols / M::kPerUnit) * 4));
-  w.o = reinterpret_cast<float*>(take(size_t(kRows * d.dv) * 4));
-  w.row_max = reinterpret_cast<float*>(take(kRows * 4));
-  w.row_sum = reinterpret_cast<float*>(take(kRows * 64));
-  w.alpha = reinterpret_cast<float*>(take(kRows * 4));
-  w.key_end = reinterpret_cast<int64_t*>(take(kRows * 8));
-  return w;
+  return layout<M>(p, kRows, Dims<M>(p).kvecs, scratch, nullptr);
 }
 
 inline const char* element(const Operand& t, int64_t b, int64_t l, int64_t h) {
@@ -594,38 +604,17 @@ constexpr int64_t kShortRows = 48;  // queries per work item (keyboard: 55 x 16 
 
 bool short_accepts(const Problem& p) { return p.kv_len <= kShortKeys; }
 
+// K [U][16], then the general workspace's arrays for kQkRows rows.
 template <class M>
 size_t short_scratch_bytes_for(const Problem& p) {
-  const Dims<M> d(p);
-  // K [U][16], V [ceil(Lk/u)][Dv], then the general workspace's row arrays
-  // for kQkRows rows (Q, S, P, O, max, sum, alpha, key end).
-  return align64(size_t(16 * d.units) * 4) + align64(size_t(d.vunits * d.dv) * 4) +
-         align64(size_t(kQkRows * d.units) * 4) + align64(size_t(kQkRows * kCols) * 4) +
-         align64(size_t(kQkRows * kCols / M::kPerUnit) * 4) + align64(size_t(kQkRows * d.dv) * 4) +
-         2 * align64(kQkRows * 4) + align64(kQkRows * 64) + align64(kQkRows * 8);
+  size_t bytes = 0;
+  layout<M>(p, kQkRows, 1, nullptr, &bytes);
+  return bytes;
 }
 
 template <class M>
 Workspace short_carve(const Problem& p, void* scratch) {
-  const Dims<M> d(p);
-  char* at = static_cast<char*>(scratch);
-  auto take = [&at](size_t bytes) {
-    char* r = at;
-    at += align64(bytes);
-    return r;
-  };
-  Workspace w;
-  w.k = reinterpret_cast<uint32_t*>(take(size_t(16 * d.units) * 4));
-  w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
-  w.q = reinterpret_cast<uint32_t*>(take(size_t(kQkRows * d.units) * 4));
-  w.s = reinterpret_cast<float*>(take(size_t(kQkRows * kCols) * 4));
-  w.p = reinterpret_cast<uint32_t*>(take(size_t(kQkRows * kCols / M::kPerUnit) * 4));
-  w.o = reinterpret_cast<float*>(take(size_t(kQkRows * d.dv) * 4));
-  w.row_max = reinterpret_cast<float*>(take(kQkRows * 4));
-  w.row_sum = reinterpret_cast<float*>(take(kQkRows * 64));
-  w.alpha = reinterpret_cast<float*>(take(kQkRows * 4));
-  w.key_end = reinterpret_cast<int64_t*>(take(kQkRows * 8));
-  return w;
+  return layout<M>(p, kQkRows, 1, scratch, nullptr);
 }
 
 // K of (b, h) -> [U][16] units: the Lk keys, zeros in the other lanes.
