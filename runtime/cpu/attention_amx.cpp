@@ -55,6 +55,7 @@
 
 #include <cstring>
 
+#include "runtime/cpu/amx_tiles.h"
 #include "runtime/cpu/attention_kernels.h"
 
 namespace flick::cpu::attention_detail {
@@ -77,23 +78,8 @@ inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // ---- tiles ----
 
-// Palette 1, every tile 16 rows x 64 bytes: C tiles 0-3, A tiles 4-5, B tiles 6-7.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
+// All eight tiles 16 x 64 bytes (configure_full_tiles): C tiles 0-3, A tiles
+// 4-5, B tiles 6-7.
 
 // A 2 x 2 block of C tiles accumulated over `steps` k-steps:
 //   C[2a + b] (+)= A[a] . B[b]   (a: A tile, b: B tile)
@@ -769,7 +755,7 @@ void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   const Dims d(p);
   const Workspace w = carve(p, scratch);
   const int64_t tiles = ceil_div(p.q_len, kRows);
-  configure_tiles();
+  amx::configure_full_tiles();
   int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
   for (int64_t item = begin; item < end; ++item) {
     const int64_t bh = item / tiles;

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/cpu/amx_tiles.h"
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/eltwise_simd_avx512.h"
 
@@ -53,24 +54,6 @@ namespace flick::cpu::amx {
 namespace {
 
 namespace v = flick::cpu::avx512;
-
-// Tile configuration, palette 1: all eight tiles 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = kAmxRowBytes;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 constexpr int64_t kTileBytes = 1024;
 constexpr int64_t kStepBytes = 2 * kTileBytes;  // two A (or B) tiles per K step
@@ -224,7 +207,7 @@ inline void visit(const char* a, const char* b, int64_t steps, bool backward, ch
 // directions, so each starts on the A steps its predecessor left in L1.
 template <AmxType T, class Ep>
 void run_worker(const WorkerArgs& w, const Ep& ep) {
-  configure_tiles();
+  configure_full_tiles();
   const AmxBlocking& bk = w.blocking;
   const int64_t steps = w.k_steps;
   const auto* a_base = static_cast<const char*>(w.a);
