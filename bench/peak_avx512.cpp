@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "bench/peak.h"
+#include "runtime/cpu/amx_tiles.h"
 
 namespace flick::bench {
 namespace {
@@ -80,23 +81,9 @@ double peak_dpbusd_avx512(int64_t iters) {
 
 namespace {
 
-// Tile configuration (palette 1): tiles 0-3 are C (16 rows x 64 bytes of
-// fp32 / s32), 4-5 are A, 6-7 are B (16 rows x 64 bytes).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
+// Tiles 0-3 are C (16 rows x 64 bytes of fp32 / s32), 4-5 A, 6-7 B.
 __attribute__((target("amx-tile"))) void load_tiles(const void* data) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
+  cpu::amx::configure_full_tiles();
   _tile_zero(0);  // tile numbers are immediates
   _tile_zero(1);
   _tile_zero(2);

@@ -1,5 +1,4 @@
-// AMX tile configuration shared by the AMX kernels (include only from files
-// compiled with AMX enabled: *_amx.cpp).
+// AMX tile configuration shared by the AMX kernels and the peak benchmark.
 #pragma once
 
 #include <immintrin.h>
@@ -10,7 +9,8 @@ namespace flick::cpu::amx {
 
 // Palette 1 with all eight tiles 16 rows x 64 bytes, the shape every flick
 // AMX kernel uses; loaded on the calling thread (tile state is per thread).
-inline void configure_full_tiles() {
+// Static and target-attributed: usable from files built without AMX flags.
+__attribute__((target("amx-tile"))) static inline void configure_full_tiles() {
   struct alignas(64) TileConfig {
     uint8_t palette = 1;
     uint8_t start_row = 0;

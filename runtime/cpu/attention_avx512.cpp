@@ -575,10 +575,7 @@ void run_items(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   int64_t packed = -1;  // (b, h) whose K/V are in the workspace
   for (int64_t item = begin; item < end; ++item) {
     const int64_t bh = item / tiles;
-    // Alternate first and last tiles so that contiguous ranges of items carry
-    // similar causal work.
-    const int64_t n = item % tiles;
-    const int64_t tile = n % 2 == 0 ? n / 2 : tiles - 1 - n / 2;
+    const int64_t tile = balanced_tile(item % tiles, tiles);
     const int64_t b = bh / p.heads, h = bh % p.heads;
     if (bh != packed) {
       pack_k<M>(p, b, h, d, w.k);

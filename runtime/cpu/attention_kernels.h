@@ -57,6 +57,13 @@ static inline int64_t attention_key_end(const Problem& p, int64_t i) {
   return end < 0 ? 0 : (end > p.kv_len ? p.kv_len : end);
 }
 
+// The query tile of work item n of one (batch, head) with `tiles` tiles:
+// first and last tiles alternate, so that contiguous ranges of items carry
+// similar block-causal work.
+static inline int64_t balanced_tile(int64_t n, int64_t tiles) {
+  return n % 2 == 0 ? n / 2 : tiles - 1 - n / 2;
+}
+
 // A kernel processes work items [begin, end) of the B * H * ceil(Lq /
 // tile_rows) items, item = (b * H + h) * tiles + tile, with a per-thread
 // scratch of scratch_bytes(p) bytes (64-byte aligned).
