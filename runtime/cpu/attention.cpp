@@ -14,13 +14,15 @@
 
 #include "runtime/cpu/attention_kernels.h"
 #include "runtime/cpu/ops.h"
+#include "runtime/dtype.h"
 #include "runtime/threads.h"
 
 namespace flick::cpu {
 namespace attention_detail {
 namespace {
 
-// ---- portable kernel: the same flash-style walk in plain fp32 loops, written
+// ---- portable kernel: the same flash-style walk in plain fp32 loops (P rounded
+// to bf16 for BF16 inputs, like the other kernels), written
 // so that GCC vectorises them for AVX2 (inner loops over keys or over head_dim,
 // four query rows per pass so each K/V element loaded serves four rows) ----
 
@@ -177,6 +179,11 @@ void portable_softmax_row(const Problem& p, const PortableWorkspace& w, int64_t 
   w.alpha[r] = exp2_nonpositive(w.row_max[r] - shift);
   w.row_sum[r] = w.row_sum[r] * w.alpha[r] + sum_of(s, n);
   w.row_max[r] = new_max;
+  // BF16 inputs: P goes into P.V rounded to bf16 while the normaliser keeps the
+  // fp32 sum, as in the AVX-512 and AMX kernels and PyTorch's bf16 attention,
+  // so a CPU without AVX-512 gives the same numbers up to fp32 order.
+  if (p.bf16_inputs)
+    for (int64_t j = 0; j < n; ++j) s[j] = round_bf16(s[j]);
 }
 
 // O rows [r, r + 4) = O * alpha + P V over keys [key0, key0 + n), in register
