@@ -208,17 +208,17 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
-// 2^x: a degree-4 minimax polynomial on [-0.5, 0.5] (relative error 2.7e-6),
-// scaled by 2^round(x). x must not be NaN or +-inf.
+// 2^x for finite x: a degree-4 minimax polynomial of the fraction
+// f = x - floor(x) in [0, 1) (vreduceps; relative error 2.7e-6), scaled by
+// 2^floor(x) (vscalefps floors its exponent operand itself).
 inline __m512 exp2_poly(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(9.570071473717690e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.591777339577675e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474433183670e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931218504905701e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992847442627e-1f));
-  return _mm512_scalef_ps(p, n);
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
+  return _mm512_scalef_ps(p, x);
 }
 
 inline __mmask32 first_words(int64_t n) {
@@ -574,30 +574,55 @@ class TileRun {
   // The online-softmax step: S^T (buffer buf) -> P^T (buffer buf), running
   // max / sum / alpha of the pair's two groups, with the tile queue's k-steps
   // spread between key pairs.
+  //
+  // Unmasked steps whose queries all have a finite running max take one pass
+  // over S^T: weights against the running max, checking on the way that the
+  // block does not exceed it by more than kLazyLog2 (it almost never does
+  // after a query's first block); where it does, the block's max is raised
+  // as update_max would have and the weights are redone. Other steps first
+  // take the block's max (masked ones also store the masked, scaled scores).
   void softmax(const Step& s, int buf, TileQueue& tq) {
     const __m512 vc = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
     const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    // S^T tile (kt, gi) of the step: rows = keys 16 kt + m, lanes = queries.
-    float* const sbuf = w_.s[buf];
-    auto stile = [sbuf](int64_t kt, int gi) { return sbuf + (kt * 2 + gi) * 256; };
-
+    const int64_t g0 = 2 * s.pair;
+    __m512 shift[2];
+    if (!s.masked) {
+      const __m512 m0 = _mm512_load_ps(w_.max + g0 * kGroup);
+      const __m512 m1 = _mm512_load_ps(w_.max + (g0 + 1) * kGroup);
+      if (!_mm512_cmp_ps_mask(_mm512_min_ps(m0, m1), neg_inf, _CMP_EQ_OQ)) {
+        shift[0] = m0;
+        shift[1] = m1;
+        __m512 over[2];
+        weights<false>(s, buf, vc, shift, over, &tq);
+        if (_mm512_cmp_ps_mask(_mm512_max_ps(over[0], over[1]), _mm512_set1_ps(kLazyLog2),
+                               _CMP_GT_OQ)) {
+          // Rare: the block raises some query's max; redo it against the new one.
+          for (int gi = 0; gi < 2; ++gi)
+            shift[gi] = update_max(g0 + gi, _mm512_add_ps(over[gi], shift[gi]));
+          weights<false>(s, buf, vc, shift, over, nullptr);
+        }
+        add_sums(s);
+        return;
+      }
+    }
     // Pass 1: the block's max per query. Masked steps store the scaled,
     // biased and masked scores (-inf where invisible) back into S^T.
-    __m512 shift[2];
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    float* const sbuf = w_.s[buf];
     for (int gi = 0; gi < 2; ++gi) {
-      const int64_t g = 2 * s.pair + gi;
+      const int64_t g = g0 + gi;
       __m512 bmax;
       if (!s.masked) {
         __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
         for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
-          const float* t = stile(kt, gi);
+          const float* t = sbuf + (kt * 2 + gi) * 256;
           for (int m = 0; m < 16; m += 4)
             for (int e = 0; e < 4; ++e)
               m4[e] = _mm512_max_ps(m4[e], _mm512_load_ps(t + (m + e) * 16));
         }
         for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)  // keys of a last, partial tile
-          m4[0] = _mm512_max_ps(m4[0], _mm512_load_ps(stile(jl / 16, gi) + (jl % 16) * 16));
+          m4[0] = _mm512_max_ps(m4[0],
+                                _mm512_load_ps(sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16));
         bmax = _mm512_mul_ps(
             _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), vc);
       } else {
@@ -605,45 +630,74 @@ class TileRun {
       }
       shift[gi] = update_max(g, bmax);
     }
+    __m512 over[2];
+    if (s.masked)
+      weights<true>(s, buf, vc, shift, over, &tq);
+    else
+      weights<false>(s, buf, vc, shift, over, &tq);
+    add_sums(s);
+  }
 
-    // Pass 2: weights, sums and P^T rows, a key pair at a time, with the
-    // tile queue's k-steps in between.
+  // Adds the step's weight sums (step_sum, left by weights()) to the running sums.
+  void add_sums(const Step& s) {
+    for (int gi = 0; gi < 2; ++gi) {
+      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
+      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), step_sum_[gi]));
+    }
+  }
+
+  // Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
+  // pair at a time, with the tile queue's k-steps (tq, unless null) in
+  // between. Unmasked S^T holds raw scores (scaled here by vc); masked S^T
+  // holds scaled scores, -inf where invisible. over[gi]: the largest
+  // score - shift of group gi (unmasked only); the sums go to step_sum_.
+  template <bool kMasked>
+  void weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], __m512 over[2],
+               TileQueue* tq) {
     alignas(64) static constexpr uint16_t kInterleave[32] = {
         0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i interleave = _mm512_load_si512(kInterleave);
     const __m512 floor = _mm512_set1_ps(-200.f);
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    const float* const sbuf = w_.s[buf];
     uint16_t* const pbuf = w_.p[buf];
     __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    tq.pace(ktiles * 16);
+    over[0] = over[1] = _mm512_set1_ps(-__builtin_inff());
+    if (tq) tq->pace(ktiles * 16);
     for (int64_t kt = 0; kt < ktiles; ++kt) {
       for (int m = 0; m < 16; m += 2) {
         for (int gi = 0; gi < 2; ++gi) {
-          const float* sv = stile(kt, gi) + m * 16;
-          __m512 w[2];
+          // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
+          const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
+          __m512 t[2], w[2];
           for (int e = 0; e < 2; ++e) {
             const __m512 x = _mm512_load_ps(sv + 16 * e);
-            w[e] = s.masked ? exp2_poly(_mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor))
-                            : exp2_poly(_mm512_fmsub_ps(x, vc, shift[gi]));
+            t[e] = kMasked ? _mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor)
+                           : _mm512_fmsub_ps(x, vc, shift[gi]);
+            w[e] = exp2_poly(t[e]);
           }
           const int64_t jl = kt * 16 + m;
           if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
-            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
+            if (jl >= s.nkeys) {
+              w[0] = _mm512_setzero_ps();
+              t[0] = _mm512_set1_ps(-__builtin_inff());
+            }
             w[1] = _mm512_setzero_ps();
+            t[1] = _mm512_set1_ps(-__builtin_inff());
           }
+          if (!kMasked) over[gi] = _mm512_max_ps(over[gi], _mm512_max_ps(t[0], t[1]));
           sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
           // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
           _mm512_store_si512(
               pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
               _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-          tq.tick();
+          if (tq) tq->tick();
         }
       }
     }
-    for (int gi = 0; gi < 2; ++gi) {
-      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
-      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sum[gi]));
-    }
+    step_sum_[0] = sum[0];
+    step_sum_[1] = sum[1];
   }
 
   // Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
@@ -749,6 +803,7 @@ class TileRun {
   const int64_t b_, h_, row0_;
   const bool reverse_;
   TileQueue queue_;
+  __m512 step_sum_[2];  // the last weights() call's sums per group
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
