@@ -62,13 +62,16 @@ namespace flick::cpu::attention_detail {
 namespace {
 
 constexpr int64_t kRows = 128;       // queries per work item (a multiple of kPair)
-constexpr int64_t kBlock = 128;      // keys per block (a multiple of kPair)
+constexpr int64_t kBlock = 256;      // keys per block (a multiple of kPair)
 constexpr int64_t kPair = 32;        // queries per pair of groups; keys per P.V k-step
 constexpr int64_t kGroup = 16;       // queries per group: the lanes of a vector
 constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
 constexpr int64_t kMaxHeadDim = 512;
 constexpr float kLog2e = 1.44269504088896340736f;
-constexpr float kLazyLog2 = 8.f;
+constexpr int kLazyBits = 8;
+constexpr float kLazyLog2 = kLazyBits;  // weights stay below 2^kLazyLog2
+// A block's weight sum per query when none exceeds 2^kLazyLog2, at most.
+constexpr float kLazySum = float(kBlock << kLazyBits);
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -576,39 +579,38 @@ class TileRun {
   // spread between key pairs.
   //
   // Unmasked steps whose queries all have a finite running max take one pass
-  // over S^T: weights against the running max, checking on the way that the
-  // block does not exceed it by more than kLazyLog2 (it almost never does
-  // after a query's first block); where it does, the block's max is raised
-  // as update_max would have and the weights are redone. Other steps first
-  // take the block's max (masked ones also store the masked, scaled scores).
+  // over S^T: weights against the running max. The block raises a query's max
+  // (update_max) only if one of its scores exceeds it by more than
+  // kLazyLog2, i.e. one weight exceeds 2^kLazyLog2; the block's weight sum
+  // stays within kBlock * 2^kLazyLog2 unless some weight does, and that is
+  // checked once per step instead of a max per score. Where it is exceeded
+  // (after a query's first block: almost never) the step is redone in two
+  // passes. Other steps first take the block's max in a pass of their own
+  // (masked ones also store the masked, scaled scores).
   void softmax(const Step& s, int buf, TileQueue& tq) {
     const __m512 vc = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
     const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
     const int64_t g0 = 2 * s.pair;
-    __m512 shift[2];
+    TileQueue* pending = &tq;
     if (!s.masked) {
-      const __m512 m0 = _mm512_load_ps(w_.max + g0 * kGroup);
-      const __m512 m1 = _mm512_load_ps(w_.max + (g0 + 1) * kGroup);
-      if (!_mm512_cmp_ps_mask(_mm512_min_ps(m0, m1), neg_inf, _CMP_EQ_OQ)) {
-        shift[0] = m0;
-        shift[1] = m1;
-        __m512 over[2];
-        weights<false>(s, buf, vc, shift, over, &tq);
-        if (_mm512_cmp_ps_mask(_mm512_max_ps(over[0], over[1]), _mm512_set1_ps(kLazyLog2),
-                               _CMP_GT_OQ)) {
-          // Rare: the block raises some query's max; redo it against the new one.
-          for (int gi = 0; gi < 2; ++gi)
-            shift[gi] = update_max(g0 + gi, _mm512_add_ps(over[gi], shift[gi]));
-          weights<false>(s, buf, vc, shift, over, nullptr);
+      const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
+                               _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
+      if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
+        weights<false>(s, buf, vc, shift, &tq);
+        // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
+        if (!_mm512_cmp_ps_mask(_mm512_max_ps(step_sum_[0], step_sum_[1]), _mm512_set1_ps(kLazySum),
+                                _CMP_NLE_UQ)) {
+          add_sums(s);
+          return;
         }
-        add_sums(s);
-        return;
+        pending = nullptr;  // the tile work was issued in the first attempt
       }
     }
     // Pass 1: the block's max per query. Masked steps store the scaled,
     // biased and masked scores (-inf where invisible) back into S^T.
     const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
     float* const sbuf = w_.s[buf];
+    __m512 shift[2];
     for (int gi = 0; gi < 2; ++gi) {
       const int64_t g = g0 + gi;
       __m512 bmax;
@@ -630,11 +632,10 @@ class TileRun {
       }
       shift[gi] = update_max(g, bmax);
     }
-    __m512 over[2];
     if (s.masked)
-      weights<true>(s, buf, vc, shift, over, &tq);
+      weights<true>(s, buf, vc, shift, pending);
     else
-      weights<false>(s, buf, vc, shift, over, &tq);
+      weights<false>(s, buf, vc, shift, pending);
     add_sums(s);
   }
 
@@ -649,11 +650,9 @@ class TileRun {
   // Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
   // pair at a time, with the tile queue's k-steps (tq, unless null) in
   // between. Unmasked S^T holds raw scores (scaled here by vc); masked S^T
-  // holds scaled scores, -inf where invisible. over[gi]: the largest
-  // score - shift of group gi (unmasked only); the sums go to step_sum_.
+  // holds scaled scores, -inf where invisible. The sums go to step_sum_.
   template <bool kMasked>
-  void weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], __m512 over[2],
-               TileQueue* tq) {
+  void weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], TileQueue* tq) {
     alignas(64) static constexpr uint16_t kInterleave[32] = {
         0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -663,36 +662,29 @@ class TileRun {
     const float* const sbuf = w_.s[buf];
     uint16_t* const pbuf = w_.p[buf];
     __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    over[0] = over[1] = _mm512_set1_ps(-__builtin_inff());
-    if (tq) tq->pace(ktiles * 16);
+    if (tq) tq->pace(ktiles * 8);
     for (int64_t kt = 0; kt < ktiles; ++kt) {
       for (int m = 0; m < 16; m += 2) {
         for (int gi = 0; gi < 2; ++gi) {
           // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
           const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
-          __m512 t[2], w[2];
+          __m512 w[2];
           for (int e = 0; e < 2; ++e) {
             const __m512 x = _mm512_load_ps(sv + 16 * e);
-            t[e] = kMasked ? _mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor)
-                           : _mm512_fmsub_ps(x, vc, shift[gi]);
-            w[e] = exp2_poly(t[e]);
+            w[e] = exp2_poly(kMasked ? _mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor)
+                                     : _mm512_fmsub_ps(x, vc, shift[gi]));
           }
           const int64_t jl = kt * 16 + m;
           if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
-            if (jl >= s.nkeys) {
-              w[0] = _mm512_setzero_ps();
-              t[0] = _mm512_set1_ps(-__builtin_inff());
-            }
+            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
             w[1] = _mm512_setzero_ps();
-            t[1] = _mm512_set1_ps(-__builtin_inff());
           }
-          if (!kMasked) over[gi] = _mm512_max_ps(over[gi], _mm512_max_ps(t[0], t[1]));
           sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
           // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
           _mm512_store_si512(
               pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
               _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-          if (tq) tq->tick();
+          if (tq && gi == 1) tq->tick();
         }
       }
     }

@@ -678,7 +678,9 @@ TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
     OwnedTensor padding(DType::U8, {c.B, c.Lk});
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t j = 0; j < c.Lk; ++j) {
-        const bool hole = j % 11 == 5 || (j >= 128 && j < 256 && b == 0);  // block 1 all padded
+        // Batch 0: keys [128, 256) padded, whole key tiles (half of the AMX
+        // kernel's first 256-key block) with visible keys on both sides.
+        const bool hole = j % 11 == 5 || (j >= 128 && j < 256 && b == 0);
         padding.t.ptr<uint8_t>()[b * c.Lk + j] = (j < c.Lk - 37 * b && !hole) ? 1 : 0;
       }
     AttentionParams pad;
