@@ -24,26 +24,35 @@
 // Consecutive work items walk the key blocks in opposite directions, so that
 // each starts on the K / V^T blocks its predecessor left in L2.
 //
-// Where the time goes (one Sapphire Rapids core, 2640 x 5280 x 12 x 128,
-// measured by removing parts): the tile side runs at ~1/3 of the tile unit's
-// rate. A 2 x 2 block needs one 1 KB tile load per tdpbf16ps (16 cycles), and
-// loads cost ~10 cycles from L1 and ~25 from L2; each S^T tile is stored
-// after only D / 32 products and each O^T tile reloaded and stored every
-// kBlock / 32, and the next products on those tiles wait for the stores. A
-// lab loop of exactly this tile traffic, without softmax, reaches 44 % of the
-// tile peak. The softmax (~12 vector instructions per 16 scores) is about
-// 40 % hidden behind it. Larger kRows / kBlock (256) changed nothing
-// measurable; prefetching and non-temporal tile loads did not help.
+// Where the time goes (2640 x 5280 x 12 x 128 on one thread, thread CPU
+// clock, by removing parts): the tile work alone takes ~70 % of the time, the
+// softmax alone ~28 %, packing and the output ~7 %, and the two main parts
+// hardly overlap (in a lab loop on this host, AVX-512 work interleaved with
+// tdpbf16ps still adds ~3/4 of its own time). A 2 x 2 block needs one 1 KB
+// tile load per tdpbf16ps; each S^T tile is stored after D / 32 products and
+// each O^T tile reloaded and stored every kBlock / 32. The tile side runs at
+// ~35-40 TSC cycles per tdpbf16ps, against ~18 for an L1-resident lab loop of
+// the same 2 x 2 traffic and ~15 at the measured peak; other tile schedules
+// (Q^T or P^T resident in tiles, 1 x 2 blocks with double-buffered A / B) were
+// no faster in that lab loop. So the softmax is kept lean instead: one pass
+// over S^T for all but a query's first block (the lazy max is checked on the
+// step's weight sum), 2^x as vreduceps + a polynomial + vscalefps, 256-key
+// blocks (half the O^T round trips and per-step overhead of 128-key ones),
+// the tile queue paced once per 4 score vectors. Prefetching and
+// non-temporal tile loads did not help.
 //
 // Numerics (beyond fp32 accumulation order), for values V with max |V| = vmax:
 //  - P is rounded to bf16 (relative error <= 2^-9 per weight) while the
 //    normaliser sums the fp32 P: each output is off by at most 2^-9 * vmax;
-//  - 2^x is a degree-4 polynomial (relative error 2.7e-6), which moves the
-//    weights by at most that relative amount: <= 5.4e-6 * vmax;
+//  - 2^x is a degree-4 polynomial of the fraction (relative error 2.7e-6),
+//    which moves the weights by at most that relative amount: <= 5.4e-6 * vmax;
 //  - the running max is only raised when a block's max exceeds it by more
-//    than kLazyLog2 (then O and the sum are rescaled), so weights reach
-//    2^kLazyLog2 = 256 before normalisation: well inside fp32 and bf16 range,
-//    and bf16's relative rounding does not depend on the magnitude.
+//    than kLazyLog2 (then O and the sum are rescaled); blocks taken in one
+//    pass against the old max are redone with the raised max only when their
+//    weight sum exceeds kBlock * 2^kLazyLog2. So weights reach 2^kLazyLog2 =
+//    256 (2^16 in a one-pass block) before normalisation, sums ~2^21 at 5280
+//    keys: well inside fp32 and bf16 range, and bf16's relative rounding does
+//    not depend on the magnitude.
 //
 // See attention_kernels.h for why this file avoids inline functions of other
 // headers: everything here is in an anonymous namespace or intrinsics.
@@ -69,7 +78,7 @@ constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
 constexpr int64_t kMaxHeadDim = 512;
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kLazyBits = 8;
-constexpr float kLazyLog2 = kLazyBits;  // weights stay below 2^kLazyLog2
+constexpr float kLazyLog2 = kLazyBits;  // see Numerics above
 // A block's weight sum per query when none exceeds 2^kLazyLog2, at most.
 constexpr float kLazySum = float(kBlock << kLazyBits);
 

@@ -704,9 +704,12 @@ TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
 
 // Scores that rise along the keys raise the running max block after block
 // (the AMX kernel then rescales O and the sum: slope 1 spans 63 in log2 units
-// over 350 keys, raising it by more than its lazy threshold of 8 per block);
-// falling scores never do. The key index wraps at 350, so the second half of
-// the keys falls back below the max.
+// over 350 keys, raising it by more than its lazy threshold of 8 per 256-key
+// block, so that its one-pass blocks overflow their weight-sum bound and are
+// redone); falling scores never do. Slope 0.6 rises ~10 in log2 units past
+// the first block's max in the second: weights above 2^8 whose sum stays
+// within the bound, kept without raising. The key index wraps at 350, so the
+// second half of the keys falls back below the max.
 TEST(AttentionAmx, RisingAndFallingScores) {
   std::mt19937 rng(14);
   const int64_t B = 1, Lk = 700, H = 2, D = 64;
@@ -717,7 +720,7 @@ TEST(AttentionAmx, RisingAndFallingScores) {
     OwnedTensor q = random4(DType::BF16, {B, Lq, H, D}, rng, 0.5f);
     for (int64_t i = 0; i < Lq; ++i)
       for (int64_t h = 0; h < H; ++h) set(q, {0, i, h, 0}, 4.f);  // a common direction
-    for (float slope : {0.3f, -0.3f, 1.f}) {
+    for (float slope : {0.3f, 0.6f, -0.3f, 1.f}) {
       OwnedTensor k = random4(DType::BF16, {B, Lk, H, D}, rng, 0.5f);
       for (int64_t j = 0; j < Lk; ++j)
         for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 350) * 0.25f);
