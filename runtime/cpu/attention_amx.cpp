@@ -36,10 +36,13 @@
 // (Q^T or P^T resident in tiles, 1 x 2 blocks with double-buffered A / B) were
 // no faster in that lab loop. So the softmax is kept lean instead: one pass
 // over S^T for all but a query's first block (the lazy max is checked on the
-// step's weight sum), 2^x as vreduceps + a polynomial + vscalefps, 256-key
-// blocks (half the O^T round trips and per-step overhead of 128-key ones),
-// the tile queue paced once per 4 score vectors. Prefetching and
-// non-temporal tile loads did not help.
+// step's weight sum), 2^x as vreduceps + a polynomial + vscalefps, 512-key
+// blocks (a quarter of the O^T round trips and per-step overhead of 128-key
+// ones: ~4 % faster than 128 or 256 in interleaved runs, ~10 % at 257 keys,
+// one step per query pair instead of a 256-key and a 1-key one), the tile
+// queue paced once per 4 score vectors. Software prefetch of the next K / V^T
+// tiles (slower), non-temporal tile loads and 64 / 256-query items did not
+// help; 64-key blocks were ~15 % slower.
 //
 // Numerics (beyond fp32 accumulation order), for values V with max |V| = vmax:
 //  - P is rounded to bf16 (relative error <= 2^-9 per weight) while the
@@ -50,7 +53,7 @@
 //    than kLazyLog2 (then O and the sum are rescaled); blocks taken in one
 //    pass against the old max are redone with the raised max only when their
 //    weight sum exceeds kBlock * 2^kLazyLog2. So weights reach 2^kLazyLog2 =
-//    256 (2^16 in a one-pass block) before normalisation, sums ~2^21 at 5280
+//    256 (2^17 in a one-pass block) before normalisation, sums ~2^21 at 5280
 //    keys: well inside fp32 and bf16 range, and bf16's relative rounding does
 //    not depend on the magnitude.
 //
@@ -71,7 +74,7 @@ namespace flick::cpu::attention_detail {
 namespace {
 
 constexpr int64_t kRows = 128;       // queries per work item (a multiple of kPair)
-constexpr int64_t kBlock = 256;      // keys per block (a multiple of kPair)
+constexpr int64_t kBlock = 512;      // keys per block (a multiple of kPair)
 constexpr int64_t kPair = 32;        // queries per pair of groups; keys per P.V k-step
 constexpr int64_t kGroup = 16;       // queries per group: the lanes of a vector
 constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
