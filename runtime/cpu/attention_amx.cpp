@@ -610,8 +610,9 @@ class TileRun {
       if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
         weights<false>(s, buf, vc, shift, &tq);
         // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
-        if (!_mm512_cmp_ps_mask(_mm512_max_ps(step_sum_[0], step_sum_[1]), _mm512_set1_ps(kLazySum),
-                                _CMP_NLE_UQ)) {
+        const __m512 limit = _mm512_set1_ps(kLazySum);
+        if (!(_mm512_cmp_ps_mask(step_sum_[0], limit, _CMP_NLE_UQ) |
+              _mm512_cmp_ps_mask(step_sum_[1], limit, _CMP_NLE_UQ))) {
           add_sums(s);
           return;
         }
