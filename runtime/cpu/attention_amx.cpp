@@ -24,26 +24,38 @@
 // Consecutive work items walk the key blocks in opposite directions, so that
 // each starts on the K / V^T blocks its predecessor left in L2.
 //
-// Where the time goes (one Sapphire Rapids core, 2640 x 5280 x 12 x 128,
-// measured by removing parts): the tile side runs at ~1/3 of the tile unit's
-// rate. A 2 x 2 block needs one 1 KB tile load per tdpbf16ps (16 cycles), and
-// loads cost ~10 cycles from L1 and ~25 from L2; each S^T tile is stored
-// after only D / 32 products and each O^T tile reloaded and stored every
-// kBlock / 32, and the next products on those tiles wait for the stores. A
-// lab loop of exactly this tile traffic, without softmax, reaches 44 % of the
-// tile peak. The softmax (~12 vector instructions per 16 scores) is about
-// 40 % hidden behind it. Larger kRows / kBlock (256) changed nothing
-// measurable; prefetching and non-temporal tile loads did not help.
+// Where the time goes (2640 x 5280 x 12 x 128 on one thread, thread CPU
+// clock, by removing parts): the tile work alone takes ~70 % of the time, the
+// softmax alone ~28 %, packing and the output ~7 %, and the two main parts
+// hardly overlap (in a lab loop on this host, AVX-512 work interleaved with
+// tdpbf16ps still adds ~3/4 of its own time). A 2 x 2 block needs one 1 KB
+// tile load per tdpbf16ps; each S^T tile is stored after D / 32 products and
+// each O^T tile reloaded and stored every kBlock / 32. The tile side runs at
+// ~35-40 TSC cycles per tdpbf16ps, against ~18 for an L1-resident lab loop of
+// the same 2 x 2 traffic and ~15 at the measured peak; other tile schedules
+// (Q^T or P^T resident in tiles, 1 x 2 blocks with double-buffered A / B) were
+// no faster in that lab loop. So the softmax is kept lean instead: one pass
+// over S^T for all but a query's first block (the lazy max is checked on the
+// step's weight sum), 2^x as vreduceps + a polynomial + vscalefps, 512-key
+// blocks (a quarter of the O^T round trips and per-step overhead of 128-key
+// ones: ~4 % faster than 128 or 256 in interleaved runs, ~10 % at 257 keys,
+// one step per query pair instead of a 256-key and a 1-key one), the tile
+// queue paced once per 4 score vectors. Software prefetch of the next K / V^T
+// tiles (slower), non-temporal tile loads and 64 / 256-query items did not
+// help; 64-key blocks were ~15 % slower.
 //
 // Numerics (beyond fp32 accumulation order), for values V with max |V| = vmax:
 //  - P is rounded to bf16 (relative error <= 2^-9 per weight) while the
 //    normaliser sums the fp32 P: each output is off by at most 2^-9 * vmax;
-//  - 2^x is a degree-4 polynomial (relative error 2.7e-6), which moves the
-//    weights by at most that relative amount: <= 5.4e-6 * vmax;
+//  - 2^x is a degree-4 polynomial of the fraction (relative error 2.7e-6),
+//    which moves the weights by at most that relative amount: <= 5.4e-6 * vmax;
 //  - the running max is only raised when a block's max exceeds it by more
-//    than kLazyLog2 (then O and the sum are rescaled), so weights reach
-//    2^kLazyLog2 = 256 before normalisation: well inside fp32 and bf16 range,
-//    and bf16's relative rounding does not depend on the magnitude.
+//    than kLazyLog2 (then O and the sum are rescaled); blocks taken in one
+//    pass against the old max are redone with the raised max only when their
+//    weight sum exceeds kBlock * 2^kLazyLog2. So weights reach 2^kLazyLog2 =
+//    256 (2^17 in a one-pass block) before normalisation, sums ~2^21 at 5280
+//    keys: well inside fp32 and bf16 range, and bf16's relative rounding does
+//    not depend on the magnitude.
 //
 // See attention_kernels.h for why this file avoids inline functions of other
 // headers: everything here is in an anonymous namespace or intrinsics.
@@ -62,13 +74,16 @@ namespace flick::cpu::attention_detail {
 namespace {
 
 constexpr int64_t kRows = 128;       // queries per work item (a multiple of kPair)
-constexpr int64_t kBlock = 128;      // keys per block (a multiple of kPair)
+constexpr int64_t kBlock = 512;      // keys per block (a multiple of kPair)
 constexpr int64_t kPair = 32;        // queries per pair of groups; keys per P.V k-step
 constexpr int64_t kGroup = 16;       // queries per group: the lanes of a vector
 constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
 constexpr int64_t kMaxHeadDim = 512;
 constexpr float kLog2e = 1.44269504088896340736f;
-constexpr float kLazyLog2 = 8.f;
+constexpr int kLazyBits = 8;
+constexpr float kLazyLog2 = kLazyBits;  // see Numerics above
+// A block's weight sum per query when none exceeds 2^kLazyLog2, at most.
+constexpr float kLazySum = float(kBlock << kLazyBits);
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -208,17 +223,17 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
-// 2^x: a degree-4 minimax polynomial on [-0.5, 0.5] (relative error 2.7e-6),
-// scaled by 2^round(x). x must not be NaN or +-inf.
+// 2^x for finite x: a degree-4 minimax polynomial of the fraction
+// f = x - floor(x) in [0, 1) (vreduceps; relative error 2.7e-6), scaled by
+// 2^floor(x) (vscalefps floors its exponent operand itself).
 inline __m512 exp2_poly(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(9.570071473717690e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.591777339577675e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402474433183670e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931218504905701e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992847442627e-1f));
-  return _mm512_scalef_ps(p, n);
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
+  return _mm512_scalef_ps(p, x);
 }
 
 inline __mmask32 first_words(int64_t n) {
@@ -574,30 +589,55 @@ class TileRun {
   // The online-softmax step: S^T (buffer buf) -> P^T (buffer buf), running
   // max / sum / alpha of the pair's two groups, with the tile queue's k-steps
   // spread between key pairs.
+  //
+  // Unmasked steps whose queries all have a finite running max take one pass
+  // over S^T: weights against the running max. The block raises a query's max
+  // (update_max) only if one of its scores exceeds it by more than
+  // kLazyLog2, i.e. one weight exceeds 2^kLazyLog2; the block's weight sum
+  // stays within kBlock * 2^kLazyLog2 unless some weight does, and that is
+  // checked once per step instead of a max per score. Where it is exceeded
+  // (after a query's first block: almost never) the step is redone in two
+  // passes. Other steps first take the block's max in a pass of their own
+  // (masked ones also store the masked, scaled scores).
   void softmax(const Step& s, int buf, TileQueue& tq) {
     const __m512 vc = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
     const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    // S^T tile (kt, gi) of the step: rows = keys 16 kt + m, lanes = queries.
-    float* const sbuf = w_.s[buf];
-    auto stile = [sbuf](int64_t kt, int gi) { return sbuf + (kt * 2 + gi) * 256; };
-
+    const int64_t g0 = 2 * s.pair;
+    TileQueue* pending = &tq;
+    if (!s.masked) {
+      const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
+                               _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
+      if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
+        weights<false>(s, buf, vc, shift, &tq);
+        // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
+        const __m512 limit = _mm512_set1_ps(kLazySum);
+        if (!(_mm512_cmp_ps_mask(step_sum_[0], limit, _CMP_NLE_UQ) |
+              _mm512_cmp_ps_mask(step_sum_[1], limit, _CMP_NLE_UQ))) {
+          add_sums(s);
+          return;
+        }
+        pending = nullptr;  // the tile work was issued in the first attempt
+      }
+    }
     // Pass 1: the block's max per query. Masked steps store the scaled,
     // biased and masked scores (-inf where invisible) back into S^T.
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    float* const sbuf = w_.s[buf];
     __m512 shift[2];
     for (int gi = 0; gi < 2; ++gi) {
-      const int64_t g = 2 * s.pair + gi;
+      const int64_t g = g0 + gi;
       __m512 bmax;
       if (!s.masked) {
         __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
         for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
-          const float* t = stile(kt, gi);
+          const float* t = sbuf + (kt * 2 + gi) * 256;
           for (int m = 0; m < 16; m += 4)
             for (int e = 0; e < 4; ++e)
               m4[e] = _mm512_max_ps(m4[e], _mm512_load_ps(t + (m + e) * 16));
         }
         for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)  // keys of a last, partial tile
-          m4[0] = _mm512_max_ps(m4[0], _mm512_load_ps(stile(jl / 16, gi) + (jl % 16) * 16));
+          m4[0] = _mm512_max_ps(m4[0],
+                                _mm512_load_ps(sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16));
         bmax = _mm512_mul_ps(
             _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), vc);
       } else {
@@ -605,26 +645,47 @@ class TileRun {
       }
       shift[gi] = update_max(g, bmax);
     }
+    if (s.masked)
+      weights<true>(s, buf, vc, shift, pending);
+    else
+      weights<false>(s, buf, vc, shift, pending);
+    add_sums(s);
+  }
 
-    // Pass 2: weights, sums and P^T rows, a key pair at a time, with the
-    // tile queue's k-steps in between.
+  // Adds the step's weight sums (step_sum, left by weights()) to the running sums.
+  void add_sums(const Step& s) {
+    for (int gi = 0; gi < 2; ++gi) {
+      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
+      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), step_sum_[gi]));
+    }
+  }
+
+  // Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
+  // pair at a time, with the tile queue's k-steps (tq, unless null) in
+  // between. Unmasked S^T holds raw scores (scaled here by vc); masked S^T
+  // holds scaled scores, -inf where invisible. The sums go to step_sum_.
+  template <bool kMasked>
+  void weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], TileQueue* tq) {
     alignas(64) static constexpr uint16_t kInterleave[32] = {
         0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i interleave = _mm512_load_si512(kInterleave);
     const __m512 floor = _mm512_set1_ps(-200.f);
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    const float* const sbuf = w_.s[buf];
     uint16_t* const pbuf = w_.p[buf];
     __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    tq.pace(ktiles * 16);
+    if (tq) tq->pace(ktiles * 8);
     for (int64_t kt = 0; kt < ktiles; ++kt) {
       for (int m = 0; m < 16; m += 2) {
         for (int gi = 0; gi < 2; ++gi) {
-          const float* sv = stile(kt, gi) + m * 16;
+          // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
+          const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
           __m512 w[2];
           for (int e = 0; e < 2; ++e) {
             const __m512 x = _mm512_load_ps(sv + 16 * e);
-            w[e] = s.masked ? exp2_poly(_mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor))
-                            : exp2_poly(_mm512_fmsub_ps(x, vc, shift[gi]));
+            w[e] = exp2_poly(kMasked ? _mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor)
+                                     : _mm512_fmsub_ps(x, vc, shift[gi]));
           }
           const int64_t jl = kt * 16 + m;
           if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
@@ -636,14 +697,12 @@ class TileRun {
           _mm512_store_si512(
               pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
               _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-          tq.tick();
+          if (tq && gi == 1) tq->tick();
         }
       }
     }
-    for (int gi = 0; gi < 2; ++gi) {
-      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
-      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sum[gi]));
-    }
+    step_sum_[0] = sum[0];
+    step_sum_[1] = sum[1];
   }
 
   // Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
@@ -749,6 +808,7 @@ class TileRun {
   const int64_t b_, h_, row0_;
   const bool reverse_;
   TileQueue queue_;
+  __m512 step_sum_[2];  // the last weights() call's sums per group
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {

@@ -726,7 +726,7 @@ TEST(AttentionAmx, OddShapesMatchReference) {
 // Lq > Lk, and a negative scale.
 TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
   std::mt19937 rng(13);
-  for (const SweepCase& c : {SweepCase{2, 150, 333, 2, 80}, SweepCase{1, 300, 140, 2, 128},
+  for (const SweepCase& c : {SweepCase{2, 150, 1100, 2, 80}, SweepCase{1, 300, 140, 2, 128},
                              SweepCase{2, 70, 270, 1, 64}}) {
     OwnedTensor q = random4(DType::BF16, {c.B, c.Lq, c.H, c.D}, rng, 2.f);
     OwnedTensor k = random4(DType::BF16, {c.B, c.Lk, c.H, c.D}, rng, 2.f);
@@ -747,7 +747,10 @@ TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
     OwnedTensor padding(DType::U8, {c.B, c.Lk});
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t j = 0; j < c.Lk; ++j) {
-        const bool hole = j % 11 == 5 || (j >= 128 && j < 256 && b == 0);  // block 1 all padded
+        // Batch 0: whole key tiles [128, 256) padded, and [512, 1024): the AMX
+        // kernel's second 512-key block, with visible keys on both sides.
+        const bool hole =
+            j % 11 == 5 || (b == 0 && ((j >= 128 && j < 256) || (j >= 512 && j < 1024)));
         padding.t.ptr<uint8_t>()[b * c.Lk + j] = (j < c.Lk - 37 * b && !hole) ? 1 : 0;
       }
     AttentionParams pad;
@@ -770,13 +773,18 @@ TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
 }
 
 // Scores that rise along the keys raise the running max block after block
-// (the AMX kernel then rescales O and the sum: slope 1 spans 63 in log2 units
-// over 350 keys, raising it by more than its lazy threshold of 8 per block);
-// falling scores never do. The key index wraps at 350, so the second half of
-// the keys falls back below the max.
+// (the AMX kernel then rescales O and the sum). Slope 1 rises 0.18 in log2
+// units per key: 34 past the first 512-key block's max in the second, whose
+// one-pass weights then overflow their sum bound and are redone against a
+// raised max. Slope 0.3 rises ~10 past it: weights above the lazy threshold
+// of 2^8 whose sum stays within the bound, kept without raising. Falling
+// scores never raise it. The key index wraps at 700, so the third block
+// falls back below the max; centred on 350, so that scores stay within
+// +-63 in log2 units (fp32 kernels' rounding of larger scores would exceed
+// their tolerance).
 TEST(AttentionAmx, RisingAndFallingScores) {
   std::mt19937 rng(14);
-  const int64_t B = 1, Lk = 700, H = 2, D = 64;
+  const int64_t B = 1, Lk = 1400, H = 2, D = 64;
   OwnedTensor v = random4(DType::BF16, {B, Lk, H, D}, rng, 1.f);
   // 40 queries: two pairs of 16-query groups, whose steps alternate; 20: one
   // pair, so that consecutive steps rescale the same rows.
@@ -787,7 +795,7 @@ TEST(AttentionAmx, RisingAndFallingScores) {
     for (float slope : {0.3f, -0.3f, 1.f}) {
       OwnedTensor k = random4(DType::BF16, {B, Lk, H, D}, rng, 0.5f);
       for (int64_t j = 0; j < Lk; ++j)
-        for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 350) * 0.25f);
+        for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 700 - 350) * 0.25f);
       check_against_ref(q, k, v, DType::F32, {},
                         "Lq " + std::to_string(Lq) + ", key slope " + std::to_string(slope));
     }
