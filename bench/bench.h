@@ -26,6 +26,10 @@ struct BenchOptions {
   // robust on a machine shared with other work, meaningful with one thread
   // (OMP_NUM_THREADS=1), where the calling thread does all the work.
   bool cpu_clock = false;
+  // Re-measure the matching peak between a case's repetitions and compare the
+  // case with the best of those (time_best in bench/peak.h) instead of the
+  // peak taken at the start of the run.
+  bool window_peaks = false;
   // `--quality`: instead of speed, the quantization quality report of
   // mg2_quality.h on the Matrix-Game golden fixtures in quality_data (empty:
   // the source tree's tests/data/mg2).

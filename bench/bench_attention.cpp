@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "bench/peak.h"
 #include "runtime/cpu/attention_kernels.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/tensor.h"
@@ -49,21 +50,27 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
   fill(v);
   auto call = [&] { cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, {}); };
   call();  // warm-up: pages, per-thread scratch
-  // The best of several runs of at least ~0.3 s in all (one in quick mode).
+  const std::string kernel = c.kernel->name;
+  const PeakUnit unit = kernel == "amx"          ? PeakUnit::AmxBf16
+                        : c.dtype == DType::BF16 ? PeakUnit::Bf16Dot
+                                                 : PeakUnit::F32Fma;
+  // The best of several runs of at least ~0.3 s in all (one in quick mode);
+  // with --window-peaks the unit's peak is re-measured before each.
   const double flops = 4.0 * double(c.batch) * double(c.heads) * double(c.q_len) *
                        double(c.kv_len) * double(c.head_dim);
-  double best = 1e30, spent = 0;
+  double best = 1e30, spent = 0, window_peak = 0;
   for (int r = 0; r < (options.quick ? 1 : 50) && (r < 3 || spent < 0.3); ++r) {
+    if (options.window_peaks) window_peak = std::max(window_peak, measure_peak(unit, 1, options));
     const double start = bench_now(options);
     call();
     const double took = bench_now(options) - start;
     best = std::min(best, took);
     spent += took;
   }
-  const std::string kernel = c.kernel->name;
-  const double peak = kernel == "amx"          ? peaks.amx_bf16_gflops
-                      : c.dtype == DType::BF16 ? peaks.bf16_gflops
-                                               : peaks.f32_gflops;
+  const double start_peak = unit == PeakUnit::AmxBf16   ? peaks.amx_bf16_gflops
+                            : unit == PeakUnit::Bf16Dot ? peaks.bf16_gflops
+                                                        : peaks.f32_gflops;
+  const double peak = window_peak > 0 ? window_peak : start_peak;
   BenchResult result;
   result.name = case_name(c);
   result.seconds = best;
@@ -79,6 +86,11 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
                   c.dtype == DType::BF16 ? "vdpbf16ps" : "FMA");
   }
   result.detail = detail;
+  if (window_peak > 0) {
+    std::snprintf(detail, sizeof detail, "; peak in its window %.0f (start of run: %.0f%%)",
+                  window_peak, start_peak > 0 ? 100.0 * result.rate / start_peak : 0.0);
+    result.detail += detail;
+  }
   Tensor o = out;
   namespace ad = cpu::attention_detail;
   if (&ad::select_kernel(ad::resolve_problem(q, k, v, o, {})) == c.kernel)

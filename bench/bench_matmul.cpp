@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "bench/peak.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/tensor.h"
@@ -23,48 +24,76 @@ void fill(const Tensor& t, float scale, uint32_t seed) {
   }
 }
 
-// Best time of 5 calls (2 with --quick) after one warm-up call (which creates the
-// primitive and touches the buffers).
+int reps(const BenchOptions& options) { return options.quick ? 2 : 5; }
+
+// Best time of 5 calls (2 with --quick) after a warm-up call, for cases
+// without a peak to compare with.
 double best_seconds(const std::function<void()>& fn, const BenchOptions& options) {
-  fn();
-  double best = 1e30;
-  for (int r = 0; r < (options.quick ? 2 : 5); ++r) {
-    const double start = bench_now(options);
-    fn();
-    best = std::min(best, bench_now(options) - start);
-  }
-  return best;
+  BenchOptions plain = options;
+  plain.window_peaks = false;
+  return time_best(fn, reps(options), PeakUnit::F32Fma, plain).seconds;
 }
 
-// The peak of the unit an implementation runs on, and its name for the table.
-double matching_peak(const Peaks& p, Precision prec, const std::string& impl, std::string* unit) {
+// The unit an implementation runs on, and its name for the table.
+PeakUnit matching_unit(Precision prec, const std::string& impl) {
   const bool amx = impl.find("amx") != std::string::npos;
   switch (prec) {
-    case Precision::F32: *unit = "FMA"; return p.f32_gflops;
+    case Precision::F32: return PeakUnit::F32Fma;
     case Precision::BF16:
-    case Precision::FP8:
-      *unit = amx ? "AMX bf16" : "vdpbf16ps";
-      return amx ? p.amx_bf16_gflops : p.bf16_gflops;
-    case Precision::INT8:
-      *unit = amx ? "AMX int8" : "vpdpbusd";
-      return amx ? p.amx_int8_gops : p.int8_gops;
+    case Precision::FP8: return amx ? PeakUnit::AmxBf16 : PeakUnit::Bf16Dot;
+    case Precision::INT8: return amx ? PeakUnit::AmxInt8 : PeakUnit::Int8Dot;
+  }
+  return PeakUnit::F32Fma;
+}
+
+const char* unit_name(PeakUnit u) {
+  switch (u) {
+    case PeakUnit::F32Fma: return "FMA";
+    case PeakUnit::Bf16Dot: return "vdpbf16ps";
+    case PeakUnit::Int8Dot: return "vpdpbusd";
+    case PeakUnit::AmxBf16: return "AMX bf16";
+    case PeakUnit::AmxInt8: return "AMX int8";
+  }
+  return "";
+}
+
+double start_peak(const Peaks& p, PeakUnit u) {
+  switch (u) {
+    case PeakUnit::F32Fma: return p.f32_gflops;
+    case PeakUnit::Bf16Dot: return p.bf16_gflops;
+    case PeakUnit::Int8Dot: return p.int8_gops;
+    case PeakUnit::AmxBf16: return p.amx_bf16_gflops;
+    case PeakUnit::AmxInt8: return p.amx_int8_gops;
   }
   return 0;
 }
 
-BenchResult rate_result(std::string name, double seconds, double ops, const Peaks& peaks,
+// Times fn for a case of `prec` running on `impl`: the best time and, with
+// --window-peaks, the best peak of its unit in the same window.
+TimedBest time_case(const std::function<void()>& fn, Precision prec, const std::string& impl,
+                    const BenchOptions& options) {
+  return time_best(fn, reps(options), matching_unit(prec, impl), options);
+}
+
+BenchResult rate_result(std::string name, const TimedBest& t, double ops, const Peaks& peaks,
                         Precision prec, const std::string& impl, const std::string& note) {
   BenchResult r;
   r.name = std::move(name);
-  r.seconds = seconds;
-  r.rate = ops / seconds * 1e-9;
+  r.seconds = t.seconds;
+  r.rate = ops / t.seconds * 1e-9;
   r.unit = prec == Precision::INT8 ? "GOPS" : "GFLOPS";
-  std::string peak_unit;
-  const double peak = matching_peak(peaks, prec, impl, &peak_unit);
+  const PeakUnit unit = matching_unit(prec, impl);
+  const double peak = t.window_peak > 0 ? t.window_peak : start_peak(peaks, unit);
   r.peak_pct = peak > 0 ? 100.0 * r.rate / peak : 0.0;
-  r.detail = impl + " vs " + peak_unit + " peak";
+  r.detail = impl + " vs " + unit_name(unit) + " peak";
+  if (t.window_peak > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " in its window (%.0f; start of run: %.0f%%)", t.window_peak,
+                  start_peak(peaks, unit) > 0 ? 100.0 * r.rate / start_peak(peaks, unit) : 0.0);
+    r.detail += buf;
+  }
   // On AMX machines also say how this compares with the AVX-512 dot-product
-  // peak (the unit the design's targets were set against).
+  // peak measured at the start (the unit the design's targets were set against).
   const double avx = prec == Precision::INT8 ? peaks.int8_gops : peaks.bf16_gflops;
   if (impl.find("amx") != std::string::npos && avx > 0) {
     char buf[64];
@@ -94,10 +123,11 @@ BenchResult bench_linear(Precision prec, const LinearShape& s, const Peaks& peak
   fill(w, 0.05f, 2);
   fill(b, 0.1f, 3);
   auto packed = cpu::pack_linear({w.t, Tensor{}, b.t, prec});
-  const double t = best_seconds([&] { cpu::linear(x, *packed, y, Activation::None); }, options);
+  const std::string impl = cpu::linear_impl(*packed);
+  const TimedBest t =
+      time_case([&] { cpu::linear(x, *packed, y, Activation::None); }, prec, impl, options);
   return rate_result(std::string("linear ") + precision_name(prec) + " " + dims(s), t,
-                     2.0 * double(s.m) * double(s.k) * double(s.n), peaks, prec,
-                     cpu::linear_impl(*packed), "");
+                     2.0 * double(s.m) * double(s.k) * double(s.n), peaks, prec, impl, "");
 }
 
 BenchResult bench_quantize(const LinearShape& s, const BenchOptions& options) {
@@ -144,10 +174,12 @@ BenchResult bench_conv3d(Precision prec, const ConvShape& s, bool channels_last,
   d.padding = {0, 1, 1};
   d.precision = prec;
   auto packed = cpu::pack_conv(d);
-  const double t = best_seconds([&] { cpu::conv(x, *packed, y, Activation::None); }, options);
+  const std::string impl = cpu::conv_impl(*packed);
+  const TimedBest t =
+      time_case([&] { cpu::conv(x, *packed, y, Activation::None); }, prec, impl, options);
   const double ops = 2.0 * double(s.c) * double(s.c) * 27.0 * double(s.h) * double(s.w);
   const std::string name = conv_name(prec, s, channels_last);
-  return rate_result(name, t, ops, peaks, prec, cpu::conv_impl(*packed),
+  return rate_result(name, t, ops, peaks, prec, impl,
                      channels_last ? "in place" : "incl. reorders to/from blocked");
 }
 

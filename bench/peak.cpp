@@ -80,25 +80,54 @@ bool amx_available() {
   return ok;
 }
 
+double measure_peak(PeakUnit unit, int reps, const BenchOptions& options) {
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  switch (unit) {
+    case PeakUnit::F32Fma:
+      return avx512 ? rate_on_all_threads(peak_fma_f32_avx512, 2'000'000, reps, options)
+                    : rate_on_all_threads(peak_fma_f32_avx2, 2'000'000, reps, options);
+    case PeakUnit::Bf16Dot:
+      return avx512 && __builtin_cpu_supports("avx512bf16")
+                 ? rate_on_all_threads(peak_dpbf16_avx512, 1'000'000, reps, options)
+                 : 0.0;
+    case PeakUnit::Int8Dot:
+      return avx512 && __builtin_cpu_supports("avx512vnni")
+                 ? rate_on_all_threads(peak_dpbusd_avx512, 1'000'000, reps, options)
+                 : 0.0;
+    case PeakUnit::AmxBf16:
+      return avx512 && amx_available() ? rate_on_all_threads(peak_amx_bf16, 200'000, reps, options)
+                                       : 0.0;
+    case PeakUnit::AmxInt8:
+      return avx512 && amx_available() ? rate_on_all_threads(peak_amx_int8, 200'000, reps, options)
+                                       : 0.0;
+  }
+  return 0.0;
+}
+
 Peaks measure_peaks(const BenchOptions& options) {
   // ~50 ms per run at the rates of a modern core; best of 3 (5 in full runs).
   const int reps = options.quick ? 3 : 5;
   Peaks p;
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  if (!avx512) {
-    p.f32_gflops = rate_on_all_threads(peak_fma_f32_avx2, 2'000'000, reps, options);
-    return p;
-  }
-  p.f32_gflops = rate_on_all_threads(peak_fma_f32_avx512, 2'000'000, reps, options);
-  if (__builtin_cpu_supports("avx512bf16"))
-    p.bf16_gflops = rate_on_all_threads(peak_dpbf16_avx512, 1'000'000, reps, options);
-  if (__builtin_cpu_supports("avx512vnni"))
-    p.int8_gops = rate_on_all_threads(peak_dpbusd_avx512, 1'000'000, reps, options);
-  if (amx_available()) {
-    p.amx_bf16_gflops = rate_on_all_threads(peak_amx_bf16, 200'000, reps, options);
-    p.amx_int8_gops = rate_on_all_threads(peak_amx_int8, 200'000, reps, options);
-  }
+  p.f32_gflops = measure_peak(PeakUnit::F32Fma, reps, options);
+  p.bf16_gflops = measure_peak(PeakUnit::Bf16Dot, reps, options);
+  p.int8_gops = measure_peak(PeakUnit::Int8Dot, reps, options);
+  p.amx_bf16_gflops = measure_peak(PeakUnit::AmxBf16, reps, options);
+  p.amx_int8_gops = measure_peak(PeakUnit::AmxInt8, reps, options);
   return p;
+}
+
+TimedBest time_best(const std::function<void()>& fn, int reps, PeakUnit unit,
+                    const BenchOptions& options) {
+  fn();  // warm-up: primitives, pages, per-thread scratch
+  TimedBest best{1e30, 0.0};
+  for (int r = 0; r < reps; ++r) {
+    if (options.window_peaks)
+      best.window_peak = std::max(best.window_peak, measure_peak(unit, 1, options));
+    const double start = bench_now(options);
+    fn();
+    best.seconds = std::min(best.seconds, bench_now(options) - start);
+  }
+  return best;
 }
 
 }  // namespace flick::bench

@@ -11,8 +11,8 @@
 #include "bench/bench_io.h"
 #include "bench/bench_matmul.h"
 #include "bench/bench_mg2.h"
-#include "bench/mg2_quality.h"
 #include "bench/bench_vae.h"
+#include "bench/mg2_quality.h"
 #include "bench/peak.h"
 #include "jobs/cli.h"
 #include "runtime/threads.h"
@@ -103,6 +103,9 @@ void register_bench(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--cpu-clock", options->cpu_clock,
                 "Time peaks, linear and conv with the thread's CPU clock: steadier on a busy "
                 "machine; use with OMP_NUM_THREADS=1");
+  cmd->add_flag("--window-peaks", options->window_peaks,
+                "Re-measure the matching peak between a case's repetitions and report the case "
+                "against the best of those (for hosts whose throughput changes during a run)");
   cmd->add_flag("--quality", options->quality,
                 "Instead of speed: cosine of the Matrix-Game DiT's outputs at f32 / int8 / fp8 "
                 "against bf16 on the golden fixtures (tests/data/mg2)");
