@@ -4,6 +4,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
+#include <sstream>
+
 #include "integration_util.h"
 #include "jobs/fs.h"
 
@@ -270,6 +272,42 @@ TEST_F(Cli, SighupReloadsTheConfig) {
   daemon->signal(SIGTERM);
   EXPECT_EQ(daemon->wait(), 0);
   expect_done_job(sb_, "h2", 3, 16, 12);
+}
+
+// `flick bench` prints the peaks, then a row per case: time, rate, the share
+// of the peak of the unit the case ran on and, with --window-peaks, that peak
+// as re-measured between the case's repetitions. Speeds depend on the
+// machine: this checks the table and that its numbers agree with each other.
+TEST(Bench, CaseRowsBesideTheirPeaks) {
+  Sandbox sb;
+  const RunResult r = sb.run(
+      {"bench", "--quick", "--window-peaks", "--filter", "attention bf16 clip 257x257"}, "bench");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("f32 FMA"), std::string::npos) << r.out;
+  const bool bf16_dot = __builtin_cpu_supports("avx512bf16");
+  int rows = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string head = "attention bf16 clip 257x257 16x80 ";
+    if (line.rfind(head, 0) != 0) continue;
+    ++rows;
+    std::istringstream cols(line.substr(head.size()));
+    std::string kernel, unit;
+    double ms = 0, rate = 0;
+    cols >> kernel >> ms >> rate >> unit;
+    EXPECT_GT(ms, 0) << line;
+    EXPECT_EQ(unit, "GFLOPS") << line;
+    // 4 * 16 heads * 257 * 257 * 80 FLOPs in `ms`.
+    EXPECT_NEAR(rate, 4.0 * 16 * 257 * 257 * 80 / (ms * 1e-3) * 1e-9, 0.01 * rate + 1) << line;
+    if (bf16_dot) {
+      EXPECT_NE(line.find("peak in its window"), std::string::npos) << line;
+    }
+  }
+  EXPECT_GE(rows, 1) << r.out;
+  // A filter that matches nothing runs no case.
+  const RunResult none = sb.run({"bench", "--quick", "--filter", "no such case"}, "bench-none");
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(none.out.find("attention"), std::string::npos) << none.out;
 }
 
 }  // namespace
