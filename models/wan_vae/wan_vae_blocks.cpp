@@ -178,14 +178,23 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
     FLICK_CHECK(cache_zero_, "CausalConv3d: input size changed mid-stream: " + padded.str());
     cache_ = OwnedTensor(padded.dtype, cache_shape);
   }
-  const size_t two = 2 * frame_bytes(padded);
+  const size_t frame = frame_bytes(padded);
+  char* slot[2] = {static_cast<char*>(cache_.t.data), static_cast<char*>(cache_.t.data) + frame};
   if (cache_zero_) {
-    std::memset(padded.data, 0, two);
+    std::memset(padded.data, 0, 2 * frame);
   } else {
-    copy_bytes(padded.data, cache_.t.data, two);
+    copy_bytes(frame_ptr(padded, 0), slot[1 - newest_], frame);
+    copy_bytes(frame_ptr(padded, 1), slot[newest_], frame);
   }
   be.conv(padded, *conv_, y, Activation::None);
-  copy_bytes(cache_.t.data, frame_ptr(padded, t), two);
+  if (t == 1 && !cache_zero_) {
+    // The earlier slot takes the new frame; the other one stays.
+    newest_ = 1 - newest_;
+    copy_bytes(slot[newest_], frame_ptr(padded, 2), frame);
+  } else {
+    copy_bytes(slot[0], frame_ptr(padded, t), 2 * frame);
+    newest_ = 1;
+  }
   cache_zero_ = false;
 }
 

@@ -139,13 +139,18 @@ class CausalConv3d {
   void reset() {
     cache_ = OwnedTensor();
     cache_zero_ = true;
+    newest_ = 1;
   }
 
  private:
   std::unique_ptr<PackedConv> conv_;
   int64_t cin_ = 0, cout_ = 0, kt_ = 1;
   DType act_ = DType::F32;
-  OwnedTensor cache_;  // [2, H, W, I] channels-last, allocated on the first call
+  // [2, H, W, I] channels-last, allocated on the first call: the last two
+  // input frames, the later one in slot newest_. A 1-frame call replaces
+  // only the earlier one (one frame copied out instead of two).
+  OwnedTensor cache_;
+  int newest_ = 1;
   bool cache_zero_ = true;
 };
 
