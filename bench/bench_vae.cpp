@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "models/wan_vae/wan_vae_synthetic.h"
 #include "runtime/backend.h"
 #include "runtime/op_list.h"
+#include "runtime/profile_backend.h"
 #include "runtime/tensor.h"
 
 namespace flick::bench {
@@ -27,6 +29,12 @@ class CountingBackend final : public Backend {
     double conv_s = 0, attention_s = 0, add_s = 0, copy_s = 0, other_s = 0;
   };
   Totals totals;
+  // Convolution time and FLOPs by (weight, output) shape, kept under FLICK_PROFILE=1.
+  struct ConvEntry {
+    int64_t calls = 0;
+    double seconds = 0, flops = 0;
+  };
+  std::map<std::string, ConvEntry> conv_shapes;
 
  private:
   template <class Fn>
@@ -91,8 +99,16 @@ class CountingBackend final : public Backend {
     const Tensor& wt = w.desc().w;  // [O, I/g, k...]
     double per_output = 2.0;
     for (int i = 1; i < wt.ndim(); ++i) per_output *= static_cast<double>(wt.dim(i));
-    totals.flops += per_output * static_cast<double>(y.numel());
+    const double flops = per_output * static_cast<double>(y.numel());
+    totals.flops += flops;
+    const double before = totals.conv_s;
     timed(&Totals::conv_s, [&] { inner_.conv(x, w, y, act); });
+    if (profile_) {
+      ConvEntry& e = conv_shapes["w " + wt.shape.str() + " y " + y.shape.str()];
+      ++e.calls;
+      e.seconds += totals.conv_s - before;
+      e.flops += flops;
+    }
   }
   void matmul(const Tensor& a, const Tensor& b, Tensor& c) override {
     totals.flops += 2.0 * static_cast<double>(c.numel()) * static_cast<double>(a.dim(-1));
@@ -108,7 +124,23 @@ class CountingBackend final : public Backend {
  private:
   Backend& inner_;
   const BenchOptions& options_;
+  const bool profile_ = profiling_enabled();
 };
+
+// The convolutions of one measured call, the slowest first.
+void print_conv_shapes(const std::string& title, const CountingBackend& be, double seconds) {
+  std::vector<std::pair<std::string, CountingBackend::ConvEntry>> rows(be.conv_shapes.begin(),
+                                                                       be.conv_shapes.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::fprintf(stderr, "%s: convolutions by shape (%.3f s in all)\n", title.c_str(), seconds);
+  std::fprintf(stderr, "  %-58s %5s %9s %6s %8s\n", "shape", "calls", "ms", "%", "GFLOPS");
+  for (const auto& [name, e] : rows) {
+    std::fprintf(stderr, "  %-58s %5lld %9.1f %5.1f%% %8.0f\n", name.c_str(),
+                 static_cast<long long>(e.calls), e.seconds * 1e3, 100 * e.seconds / seconds,
+                 e.flops / e.seconds * 1e-9);
+  }
+}
 
 // Deterministic values in [-scale, scale).
 void fill(const Tensor& t, float scale, uint32_t seed) {
@@ -166,6 +198,7 @@ void run_decoder(const WeightStore& store, const Peaks& peaks, const BenchOption
   const Tensor first = latents.t.slice(2, 0, 1), block = latents.t.slice(2, 1, 3);
   auto decode = [&](const Tensor& z) {
     be.totals = {};
+    be.conv_shapes.clear();
     const double start = bench_now(options);
     Expected<Tensor> out = dec->decode(z);
     const double took = bench_now(options) - start;
@@ -187,6 +220,7 @@ void run_decoder(const WeightStore& store, const Peaks& peaks, const BenchOption
     if (const double t = decode(block); t < best_block) {
       best_block = t;
       block_totals = be.totals;
+      if (profiling_enabled()) print_conv_shapes(block_name, be, t);
     }
   }
   if (selected(first_name, options))

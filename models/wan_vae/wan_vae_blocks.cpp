@@ -178,14 +178,23 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
     FLICK_CHECK(cache_zero_, "CausalConv3d: input size changed mid-stream: " + padded.str());
     cache_ = OwnedTensor(padded.dtype, cache_shape);
   }
-  const size_t two = 2 * frame_bytes(padded);
+  const size_t frame = frame_bytes(padded);
+  char* slot[2] = {static_cast<char*>(cache_.t.data), static_cast<char*>(cache_.t.data) + frame};
   if (cache_zero_) {
-    std::memset(padded.data, 0, two);
+    std::memset(padded.data, 0, 2 * frame);
   } else {
-    copy_bytes(padded.data, cache_.t.data, two);
+    copy_bytes(frame_ptr(padded, 0), slot[1 - newest_], frame);
+    copy_bytes(frame_ptr(padded, 1), slot[newest_], frame);
   }
   be.conv(padded, *conv_, y, Activation::None);
-  copy_bytes(cache_.t.data, frame_ptr(padded, t), two);
+  if (t == 1 && !cache_zero_) {
+    // The earlier slot takes the new frame; the other one stays.
+    newest_ = 1 - newest_;
+    copy_bytes(slot[newest_], frame_ptr(padded, 2), frame);
+  } else {
+    copy_bytes(slot[0], frame_ptr(padded, t), 2 * frame);
+    newest_ = 1;
+  }
   cache_zero_ = false;
 }
 
@@ -333,10 +342,60 @@ void AttentionBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace&
 
 // ---- Upsample ----
 
+// Output row 2i + py reads upsampled rows 2i + py - 1 .. 2i + py + 1, i.e.
+// source rows i - 1 + py (offset a = 0 of the 2x2 kernel, padding 1) and
+// i + py (a = 1); the 3 taps k land as py = 0: a = 0 <- k {0}, a = 1 <-
+// k {1, 2}; py = 1: a = 0 <- k {0, 1}, a = 1 <- k {2}. Columns alike.
+OwnedTensor Upsample::phase_weights(const Tensor& w) {
+  static constexpr int kFirst[2][2] = {{0, 1}, {0, 2}};  // [parity][a]: taps first..last
+  static constexpr int kLast[2][2] = {{0, 2}, {1, 2}};
+  const int64_t o = w.dim(0), in = w.dim(1);
+  OwnedTensor out(DType::F32, Shape{4 * o, in, 1, 2, 2});
+  const float* src = w.ptr<float>();
+  float* dst = out.t.ptr<float>();
+  for (int py = 0; py < 2; ++py) {
+    for (int px = 0; px < 2; ++px) {
+      for (int64_t r = 0; r < o * in; ++r) {  // (output, input channel)
+        const float* k = src + r * 9;
+        float* d = dst + ((2 * py + px) * o * in + r) * 4;
+        for (int a = 0; a < 2; ++a) {
+          for (int b = 0; b < 2; ++b) {
+            float sum = 0.f;
+            for (int kh = kFirst[py][a]; kh <= kLast[py][a]; ++kh)
+              for (int kw = kFirst[px][b]; kw <= kLast[px][b]; ++kw) sum += k[kh * 3 + kw];
+            d[a * 2 + b] = sum;
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
 Expected<Upsample> Upsample::load(const WeightView& v, Backend& be, const Numerics& num) {
   Upsample u;
-  FLICK_ASSIGN_OR_RETURN(u.conv_, CausalConv3d::load_2d(v, "resample.1", be, num));
-  u.c_ = u.conv_.in_channels();
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, "resample.1.weight", 4));
+  const std::vector<int64_t>& s = info->shape;
+  if (s[2] != 3 || s[3] != 3)
+    return invalid_input(v.full_name("resample.1.weight") + ": expected a 3x3 kernel, file has " +
+                         info->shape_str());
+  u.out_ = s[0];
+  u.c_ = s[1];
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
+                         load_f32(v, "resample.1.weight", Shape{s[0], s[1], 3, 3}, num));
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, "resample.1.bias", Shape{s[0]}, num));
+  OwnedTensor bias(DType::F32, Shape{4 * s[0]});
+  for (int p = 0; p < 4; ++p)
+    std::memcpy(bias.t.ptr<float>() + p * s[0], b.t.data,
+                static_cast<size_t>(s[0]) * sizeof(float));
+  const OwnedTensor pw = phase_weights(w.t);
+  ConvDesc d;
+  d.w = pw.t;
+  d.bias = bias.t;
+  d.spatial_dims = 3;
+  d.padding = {0, 1, 1};
+  d.precision = num.conv;
+  u.phases_ = be.pack_conv(d);
   if (v.has("time_conv.weight")) {
     FLICK_ASSIGN_OR_RETURN(CausalConv3d tc, CausalConv3d::load(v, "time_conv", be, num));
     if (tc.in_channels() != u.c_ || tc.out_channels() != 2 * u.c_)
@@ -368,17 +427,25 @@ void Upsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
       frames.strides = {hh * ww * 2 * c, c, ww * 2 * c, 2 * c, 1, 0};  // of [T, H, W, 2, C]
     }
   }
-  // One frame at a time: the upsampled frame is 4x the input, and at the
-  // decoder's last stage 4 of them would be 350 MB of bf16.
   const int64_t slots = frames.dim(1), tf = frames.dim(0) * slots;
   FLICK_CHECK(is_channels_last(y) && y.dim(2) == tf, "Upsample: y " + y.str());
-  Tensor up = ws.up.get(x.dtype, Shape{1, 2 * hh, 2 * ww, c});
-  const Tensor up5 = channels_last_view(up.data, x.dtype, c, 1, 2 * hh, 2 * ww);
+  // [1, 4 out, 1, H + 1, W + 1]: the four phases of one output frame.
+  Tensor phases = ws.up.channels_last(x.dtype, 4 * out_, 1, hh + 1, ww + 1);
+  const Tensor phases4 = Tensor::view(phases.data, x.dtype, Shape{hh + 1, ww + 1, 4, out_});
   for (int64_t f = 0; f < tf; ++f) {
-    Tensor src = frames.slice(0, f / slots, 1).slice(1, f % slots, 1);
-    upsample2x_channels_last(src, up);
-    Tensor dst = wan_vae::frames(y, f, 1);  // not the local `frames`
-    conv_.forward(be, up5, dst, ws.pad);
+    // [H, W, C] view of the source frame.
+    Tensor src = Tensor::view(frames.slice(0, f / slots, 1).slice(1, f % slots, 1).data, x.dtype,
+                              Shape{hh, ww, c});
+    src.strides = {frames.stride(2), frames.stride(3), 1, 0, 0, 0};
+    Tensor in = channels_last_view(src.data, x.dtype, c, 1, hh, ww);
+    if (!src.is_contiguous()) {  // a time conv slot: every other C channels
+      in = ws.pad.channels_last(x.dtype, c, 1, hh, ww);
+      Tensor dense = Tensor::view(in.data, x.dtype, Shape{hh, ww, c});
+      gather_frame_channels_last(src, dense);
+    }
+    be.conv(in, *phases_, phases, Activation::None);
+    Tensor dst = Tensor::view(frame_ptr(y, f), y.dtype, Shape{2 * hh, 2 * ww, out_});
+    interleave_upsample_phases(phases4, dst);
   }
 }
 

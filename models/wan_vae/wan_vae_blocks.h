@@ -139,13 +139,18 @@ class CausalConv3d {
   void reset() {
     cache_ = OwnedTensor();
     cache_zero_ = true;
+    newest_ = 1;
   }
 
  private:
   std::unique_ptr<PackedConv> conv_;
   int64_t cin_ = 0, cout_ = 0, kt_ = 1;
   DType act_ = DType::F32;
-  OwnedTensor cache_;  // [2, H, W, I] channels-last, allocated on the first call
+  // [2, H, W, I] channels-last, allocated on the first call: the last two
+  // input frames, the later one in slot newest_. A 1-frame call replaces
+  // only the earlier one (one frame copied out instead of two).
+  OwnedTensor cache_;
+  int newest_ = 1;
   bool cache_zero_ = true;
 };
 
@@ -209,21 +214,34 @@ class AttentionBlock {
 // over H, W, 3x3 conv C -> C/2. Up3d's time_conv (3-tap, C -> 2C) doubles the
 // frame count (channels [0:C] frame 2t, [C:2C] frame 2t+1), except on the very
 // first latent of a video ('Rep': skipped, one frame out); the next call sees
-// a zero cache, as the reference's zero front padding. Workspace: pad, aux, up.
+// a zero cache, as the reference's zero front padding.
+// The upsample and the 3x3 conv run as one 2x2 conv of the frame itself with
+// 4 x C/2 outputs, one set per output phase (row and column parity): a
+// nearest-upsampled pixel's 3x3 neighbourhood covers only 2x2 source pixels,
+// so each phase's 9 taps fold into 4 (weights summed in fp32 at load),
+// 4/9 of the FLOPs, and no upsampled frame is ever written. Workspace: pad,
+// aux, up.
 class Upsample {
  public:
+  // The phase weights of the 3x3 conv: w [O, I, 3, 3] F32 -> [4 O, I, 1, 2, 2]
+  // F32 for a padding-1 conv of the source frame whose output pixel (i + py,
+  // j + px), channels [p O, (p + 1) O) with p = 2 py + px, is the upsampled
+  // conv's pixel (2i + py, 2j + px) (interleave_upsample_phases).
+  static OwnedTensor phase_weights(const Tensor& w);
+
   static Expected<Upsample> load(const WeightView& v, Backend& be, const Numerics& num);
   bool temporal() const { return time_conv_ != nullptr; }
   int64_t in_channels() const { return c_; }
-  int64_t out_channels() const { return conv_.out_channels(); }
+  int64_t out_channels() const { return out_; }
   int64_t out_frames(int64_t t) const { return temporal() && !first_ ? 2 * t : t; }
   void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
   void reset();
 
  private:
-  int64_t c_ = 0;
+  int64_t c_ = 0, out_ = 0;
   std::unique_ptr<CausalConv3d> time_conv_;
-  CausalConv3d conv_;
+  // [4 out, C, 1, 2, 2], padding 1: phase 2 py + px in outputs [p out, (p + 1) out).
+  std::unique_ptr<PackedConv> phases_;
   bool first_ = true;
 };
 

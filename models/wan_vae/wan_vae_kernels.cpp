@@ -155,30 +155,47 @@ void attention_normalize(const float* o, const float* sums, void* y, DType y_dty
   });
 }
 
-void upsample2x_channels_last(const Tensor& src, Tensor& dst) {
-  FLICK_CHECK(src.ndim() == 5 && dst.ndim() == 4 && src.dtype == dst.dtype && src.stride(4) == 1 &&
-                  dst.is_contiguous() && dst.dim(0) == src.dim(0) * src.dim(1) &&
-                  dst.dim(1) == 2 * src.dim(2) && dst.dim(2) == 2 * src.dim(3) &&
-                  dst.dim(3) == src.dim(4),
-              "upsample2x_channels_last: src " + src.str() + ", dst " + dst.str());
-  const int64_t ts = src.dim(1), h = src.dim(2), w = src.dim(3), c = src.dim(4);
-  const size_t es = dtype_size(src.dtype), pixel = static_cast<size_t>(c) * es;
-  const size_t out_row = 2 * static_cast<size_t>(w) * pixel;
-  // One work item per (frame, source row): writes output rows 2i and 2i + 1.
-  parallel_for(dst.dim(0) * h, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t f = item / h, i = item % h;
+void interleave_upsample_phases(const Tensor& src, Tensor& dst) {
+  FLICK_CHECK(src.ndim() == 4 && dst.ndim() == 3 && src.dtype == dst.dtype && src.is_contiguous() &&
+                  dst.is_contiguous() && src.dim(2) == 4 && dst.dim(0) == 2 * (src.dim(0) - 1) &&
+                  dst.dim(1) == 2 * (src.dim(1) - 1) && dst.dim(2) == src.dim(3),
+              "interleave_upsample_phases: src " + src.str() + ", dst " + dst.str());
+  const int64_t w = src.dim(1) - 1;
+  const size_t pixel = static_cast<size_t>(src.dim(3)) * dtype_size(src.dtype);
+  const size_t src_row = static_cast<size_t>(w + 1) * 4 * pixel;
+  const size_t dst_row = static_cast<size_t>(2 * w) * pixel;
+  parallel_for(dst.dim(0), [&](int64_t begin, int64_t end) {
+    for (int64_t y = begin; y < end; ++y) {
+      const int64_t py = y % 2;
+      // Row i + py of src; its phases 2 py and 2 py + 1.
       const char* s = static_cast<const char*>(src.data) +
-                      static_cast<size_t>((f / ts) * src.stride(0) + (f % ts) * src.stride(1) +
-                                          i * src.stride(2)) *
-                          es;
-      char* d = static_cast<char*>(dst.data) + (static_cast<size_t>(f) * 2 * h + 2 * i) * out_row;
+                      static_cast<size_t>(y / 2 + py) * src_row +
+                      static_cast<size_t>(2 * py) * pixel;
+      char* d = static_cast<char*>(dst.data) + static_cast<size_t>(y) * dst_row;
       for (int64_t j = 0; j < w; ++j) {
-        const char* p = s + static_cast<size_t>(j * src.stride(3)) * es;
-        std::memcpy(d + 2 * j * pixel, p, pixel);
-        std::memcpy(d + (2 * j + 1) * pixel, p, pixel);
+        std::memcpy(d + static_cast<size_t>(2 * j) * pixel, s + static_cast<size_t>(j) * 4 * pixel,
+                    pixel);
+        std::memcpy(d + static_cast<size_t>(2 * j + 1) * pixel,
+                    s + (static_cast<size_t>(j + 1) * 4 + 1) * pixel, pixel);
       }
-      std::memcpy(d + out_row, d, out_row);
+    }
+  });
+}
+
+void gather_frame_channels_last(const Tensor& src, Tensor& dst) {
+  FLICK_CHECK(src.ndim() == 3 && dst.ndim() == 3 && src.dtype == dst.dtype && src.stride(2) == 1 &&
+                  dst.is_contiguous() && src.shape == dst.shape,
+              "gather_frame_channels_last: src " + src.str() + ", dst " + dst.str());
+  const int64_t w = src.dim(1);
+  const size_t es = dtype_size(src.dtype), pixel = static_cast<size_t>(src.dim(2)) * es;
+  parallel_for(src.dim(0), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const char* s =
+          static_cast<const char*>(src.data) + static_cast<size_t>(i * src.stride(0)) * es;
+      char* d = static_cast<char*>(dst.data) + static_cast<size_t>(i * w) * pixel;
+      for (int64_t j = 0; j < w; ++j)
+        std::memcpy(d + static_cast<size_t>(j) * pixel,
+                    s + static_cast<size_t>(j * src.stride(1)) * es, pixel);
     }
   });
 }

@@ -1,7 +1,8 @@
 // The Wan VAE's own elementwise kernels over channels-last activations
 // ([T, H, W, C] buffers, C contiguous): the RMS_norm(+SiLU) with the rounding
-// points of the reference, nearest x2 upsampling, frame copies. Everything
-// else (convolutions, attention, adds) goes through the Backend.
+// points of the reference, the upsampling conv's phase interleave, frame
+// copies. Everything else (convolutions, attention, adds) goes through the
+// Backend.
 //
 // These kernels are model numerics rather than backend ops: the rounding
 // chain of `F.normalize(x) * sqrt(C) * gamma` in bf16 is the reference's, not
@@ -44,11 +45,15 @@ void attention_probs(float* s, void* p, DType p_dtype, int64_t rows, int64_t col
 void attention_normalize(const float* o, const float* sums, void* y, DType y_dtype, int64_t rows,
                          int64_t c);
 
-// Nearest x2 over H and W of channels-last frames: dst [F, 2H, 2W, C]
-// (contiguous) from src, a [T, S, H, W, C] view with C contiguous, frame
-// f = t * S + s (S = 2 reads the two frames a temporal upsampler's time
-// conv packs into its channels). Same dtype.
-void upsample2x_channels_last(const Tensor& src, Tensor& dst);
+// The output frame of a nearest-x2-upsampling 3x3 convolution from its four
+// phases (see Upsample): dst [2H, 2W, C] (contiguous), dst[2i + py, 2j + px]
+// = src[i + py, j + px, 2 py + px] for src [H + 1, W + 1, 4, C] (contiguous).
+// Same dtype.
+void interleave_upsample_phases(const Tensor& src, Tensor& dst);
+
+// dst [H, W, C] (contiguous) = src, an [H, W, C] view with C contiguous and
+// any row and pixel strides. Same dtype.
+void gather_frame_channels_last(const Tensor& src, Tensor& dst);
 
 // n bytes from src to dst (non-overlapping), split over the threads.
 void copy_bytes(void* dst, const void* src, size_t n);

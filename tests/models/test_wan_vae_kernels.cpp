@@ -1,16 +1,20 @@
 // The Wan VAE's own kernels (models/wan_vae/wan_vae_kernels.h) against
 // scalar oracles written here: the channel RMS norm + SiLU in both rounding
 // modes, in every implementation this CPU runs (AVX-512, and the portable one
-// other CPUs use).
+// other CPUs use); the upsampling conv as phases against nearest x2 then 3x3.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "models/wan_vae/wan_vae_blocks.h"
 #include "models/wan_vae/wan_vae_kernels.h"
 #include "models/wan_vae/wan_vae_kernels_internal.h"
+#include "runtime/backend.h"
 #include "runtime/dtype.h"
 
 namespace flick::wan_vae {
@@ -131,6 +135,58 @@ TEST(WanVaeKernels, ChannelRmsNormEntryPointSplitsRowsAndAliases) {
   channel_rms_norm(y.data(), y.data(), DType::F32, rows, c, gamma.data(), NormRounding::PerOp,
                    true);
   EXPECT_EQ(y, want);
+}
+
+TEST(WanVaeKernels, UpsampleConvPhasesEqualNearestUpsampleThen3x3) {
+  // Upsample's 2x2 phase conv of the source frame + interleave against the
+  // definition, nearest x2 then a zero-padded 3x3 conv, in double. fp32
+  // throughout (the reference backend's conv): the folded weights sum 1-4
+  // taps first, so the two differ only by fp32 rounding (~1e-7 relative;
+  // tolerance 1e-5 of the largest output).
+  const int64_t h = 5, w = 7, c = 6, o = 4;
+  std::vector<float> x = input(h * w, c);  // [H, W, C]
+  OwnedTensor wt(DType::F32, Shape{o, c, 3, 3});
+  const std::vector<float> wv = input(o * 9, c);
+  std::copy(wv.begin(), wv.end(), wt.t.ptr<float>());
+  std::unique_ptr<Backend> be = make_ref_backend();
+  const OwnedTensor pw = Upsample::phase_weights(wt.t);
+  ASSERT_EQ(pw.t.shape, Shape({4 * o, c, 1, 2, 2}));
+  ConvDesc d;
+  d.w = pw.t;
+  d.spatial_dims = 3;
+  d.padding = {0, 1, 1};
+  d.precision = Precision::F32;
+  auto packed = be->pack_conv(d);
+  const Tensor xv = channels_last_view(x.data(), DType::F32, c, 1, h, w);
+  OwnedTensor phases(DType::F32, Shape{h + 1, w + 1, 4, o}), y(DType::F32, Shape{2 * h, 2 * w, o});
+  Tensor pv = channels_last_view(phases.t.data, DType::F32, 4 * o, 1, h + 1, w + 1);
+  be->conv(xv, *packed, pv, Activation::None);
+  interleave_upsample_phases(phases.t, y.t);
+
+  std::vector<double> want(static_cast<size_t>(4 * h * w * o));
+  double largest = 0;
+  for (int64_t yy = 0; yy < 2 * h; ++yy) {
+    for (int64_t xx = 0; xx < 2 * w; ++xx) {
+      for (int64_t oc = 0; oc < o; ++oc) {
+        double acc = 0;
+        for (int64_t kh = 0; kh < 3; ++kh) {
+          for (int64_t kw = 0; kw < 3; ++kw) {
+            const int64_t uy = yy + kh - 1, ux = xx + kw - 1;  // upsampled pixel
+            if (uy < 0 || uy >= 2 * h || ux < 0 || ux >= 2 * w) continue;
+            for (int64_t ic = 0; ic < c; ++ic)
+              acc +=
+                  static_cast<double>(wv[static_cast<size_t>(((oc * c + ic) * 3 + kh) * 3 + kw)]) *
+                  x[static_cast<size_t>(((uy / 2) * w + ux / 2) * c + ic)];
+          }
+        }
+        want[static_cast<size_t>((yy * 2 * w + xx) * o + oc)] = acc;
+        largest = std::max(largest, std::abs(acc));
+      }
+    }
+  }
+  const float* got = y.t.ptr<float>();
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * largest) << "element " << i;
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/ref/ops.h"
 #include "tests/ops/matmul_test_util.h"
@@ -221,6 +223,36 @@ TEST(Conv, SeveralInputSizesOnOnePackedConv) {
     expect_conv_close(base, x, w, b, Precision::BF16, Activation::None, yr, y1,
                       "H=" + std::to_string(h));
   }
+}
+
+// Output frames of >= 2^15 pixels (the Wan VAE decoder's 176x320 and
+// 352x640) run on oneDNN's direct AMX kernel where the host has AMX, smaller
+// ones on brgconv (runtime/cpu/conv.cpp, prefer_direct_amx): both against
+// the reference, and the kernel each plan took.
+TEST(Conv, LargeFramesOnTheDirectAmxKernel) {
+  // 1x3x3 (one frame): the reference conv of a 2^15-pixel frame stays quick.
+  const ConvCase big{3, 1, 16, 32, {1, 128, 256}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}};
+  const ConvCase small{3, 1, 16, 32, {1, 16, 24}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}};
+  check_conv(big, Precision::BF16, DType::BF16, DType::BF16, true, Activation::None, true, 400);
+  check_conv(small, Precision::BF16, DType::BF16, DType::BF16, true, Activation::None, true, 401);
+
+  OwnedTensor w = random_tensor(DType::F32, {32, 16, 1, 3, 3}, 402, 0.05f);
+  auto cc = cpu::pack_conv(make_desc(big, w.t, Tensor{}, Precision::BF16));
+  std::string impls[2];
+  for (int i = 0; i < 2; ++i) {
+    const ConvCase& c = i == 0 ? big : small;
+    ChannelsLast x(DType::BF16, nc_shape(1, 16, c.in, 3)),
+        y(DType::BF16, nc_shape(1, 32, out_size(c), 3));
+    test::fill_normal(x.view, 403);
+    cpu::conv(x.view, *cc, y.view, Activation::None);
+    impls[i] = cpu::conv_impl(*cc);
+  }
+  if (cpu::amx_available()) {
+    EXPECT_EQ(impls[0], "jit:avx512_core_amx_bf16");
+    EXPECT_EQ(impls[1], "brgconv:avx512_core_amx_bf16");
+  }
+  std::printf("[ conv     ] 128x256 frame: %s, 16x24 frame: %s\n", impls[0].c_str(),
+              impls[1].c_str());
 }
 
 }  // namespace
