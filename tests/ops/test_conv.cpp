@@ -231,8 +231,10 @@ TEST(Conv, SeveralInputSizesOnOnePackedConv) {
 // the reference, and the kernel each plan took.
 TEST(Conv, LargeFramesOnTheDirectAmxKernel) {
   // 1x3x3 (one frame): the reference conv of a 2^15-pixel frame stays quick.
-  const ConvCase big{3, 1, 16, 32, {1, 128, 256}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}};
-  const ConvCase small{3, 1, 16, 32, {1, 16, 24}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}};
+  const ConvCase big{3,         1,         16,        32, {1, 128, 256},  {1, 3, 3},
+                     {1, 1, 1}, {0, 1, 1}, {1, 1, 1}, 1,  "128x256 frame"};
+  const ConvCase small{3,         1,         16,        32, {1, 16, 24},  {1, 3, 3},
+                       {1, 1, 1}, {0, 1, 1}, {1, 1, 1}, 1,  "16x24 frame"};
   check_conv(big, Precision::BF16, DType::BF16, DType::BF16, true, Activation::None, true, 400);
   check_conv(small, Precision::BF16, DType::BF16, DType::BF16, true, Activation::None, true, 401);
 
