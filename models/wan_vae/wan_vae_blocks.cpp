@@ -441,7 +441,7 @@ void Upsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
     if (!src.is_contiguous()) {  // a time conv slot: every other C channels
       in = ws.pad.channels_last(x.dtype, c, 1, hh, ww);
       Tensor dense = Tensor::view(in.data, x.dtype, Shape{hh, ww, c});
-      gather_frame_channels_last(src, dense);
+      be.copy(src, dense);
     }
     be.conv(in, *phases_, phases, Activation::None);
     Tensor dst = Tensor::view(frame_ptr(y, f), y.dtype, Shape{2 * hh, 2 * ww, out_});

@@ -182,24 +182,6 @@ void interleave_upsample_phases(const Tensor& src, Tensor& dst) {
   });
 }
 
-void gather_frame_channels_last(const Tensor& src, Tensor& dst) {
-  FLICK_CHECK(src.ndim() == 3 && dst.ndim() == 3 && src.dtype == dst.dtype && src.stride(2) == 1 &&
-                  dst.is_contiguous() && src.shape == dst.shape,
-              "gather_frame_channels_last: src " + src.str() + ", dst " + dst.str());
-  const int64_t w = src.dim(1);
-  const size_t es = dtype_size(src.dtype), pixel = static_cast<size_t>(src.dim(2)) * es;
-  parallel_for(src.dim(0), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const char* s =
-          static_cast<const char*>(src.data) + static_cast<size_t>(i * src.stride(0)) * es;
-      char* d = static_cast<char*>(dst.data) + static_cast<size_t>(i * w) * pixel;
-      for (int64_t j = 0; j < w; ++j)
-        std::memcpy(d + static_cast<size_t>(j) * pixel,
-                    s + static_cast<size_t>(j * src.stride(1)) * es, pixel);
-    }
-  });
-}
-
 void copy_bytes(void* dst, const void* src, size_t n) {
   constexpr size_t kChunk = size_t{1} << 20;
   const int64_t chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);

@@ -51,10 +51,6 @@ void attention_normalize(const float* o, const float* sums, void* y, DType y_dty
 // Same dtype.
 void interleave_upsample_phases(const Tensor& src, Tensor& dst);
 
-// dst [H, W, C] (contiguous) = src, an [H, W, C] view with C contiguous and
-// any row and pixel strides. Same dtype.
-void gather_frame_channels_last(const Tensor& src, Tensor& dst);
-
 // n bytes from src to dst (non-overlapping), split over the threads.
 void copy_bytes(void* dst, const void* src, size_t n);
 
