@@ -412,6 +412,11 @@ void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0
 
 // ---- one work item ----
 
+// One step's weight sums per query, for the pair's two groups.
+struct StepSums {
+  __m512 g[2];
+};
+
 class TileRun {
  public:
   TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
@@ -608,12 +613,12 @@ class TileRun {
       const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
                                _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
       if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
-        weights<false>(s, buf, vc, shift, &tq);
+        const StepSums sums = weights<false>(s, buf, vc, shift, &tq);
         // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
         const __m512 limit = _mm512_set1_ps(kLazySum);
-        if (!(_mm512_cmp_ps_mask(step_sum_[0], limit, _CMP_NLE_UQ) |
-              _mm512_cmp_ps_mask(step_sum_[1], limit, _CMP_NLE_UQ))) {
-          add_sums(s);
+        if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
+              _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
+          add_sums(s, sums);
           return;
         }
         pending = nullptr;  // the tile work was issued in the first attempt
@@ -645,27 +650,24 @@ class TileRun {
       }
       shift[gi] = update_max(g, bmax);
     }
-    if (s.masked)
-      weights<true>(s, buf, vc, shift, pending);
-    else
-      weights<false>(s, buf, vc, shift, pending);
-    add_sums(s);
+    add_sums(s, s.masked ? weights<true>(s, buf, vc, shift, pending)
+                         : weights<false>(s, buf, vc, shift, pending));
   }
 
-  // Adds the step's weight sums (step_sum, left by weights()) to the running sums.
-  void add_sums(const Step& s) {
+  // Adds a step's weight sums (from weights()) to the running sums.
+  void add_sums(const Step& s, const StepSums& sums) {
     for (int gi = 0; gi < 2; ++gi) {
       float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
-      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), step_sum_[gi]));
+      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
     }
   }
 
   // Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
   // pair at a time, with the tile queue's k-steps (tq, unless null) in
   // between. Unmasked S^T holds raw scores (scaled here by vc); masked S^T
-  // holds scaled scores, -inf where invisible. The sums go to step_sum_.
+  // holds scaled scores, -inf where invisible. Returns the sums.
   template <bool kMasked>
-  void weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], TileQueue* tq) {
+  StepSums weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], TileQueue* tq) {
     alignas(64) static constexpr uint16_t kInterleave[32] = {
         0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
         8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -701,8 +703,7 @@ class TileRun {
         }
       }
     }
-    step_sum_[0] = sum[0];
-    step_sum_[1] = sum[1];
+    return {{sum[0], sum[1]}};
   }
 
   // Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
@@ -808,7 +809,6 @@ class TileRun {
   const int64_t b_, h_, row0_;
   const bool reverse_;
   TileQueue queue_;
-  __m512 step_sum_[2];  // the last weights() call's sums per group
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
