@@ -59,10 +59,12 @@ std::string key_on_line(std::string_view text, int line) {
   auto header = [](std::string_view l) -> std::optional<std::string> {
     l = trim(l);
     if (l.empty() || l.front() != '[') return std::nullopt;
-    const size_t close = l.find(']');
-    if (close == std::string_view::npos)
-      return std::string(trim(l.substr(l.find_first_not_of('['))));
-    return std::string(trim(l.substr(l.find_first_not_of('['), close - l.find_first_not_of('['))));
+    // "[", "[[" or "[]" (a header cut short) name no key; never index past the end.
+    const size_t open = l.find_first_not_of('[');
+    if (open == std::string_view::npos) return std::string();
+    const size_t close = l.find(']', open);
+    return std::string(
+        trim(l.substr(open, close == std::string_view::npos ? close : close - open)));
   };
   const std::string_view at = lines[static_cast<size_t>(line - 1)];
   if (auto h = header(at)) return *h;

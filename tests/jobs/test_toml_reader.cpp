@@ -145,5 +145,19 @@ TEST(TomlReader, BinaryGarbageNeverThrows) {
   EXPECT_FALSE(p.diag.ok());
 }
 
+// Found by mutating job files: a header cut short at the end of the file made
+// the key lookup index past the line and abort the process (issue 11).
+TEST(TomlReader, UnterminatedHeaderIsASyntaxErrorNotACrash) {
+  for (const char* tail : {"[", "[[", "[]", "[ ", "[[]", "[input", "[[input"}) {
+    Parsed p(std::string("version = 1\npipeline = \"encode\"\n") + tail);
+    EXPECT_FALSE(p.doc) << tail;
+    ASSERT_FALSE(p.diag.ok()) << tail;
+    EXPECT_EQ(p.diag.first().line, 3) << tail;
+    EXPECT_NE(p.diag.first().message.find("t.toml"), std::string::npos) << tail;
+  }
+  Parsed named("a = 1\n[input\n");
+  EXPECT_EQ(named.diag.first().key, "input");
+}
+
 }  // namespace
 }  // namespace flick
