@@ -11,16 +11,6 @@ namespace {
 
 std::string dims_str(const TensorInfo& info) { return info.shape_str(); }
 
-// The shape of a required tensor, or an error naming it.
-Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim) {
-  const TensorInfo* info = v.info(name);
-  if (info == nullptr) return not_found(v.full_name(name) + ": missing from the checkpoint");
-  if (static_cast<int>(info->shape.size()) != ndim)
-    return invalid_input(v.full_name(name) + ": expected " + std::to_string(ndim) +
-                         " dimensions, file has " + dims_str(*info));
-  return info;
-}
-
 // Float dtypes a parameter may be stored in; it is converted at load.
 const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
@@ -28,14 +18,14 @@ const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
 Expected<ClipVisionConfig> ClipVisionConfig::detect(const WeightView& visual, int64_t head_dim) {
   ClipVisionConfig c;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* cls, require(visual, "cls_embedding", 3));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* cls, visual.require("cls_embedding", 3));
   c.width = cls->shape[2];
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pe, require(visual, "patch_embedding.weight", 4));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pe, visual.require("patch_embedding.weight", 4));
   c.patch = pe->shape[2];
   if (pe->shape[3] != c.patch || pe->shape[1] != 3 || pe->shape[0] != c.width)
     return invalid_input(visual.full_name("patch_embedding.weight") + ": expected [" +
                          std::to_string(c.width) + ", 3, p, p], file has " + dims_str(*pe));
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pos, require(visual, "pos_embedding", 3));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pos, visual.require("pos_embedding", 3));
   const int64_t patches = pos->shape[1] - 1;
   c.grid = static_cast<int64_t>(
       std::lround(std::sqrt(static_cast<double>(std::max<int64_t>(patches, 0)))));
@@ -58,7 +48,7 @@ Expected<ClipVisionConfig> ClipVisionConfig::detect(const WeightView& visual, in
                          "*: the tower needs at least 2 blocks (the last is "
                          "skipped), found " +
                          std::to_string(c.layers));
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* fc1, require(blocks.sub("0"), "mlp.0.weight", 2));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* fc1, blocks.sub("0").require("mlp.0.weight", 2));
   c.mlp_dim = fc1->shape[0];
 
   if (head_dim <= 0 || c.width % head_dim != 0)

@@ -273,31 +273,22 @@ Status write_safetensors_streamed(const std::string& path,
 
 // ---- detection and comparison ----
 
-Expected<const TensorInfo*> require_2d(const WeightView& v, std::string_view name) {
-  const TensorInfo* info = v.info(name);
-  if (info == nullptr) return not_found(v.full_name(name) + ": missing from the checkpoint");
-  if (info->shape.size() != 2)
-    return invalid_input(v.full_name(name) + ": expected 2 dimensions, file has " +
-                         info->shape_str());
-  return info;
-}
-
 Expected<ClipTextDims> detect_text(const WeightView& root) {
   const WeightView t = root.sub("textual");
   ClipTextDims d;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* tok, require_2d(t, "token_embedding.weight"));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* tok, t.require("token_embedding.weight", 2));
   d.vocab = tok->shape[0];
   d.width = tok->shape[1];
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pos, require_2d(t, "pos_embedding.weight"));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pos, t.require("pos_embedding.weight", 2));
   d.positions = pos->shape[0];
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* type, require_2d(t, "type_embedding.weight"));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* type, t.require("type_embedding.weight", 2));
   d.types = type->shape[0];
   d.layers = static_cast<int64_t>(t.sub("blocks").children().size());
   if (d.layers > 0) {
-    FLICK_ASSIGN_OR_RETURN(const TensorInfo* f, require_2d(t.sub("blocks.0"), "ffn.0.weight"));
+    FLICK_ASSIGN_OR_RETURN(const TensorInfo* f, t.sub("blocks.0").require("ffn.0.weight", 2));
     d.ffn_dim = f->shape[0];
   }
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, require_2d(root.sub("visual"), "head"));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, root.sub("visual").require("head", 2));
   d.embed_dim = head->shape[1];
   return d;
 }

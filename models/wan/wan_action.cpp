@@ -18,15 +18,6 @@ constexpr float kNormEps = 1e-6f;
 constexpr float kLnEps = 1e-5f;
 const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
-Expected<const TensorInfo*> require2(const WeightView& v, std::string_view name) {
-  const TensorInfo* info = v.info(name);
-  if (info == nullptr) return not_found(v.full_name(name) + ": missing from the checkpoint");
-  if (info->shape.size() != 2)
-    return invalid_input(v.full_name(name) + ": expected 2 dimensions, file has " +
-                         info->shape_str());
-  return info;
-}
-
 std::span<uint16_t> bits(const Tensor& t) {
   return {static_cast<uint16_t*>(t.data), static_cast<size_t>(t.numel())};
 }
@@ -36,17 +27,17 @@ std::span<uint16_t> bits(const Tensor& t) {
 Expected<WanActionConfig> WanActionConfig::detect(const WeightView& action, int64_t dim) {
   WanActionConfig c;
   c.dim = dim;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* q, require2(action, "mouse_attn_q.weight"));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* q, action.require("mouse_attn_q.weight", 2));
   c.attn_width = q->shape[0];
   if (q->shape[1] != dim || c.attn_width % kHd != 0)
     return invalid_input(action.full_name("mouse_attn_q.weight") + ": expected [H * 64, " +
                          std::to_string(dim) + "], file has " + q->shape_str());
   c.heads = c.attn_width / kHd;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* e, require2(action, "keyboard_embed.0.weight"));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* e, action.require("keyboard_embed.0.weight", 2));
   c.keyboard_hidden = e->shape[0];
   c.keyboard_dim = e->shape[1];
   if (action.has("mouse_mlp.0.weight")) {
-    FLICK_ASSIGN_OR_RETURN(const TensorInfo* m, require2(action, "mouse_mlp.0.weight"));
+    FLICK_ASSIGN_OR_RETURN(const TensorInfo* m, action.require("mouse_mlp.0.weight", 2));
     c.mouse_hidden = m->shape[0];
     const int64_t extra = m->shape[1] - dim;
     if (extra <= 0 || extra % wan::kActionWindowFrames != 0)

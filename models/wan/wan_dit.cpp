@@ -15,34 +15,24 @@
 namespace flick {
 namespace {
 
-// The shape of a required tensor, or an error naming it.
-Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim) {
-  const TensorInfo* info = v.info(name);
-  if (info == nullptr) return not_found(v.full_name(name) + ": missing from the checkpoint");
-  if (static_cast<int>(info->shape.size()) != ndim)
-    return invalid_input(v.full_name(name) + ": expected " + std::to_string(ndim) +
-                         " dimensions, file has " + info->shape_str());
-  return info;
-}
-
 const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
 }  // namespace
 
 Expected<WanDitConfig> WanDitConfig::detect(const WeightView& model, int64_t head_dim) {
   WanDitConfig c;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pe, require(model, "patch_embedding.weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* pe, model.require("patch_embedding.weight", 5));
   c.dim = pe->shape[0];
   c.in_dim = pe->shape[1];
   if (pe->shape[2] != 1 || pe->shape[3] != wan::kPatchH || pe->shape[4] != wan::kPatchW)
     return invalid_input(model.full_name("patch_embedding.weight") +
                          ": expected a (1, 2, 2) patch [dim, in_dim, 1, 2, 2], file has " +
                          pe->shape_str());
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* te, require(model, "time_embedding.0.weight", 2));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* te, model.require("time_embedding.0.weight", 2));
   c.freq_dim = te->shape[1];
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* img, require(model, "img_emb.proj.1.weight", 2));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* img, model.require("img_emb.proj.1.weight", 2));
   c.clip_dim = img->shape[1];
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* hd, require(model, "head.head.weight", 2));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* hd, model.require("head.head.weight", 2));
   if (hd->shape[0] % (wan::kPatchH * wan::kPatchW) != 0)
     return invalid_input(model.full_name("head.head.weight") +
                          ": output rows must be out_dim * 4, file has " + hd->shape_str());
@@ -63,7 +53,7 @@ Expected<WanDitConfig> WanDitConfig::detect(const WeightView& model, int64_t hea
       return invalid_input(blocks.full_name(n) + ": missing (blocks must be numbered 0.." +
                            std::to_string(c.layers - 1) + ")");
   }
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* f1, require(blocks.sub("0"), "ffn.0.weight", 2));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* f1, blocks.sub("0").require("ffn.0.weight", 2));
   c.ffn_dim = f1->shape[0];
   // Action modules sit in a prefix of the blocks.
   while (c.action_blocks < c.layers &&

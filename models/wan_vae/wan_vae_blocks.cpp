@@ -97,21 +97,12 @@ Tensor frames(const Tensor& x, int64_t start, int64_t len) {
   return channels_last_view(frame_ptr(x, start), x.dtype, x.dim(1), len, x.dim(3), x.dim(4));
 }
 
-Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim) {
-  const TensorInfo* info = v.info(name);
-  if (info == nullptr) return not_found(v.full_name(name) + ": missing from the checkpoint");
-  if (static_cast<int>(info->shape.size()) != ndim)
-    return invalid_input(v.full_name(name) + ": expected " + std::to_string(ndim) +
-                         " dimensions, file has " + info->shape_str());
-  return info;
-}
-
 // ---- CausalConv3d ----
 
 Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view prefix, Backend& be,
                                           const Numerics& num) {
   const std::string p(prefix);
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, p + ".weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, v.require(p + ".weight", 5));
   const std::vector<int64_t>& s = info->shape;
   if (s[2] != 1 && s[2] != 3)
     return invalid_input(v.full_name(p + ".weight") +
@@ -140,7 +131,7 @@ Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view 
 Expected<CausalConv3d> CausalConv3d::load_2d(const WeightView& v, std::string_view prefix,
                                              Backend& be, const Numerics& num) {
   const std::string p(prefix);
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, p + ".weight", 4));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, v.require(p + ".weight", 4));
   const std::vector<int64_t>& s = info->shape;
   if (s[2] != s[3] || s[2] % 2 != 1)
     return invalid_input(v.full_name(p + ".weight") + ": expected an odd square kernel, file has " +
@@ -295,7 +286,7 @@ void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& 
 Expected<AttentionBlock> AttentionBlock::load(const WeightView& v, Backend& be,
                                               const Numerics& num) {
   AttentionBlock a;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* qkv, require(v, "to_qkv.weight", 4));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* qkv, v.require("to_qkv.weight", 4));
   const int64_t c = qkv->shape[1];
   a.c_ = c;
   if (qkv->shape[0] != 3 * c || qkv->shape[2] != 1 || qkv->shape[3] != 1)
@@ -374,7 +365,7 @@ OwnedTensor Upsample::phase_weights(const Tensor& w) {
 
 Expected<Upsample> Upsample::load(const WeightView& v, Backend& be, const Numerics& num) {
   Upsample u;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, "resample.1.weight", 4));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, v.require("resample.1.weight", 4));
   const std::vector<int64_t>& s = info->shape;
   if (s[2] != 3 || s[3] != 3)
     return invalid_input(v.full_name("resample.1.weight") + ": expected a 3x3 kernel, file has " +
@@ -453,7 +444,7 @@ void Upsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
 
 Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Numerics& num) {
   Downsample d;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, require(v, "resample.1.weight", 4));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, v.require("resample.1.weight", 4));
   const int64_t c = info->shape[1];
   d.c_ = c;
   FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load_f32(v, "resample.1.weight", Shape{c, c, 3, 3}, num));

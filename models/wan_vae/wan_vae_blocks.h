@@ -97,9 +97,6 @@ struct Workspace {
   void release() { *this = Workspace(); }
 };
 
-// The shape of a required tensor, or an error naming it.
-Expected<const TensorInfo*> require(const WeightView& v, std::string_view name, int ndim);
-
 // The layer list of an encoder's `downsamples` / decoder's `upsamples`: layers
 // numbered 0..n-1, each a residual block or a resampler (with `time_conv` when
 // it also resamples time). `kind` names the resampler in errors.

@@ -6,22 +6,21 @@
 
 namespace flick {
 
-using wan_vae::require;
 
 Expected<WanVaeDecoderConfig> WanVaeDecoderConfig::detect(const WeightView& root) {
   WanVaeDecoderConfig c;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv2, require(root, "conv2.weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv2, root.require("conv2.weight", 5));
   c.z_dim = conv2->shape[0];
   if (c.z_dim != 16 || conv2->shape[1] != 16)
     return invalid_input(root.full_name("conv2.weight") +
                          ": expected [16, 16, 1, 1, 1] (z_dim 16), file has " + conv2->shape_str());
   const WeightView dec = root.sub("decoder");
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv1, require(dec, "conv1.weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv1, dec.require("conv1.weight", 5));
   c.dim = conv1->shape[0];
   if (conv1->shape[1] != c.z_dim)
     return invalid_input(dec.full_name("conv1.weight") + ": expected " + std::to_string(c.z_dim) +
                          " input channels, file has " + conv1->shape_str());
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, require(dec, "head.2.weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, dec.require("head.2.weight", 5));
   c.out_dim = head->shape[1];
   if (head->shape[0] != 3)
     return invalid_input(dec.full_name("head.2.weight") +

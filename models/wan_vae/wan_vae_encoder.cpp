@@ -6,22 +6,21 @@
 
 namespace flick {
 
-using wan_vae::require;
 
 Expected<WanVaeEncoderConfig> WanVaeEncoderConfig::detect(const WeightView& root) {
   WanVaeEncoderConfig c;
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* quant, require(root, "conv1.weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* quant, root.require("conv1.weight", 5));
   if (quant->shape[0] != 32 || quant->shape[1] != 32)
     return invalid_input(root.full_name("conv1.weight") +
                          ": expected [32, 32, 1, 1, 1] (z_dim 16), file has " + quant->shape_str());
   c.z_dim = 16;
   const WeightView enc = root.sub("encoder");
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv1, require(enc, "conv1.weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv1, enc.require("conv1.weight", 5));
   c.dim = conv1->shape[0];
   if (conv1->shape[1] != 3)
     return invalid_input(enc.full_name("conv1.weight") + ": expected 3 input channels, file has " +
                          conv1->shape_str());
-  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, require(enc, "head.2.weight", 5));
+  FLICK_ASSIGN_OR_RETURN(const TensorInfo* head, enc.require("head.2.weight", 5));
   c.out_dim = head->shape[1];
   if (head->shape[0] != 2 * c.z_dim)
     return invalid_input(enc.full_name("head.2.weight") + ": expected " +

@@ -197,6 +197,15 @@ const TensorInfo* WeightView::info(std::string_view name) const {
   return &it->second.file->tensors()[it->second.index];
 }
 
+Expected<const TensorInfo*> WeightView::require(std::string_view name, int ndim) const {
+  const TensorInfo* t = info(name);
+  if (t == nullptr) return not_found(full_name(name) + ": missing from the checkpoint");
+  if (static_cast<int>(t->shape.size()) != ndim)
+    return invalid_input(full_name(name) + ": expected " + std::to_string(ndim) +
+                         " dimensions, file has " + t->shape_str());
+  return t;
+}
+
 std::vector<std::string> WeightView::names() const {
   std::vector<std::string> out;
   auto [begin, end] = state_->range(prefix_);

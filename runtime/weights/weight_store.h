@@ -119,6 +119,9 @@ class WeightView {
   // list of blocks), sorted; numeric ones in numeric order.
   std::vector<std::string> children() const;
 
+  // The record of a tensor that must exist with `ndim` dimensions (config
+  // detection from shapes), or an error naming it. Does not count as a use.
+  Expected<const TensorInfo*> require(std::string_view name, int ndim) const;
   // The tensor, checked for dtype and (if given) shape; marks it used.
   Expected<Tensor> get(std::string_view name, DTypeSet dtypes = DTypeSet::any()) const;
   Expected<Tensor> get(std::string_view name, DTypeSet dtypes, const Shape& shape) const;

@@ -80,7 +80,7 @@ TEST(LlamaTokenizer, AddsTheTemplatesBeginOfText) {
 
 TEST(LlamaTokenizer, InvalidUtf8IsAnErrorNamingTheByte) {
   for (const std::string& bad : {std::string("ab\xff"), std::string("a\xc0\xaf"),
-                                std::string("\xed\xa0\x80"), std::string("x\xe6\x97")}) {
+                                 std::string("\xed\xa0\x80"), std::string("x\xe6\x97")}) {
     Expected<std::vector<int32_t>> r = fixture().encode(bad);
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("not valid UTF-8 at byte"), std::string::npos);

@@ -35,6 +35,7 @@
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/weight_store.h"
 #include "tests/io/collecting_sink.h"
+#include "tests/models/golden_compare.h"
 
 namespace flick {
 namespace {
@@ -57,22 +58,8 @@ const Case kCases[] = {
 
 using testing::CollectingSink;
 
-std::vector<float> to_f32(const Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  FLICK_CHECK(t.is_contiguous());
-  convert(t.dtype, t.data, DType::F32, out.data(), t.numel());
-  return out;
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_l2;
+using testing::to_f32;
 
 Mg2Options tiny_options(Mg2Mode mode, Precision precision) {
   Mg2Options o;

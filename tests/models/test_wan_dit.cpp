@@ -22,6 +22,7 @@
 #include "models/wan/wan_dit.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/weight_store.h"
+#include "tests/models/golden_compare.h"
 
 namespace flick {
 namespace {
@@ -46,24 +47,8 @@ constexpr int64_t kTinyHeadDim = 32;  // dim 64, 2 heads (manifest tiny.dit)
 // 1.5 %, under the reference's own bf16-vs-fp32 flow distance (1.4-2.1 %).
 constexpr double kFlowTol = 1.5e-2;
 
-std::vector<float> to_f32(const Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  OwnedTensor c(DType::F32, t.shape);
-  // Taps may be strided views (modulation slices, cache windows).
-  make_cpu_backend()->copy(t, c.t);
-  std::copy(c.t.ptr<float>(), c.t.ptr<float>() + t.numel(), out.begin());
-  return out;
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using testing::rel_l2;
+using testing::to_f32;
 
 struct Case {
   Mode mode;
