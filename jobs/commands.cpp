@@ -1,5 +1,6 @@
 // The job subcommands: serve, drain, run, submit, status, validate.
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -134,6 +135,29 @@ Expected<std::pair<std::string, std::string>> read_for_submit(const std::string&
   return std::pair(std::move(id), std::move(text));
 }
 
+// incoming/ as a submitter holds it: O_PATH, since it is write+search only
+// for the submit group (2730: nobody lists the others' jobs). Someone who
+// may not create files there is told so before any job is read.
+Expected<fs::Fd> open_incoming_for_submit(const std::string& incoming) {
+  FLICK_ASSIGN_OR_RETURN(fs::Fd dir, fs::open_dir_path(incoming));
+  if (::faccessat(AT_FDCWD, incoming.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const int err = errno;
+    struct stat st;
+    std::string group_name;
+    if (::fstat(dir.get(), &st) == 0) {
+      const struct group* g = ::getgrgid(st.st_gid);
+      group_name = " (" +
+                   (g != nullptr ? std::string(g->gr_name) : "gid " + std::to_string(st.st_gid)) +
+                   ")";
+    }
+    return Status(
+        StatusCode::kIoError,
+        "submitting to " + incoming + ": " + std::strerror(err) +
+            (err == EACCES ? "; submitters must be members of its group" + group_name : ""));
+  }
+  return dir;
+}
+
 int cmd_submit(const CommonOptions& o, const std::vector<std::string>& files) {
   std::string spool = o.spool;
   int64_t limit = int64_t{1} << 20;
@@ -147,7 +171,7 @@ int cmd_submit(const CommonOptions& o, const std::vector<std::string>& files) {
     limit = config->max_job_bytes;
   }
   const std::string incoming = fs::join(spool, spool_dir_name(SpoolDir::kIncoming));
-  Expected<fs::Fd> dir = fs::open_dir(incoming);
+  Expected<fs::Fd> dir = open_incoming_for_submit(incoming);
   if (!dir.ok()) {
     log_error(dir.status().message());
     return exit_code(dir.status());
