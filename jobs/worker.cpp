@@ -54,6 +54,17 @@ Diagnostic runtime_diagnostic(const std::string& file, const Status& s) {
   return d;
 }
 
+// What the exception being handled says (inside a catch block only).
+std::string current_exception_text() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
+
 // The output directory's parent, created below its deepest existing
 // ancestor one component at a time without following symlinks.
 Expected<fs::Fd> open_output_parent(const OutputDir& out) {
@@ -171,7 +182,27 @@ JobResult Worker::process_incoming(const std::string& name) {
   }
   if (busy) return {Outcome::kSkipped, c.stem, ok_status()};
   c.lock = std::move(*lock);
-  return claim_and_run(c);
+  try {
+    return claim_and_run(c);
+  } catch (...) {
+    return contain(c, current_exception_text());
+  }
+}
+
+// Nothing done with one job's bytes may end the process: an exception that
+// escaped the boundaries around parsing and rendering ends this job only,
+// quarantined while it is still in incoming/, failed once claimed.
+JobResult Worker::contain(Claim& c, const std::string& what) {
+  const std::string message = "internal error: " + what;
+  log_error("job " + c.display + ": " + message);
+  try {
+    if (c.dir == SpoolDir::kIncoming) return quarantine(c, file_diagnostic(c.display, message));
+    return fail(c, c.stem, Status(StatusCode::kInternal, message), 1, "");
+  } catch (...) {
+    // Even the bookkeeping failed (out of memory?): leave the file where it
+    // is for the next pass.
+    return {Outcome::kSkipped, c.stem, Status(StatusCode::kInternal, message)};
+  }
 }
 
 JobResult Worker::claim_and_run(Claim& c) {
@@ -228,7 +259,14 @@ JobResult Worker::claim_and_run(Claim& c) {
   c.sha256 = sha256_hex(c.text);
 
   Diagnostics diag(c.display);
-  std::optional<Job> job = parse_job({c.display, c.stem, c.text}, config_, diag);
+  std::optional<Job> job;
+  try {
+    job = parse_job({c.display, c.stem, c.text}, config_, diag);
+  } catch (...) {
+    // A bug the job's bytes reached: this job is refused, the daemon lives.
+    return quarantine(c, file_diagnostic(c.display, "internal error while checking the job: " +
+                                                        current_exception_text()));
+  }
   if (!job) {
     if (!permanent(diag.status())) {
       // An I/O error while checking inputs: worth another try, not quarantine.
@@ -396,16 +434,23 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
     options_.on_progress({job.id, done, total, secs > 0 ? double(done) / secs : 0});
   };
   if (options_.on_progress) options_.on_progress({job.id, 0, 0, 0});
-  {
+  bool threw = false;
+  try {
     Expected<std::unique_ptr<FrameSink>> sink =
         make_output_sink(job.output, partial_path, job.prepared->overlay());
     s = sink.ok() ? job.prepared->run(**sink, ctx) : sink.status();
-  }  // the sink's destructor discards unfinished files
+  } catch (...) {  // the sink's destructor has discarded unfinished files
+    threw = true;
+    s = Status(StatusCode::kInternal,
+               "internal error while rendering: " + current_exception_text());
+  }
   const double render_ms = ms_since(render_start);
   if (!s.ok()) {
     Status cleaned = fs::remove_tree_at(pfd, partial_name, partial_path);
     if (!cleaned.ok()) log_warning(cleaned.message());
     s = s.with_context("job " + job.id);
+    // A bug this job reaches would throw again on every attempt.
+    if (threw) return fail(c, job.id, s, previous_attempts + 1, job.pipeline);
     if (s.code() == StatusCode::kInterrupted && ctx.stop_requested()) {
       return requeue(c, job.id, previous_attempts, 0, Outcome::kInterrupted, s);
     }
@@ -761,6 +806,14 @@ Expected<std::vector<std::string>> Worker::runnable_jobs(int64_t* next_due_ns) {
 
 JobResult Worker::run_file(const std::string& path) {
   Claim c;
+  try {
+    return run_file_claim(path, c);
+  } catch (...) {
+    return contain(c, current_exception_text());
+  }
+}
+
+JobResult Worker::run_file_claim(const std::string& path, Claim& c) {
   c.display = path;
   const std::string base = base_of(path);
   c.stem = base.size() > 5 && base.ends_with(kJobSuffix) ? base.substr(0, base.size() - 5) : base;
