@@ -209,10 +209,15 @@ void FrameArchiveReader::close() {
 }
 
 Expected<FrameArchiveReader> FrameArchiveReader::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status("cannot open", path, errno);
+  return open_fd(fd, path);
+}
+
+Expected<FrameArchiveReader> FrameArchiveReader::open_fd(int fd, const std::string& path) {
   FrameArchiveReader r;
   r.path_ = path;
-  r.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (r.fd_ < 0) return errno_status("cannot open", path, errno);
+  r.fd_ = fd;
   struct stat st;
   if (::fstat(r.fd_, &st) != 0) return errno_status("cannot stat", path, errno);
   if (!S_ISREG(st.st_mode)) return invalid_input(path + " is not a regular file");

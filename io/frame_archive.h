@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/file_util.h"
 #include "io/frame.h"
+#include "runtime/file_util.h"
 #include "runtime/status.h"
 
 namespace flick {
@@ -69,6 +69,9 @@ class FrameArchiveReader {
   // Validates the header and the seek table (structure, sizes, offsets) up
   // front; frame data is checked when read (zstd checksums).
   static Expected<FrameArchiveReader> open(const std::string& path);
+  // The same for a file already open: the reader takes `fd` over (closes it
+  // even on failure); `name` is for messages and path().
+  static Expected<FrameArchiveReader> open_fd(int fd, const std::string& name);
 
   FrameArchiveReader(FrameArchiveReader&& other) noexcept;
   FrameArchiveReader& operator=(FrameArchiveReader&& other) noexcept;

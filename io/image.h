@@ -37,6 +37,9 @@ Status encode_png(const FrameView& frame, int zlib_level, std::vector<uint8_t>* 
 Expected<Frame> decode_png(const uint8_t* data, size_t size, const std::string& name);
 Expected<Frame> read_png(const std::string& path);
 Expected<ImageInfo> read_png_info(const std::string& path);
+// The header of the PNG open on `fd` (read from its start; the descriptor
+// stays open and its offset is not used).
+Expected<ImageInfo> read_png_info_fd(int fd, const std::string& name);
 // tmp -> fsync -> rename.
 Status write_png(const std::string& path, const FrameView& frame, int zlib_level);
 
@@ -60,6 +63,7 @@ class JpegEncoder {
 Expected<Frame> decode_jpeg(const uint8_t* data, size_t size, const std::string& name);
 Expected<Frame> read_jpeg(const std::string& path);
 Expected<ImageInfo> read_jpeg_info(const std::string& path);
+Expected<ImageInfo> decode_jpeg_info(const uint8_t* data, size_t size, const std::string& name);
 Status write_jpeg(const std::string& path, const FrameView& frame, int quality);
 
 // --- Either ------------------------------------------------------------------
@@ -68,5 +72,10 @@ Status write_jpeg(const std::string& path, const FrameView& frame, int quality);
 Expected<Frame> read_image(const std::string& path);
 // Width and height from the header, without decoding the pixels.
 Expected<ImageInfo> read_image_info(const std::string& path);
+// The same for a file already open (callers that confine where a file may
+// be open it themselves, then read only through the descriptor); `name`
+// is for messages, the descriptor stays open.
+Expected<Frame> read_image_fd(int fd, const std::string& name);
+Expected<ImageInfo> read_image_info_fd(int fd, const std::string& name);
 
 }  // namespace flick

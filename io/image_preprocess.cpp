@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/file_util.h"
 #include "io/image.h"
+#include "runtime/file_util.h"
 #include "runtime/log.h"
 #include "runtime/threads.h"
 
@@ -198,6 +198,10 @@ int64_t half_round_even(int64_t n) {
 
 Expected<Frame> load_image_rgb(const std::string& path) {
   FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> data, read_file(path));
+  return decode_image_rgb(data, path);
+}
+
+Expected<Frame> decode_image_rgb(const std::vector<uint8_t>& data, const std::string& path) {
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   Expected<Frame> frame = invalid_input(path + ": not a PNG or JPEG file");
   if (data.size() >= 8 && std::memcmp(data.data(), kPng, 8) == 0) {

@@ -16,7 +16,9 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/frame.h"
 #include "io/image_orientation.h"
@@ -30,6 +32,9 @@ namespace flick {
 // orientation (ImageOps.exif_transpose). Malformed metadata is logged as a
 // warning naming the file and ignored; errors name the file.
 Expected<Frame> load_image_rgb(const std::string& path);
+// The same from the bytes of a file (`name` for messages), for callers that
+// open the file themselves.
+Expected<Frame> decode_image_rgb(const std::vector<uint8_t>& data, const std::string& name);
 
 // A pixel rectangle [x0, x1) x [y0, y1).
 struct CropBox {

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "runtime/file_util.h"
 #include "io/image.h"
+#include "runtime/file_util.h"
 
 namespace flick {
 namespace {
@@ -104,9 +104,13 @@ Expected<Frame> read_jpeg(const std::string& path) {
 
 Expected<ImageInfo> read_jpeg_info(const std::string& path) {
   FLICK_ASSIGN_OR_RETURN(auto data, read_file(path, kMaxJpegBytes));
+  return decode_jpeg_info(data.data(), data.size(), path);
+}
+
+Expected<ImageInfo> decode_jpeg_info(const uint8_t* data, size_t size, const std::string& name) {
   TjHandle h(tjInitDecompress());
   if (h.h == nullptr) return internal_error("cannot create a JPEG decoder: " + tj_message(nullptr));
-  FLICK_ASSIGN_OR_RETURN(JpegHeader hdr, parse_header(h.h, data.data(), data.size(), path));
+  FLICK_ASSIGN_OR_RETURN(JpegHeader hdr, parse_header(h.h, data, size, name));
   return ImageInfo{ImageFormat::kJpeg, hdr.width, hdr.height};
 }
 

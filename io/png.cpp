@@ -2,14 +2,15 @@
 // no C++ objects with destructors (everything they touch lives in the caller),
 // and no exception ever crosses libpng's C frames.
 #include <png.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <cstring>
 #include <new>
 
-#include "runtime/file_util.h"
 #include "io/image.h"
+#include "runtime/file_util.h"
 
 namespace flick {
 namespace {
@@ -221,6 +222,29 @@ Expected<Frame> decode_png(const uint8_t* data, size_t size, const std::string& 
 }
 
 Expected<Frame> read_png(const std::string& path) { return decode_png_file(path, false, nullptr); }
+
+Expected<ImageInfo> read_png_info_fd(int fd, const std::string& name) {
+  // A stream of its own (dup: fclose must not close the caller's
+  // descriptor) reading from the start.
+  const int copy = ::dup(fd);
+  if (copy < 0) return errno_status("cannot duplicate the descriptor of", name, errno);
+  FILE* f = ::fdopen(copy, "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(copy);
+    return errno_status("cannot open", name, err);
+  }
+  ImageInfo info;
+  Expected<Frame> frame = invalid_input(name + ": cannot seek");
+  if (std::fseek(f, 0, SEEK_SET) == 0) {
+    PngSource src;
+    src.file = f;
+    frame = decode_from(&src, name, true, &info);
+  }
+  std::fclose(f);
+  if (!frame.ok()) return frame.status();
+  return info;
+}
 
 Expected<ImageInfo> read_png_info(const std::string& path) {
   ImageInfo info;

@@ -1,5 +1,6 @@
 // The job subcommands: serve, drain, run, submit, status, validate.
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -134,6 +135,29 @@ Expected<std::pair<std::string, std::string>> read_for_submit(const std::string&
   return std::pair(std::move(id), std::move(text));
 }
 
+// incoming/ as a submitter holds it: O_PATH, since it is write+search only
+// for the submit group (2730: nobody lists the others' jobs). Someone who
+// may not create files there is told so before any job is read.
+Expected<fs::Fd> open_incoming_for_submit(const std::string& incoming) {
+  FLICK_ASSIGN_OR_RETURN(fs::Fd dir, fs::open_dir_path(incoming));
+  if (::faccessat(AT_FDCWD, incoming.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const int err = errno;
+    struct stat st;
+    std::string group_name;
+    if (::fstat(dir.get(), &st) == 0) {
+      const struct group* g = ::getgrgid(st.st_gid);
+      group_name = " (" +
+                   (g != nullptr ? std::string(g->gr_name) : "gid " + std::to_string(st.st_gid)) +
+                   ")";
+    }
+    return Status(
+        StatusCode::kIoError,
+        "submitting to " + incoming + ": " + std::strerror(err) +
+            (err == EACCES ? "; submitters must be members of its group" + group_name : ""));
+  }
+  return dir;
+}
+
 int cmd_submit(const CommonOptions& o, const std::vector<std::string>& files) {
   std::string spool = o.spool;
   int64_t limit = int64_t{1} << 20;
@@ -147,14 +171,19 @@ int cmd_submit(const CommonOptions& o, const std::vector<std::string>& files) {
     limit = config->max_job_bytes;
   }
   const std::string incoming = fs::join(spool, spool_dir_name(SpoolDir::kIncoming));
-  Expected<fs::Fd> dir = fs::open_dir(incoming);
+  Expected<fs::Fd> dir = open_incoming_for_submit(incoming);
   if (!dir.ok()) {
     log_error(dir.status().message());
     return exit_code(dir.status());
   }
   int worst = 0;
   for (const std::string& path : files) {
-    Expected<std::pair<std::string, std::string>> job = read_for_submit(path, limit);
+    Expected<std::pair<std::string, std::string>> job = invalid_input(path + ": not read");
+    try {
+      job = read_for_submit(path, limit);
+    } catch (const std::exception& e) {  // a bug the file reached: this file's error only
+      job = invalid_input(path + ": internal error while reading the job: " + e.what());
+    }
     Status s = job.ok() ? ok_status() : job.status();
     struct stat st;
     if (s.ok() &&
@@ -178,6 +207,41 @@ int cmd_submit(const CommonOptions& o, const std::vector<std::string>& files) {
   return worst;
 }
 
+// Checks one job file; returns its exit status (0 when valid).
+int validate_one(const DaemonConfig& config, const std::string& path) {
+  fs::Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!f.valid()) {
+    Status s = errno_status("opening job", path, errno);
+    log_error(s.message());
+    return exit_code(s);
+  }
+  bool over = false;
+  Expected<std::string> text = fs::read_limited(f.get(), config.max_job_bytes, &over, path);
+  if (!text.ok() || over) {
+    log_error(text.ok() ? path + " is over the job size limit of " +
+                              std::to_string(config.max_job_bytes) + " bytes"
+                        : text.status().message());
+    return 65;
+  }
+  std::string base = path.substr(path.rfind('/') + 1);
+  const std::string stem = base.ends_with(kJobSuffix) ? base.substr(0, base.size() - 5) : base;
+  Diagnostics diag(path);
+  std::optional<Job> job = parse_job({path, stem, *text}, config, diag);
+  if (job && ::access(job->output.dir.c_str(), F_OK) == 0) {
+    diag.add(job->error_at(
+        "output.dir",
+        "'" + job->output.dir + "' already exists (flick never overwrites an output directory)",
+        "exists"));
+  }
+  if (!diag.ok()) {
+    std::fprintf(stderr, "%s\n", diag.status().message().c_str());
+    return exit_code(diag.status());
+  }
+  std::printf("%s: ok: job %s, pipeline %s: %s -> %s\n", path.c_str(), job->id.c_str(),
+              job->pipeline.c_str(), job->prepared->summary().c_str(), job->output.dir.c_str());
+  return 0;
+}
+
 int cmd_validate(const CommonOptions& o, const std::vector<std::string>& files) {
   Expected<DaemonConfig> config = load_config(o.config, o.spool);
   if (!config.ok()) {
@@ -186,39 +250,19 @@ int cmd_validate(const CommonOptions& o, const std::vector<std::string>& files) 
   }
   int status = 0;
   for (const std::string& path : files) {
-    fs::Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-    if (!f.valid()) {
-      Status s = errno_status("opening job", path, errno);
-      log_error(s.message());
-      status = worse_exit_code(status, exit_code(s));
-      continue;
+    int code = 0;
+    try {
+      code = validate_one(*config, path);
+    } catch (const std::exception& e) {
+      // A bug a job file reached: reported as that file's error, and the
+      // other files are still checked.
+      log_error(path + ": internal error while checking the job: " + e.what());
+      code = 65;
+    } catch (...) {
+      log_error(path + ": internal error while checking the job: an unknown exception");
+      code = 65;
     }
-    bool over = false;
-    Expected<std::string> text = fs::read_limited(f.get(), config->max_job_bytes, &over, path);
-    if (!text.ok() || over) {
-      log_error(text.ok() ? path + " is over the job size limit of " +
-                                std::to_string(config->max_job_bytes) + " bytes"
-                          : text.status().message());
-      status = worse_exit_code(status, 65);
-      continue;
-    }
-    std::string base = path.substr(path.rfind('/') + 1);
-    const std::string stem = base.ends_with(kJobSuffix) ? base.substr(0, base.size() - 5) : base;
-    Diagnostics diag(path);
-    std::optional<Job> job = parse_job({path, stem, *text}, *config, diag);
-    if (job && ::access(job->output.dir.c_str(), F_OK) == 0) {
-      diag.add(job->error_at(
-          "output.dir",
-          "'" + job->output.dir + "' already exists (flick never overwrites an output directory)",
-          "exists"));
-    }
-    if (!diag.ok()) {
-      std::fprintf(stderr, "%s\n", diag.status().message().c_str());
-      status = worse_exit_code(status, exit_code(diag.status()));
-      continue;
-    }
-    std::printf("%s: ok: job %s, pipeline %s: %s -> %s\n", path.c_str(), job->id.c_str(),
-                job->pipeline.c_str(), job->prepared->summary().c_str(), job->output.dir.c_str());
+    status = worse_exit_code(status, code);
   }
   return status;
 }

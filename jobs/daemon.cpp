@@ -52,6 +52,9 @@ class Daemon {
       log_error(s.message());
       return exit_code(s);
     }
+    // A SIGTERM held while the pipelines loaded (seconds to minutes) stops
+    // here, before the spool is touched or READY=1 is sent.
+    if (stop_requested_in_start_up()) return stopped_exit_status();
     Expected<Spool> spool = Spool::open(config_->spool, /*create=*/true);
     if (!spool.ok()) {
       log_error(spool.status().message());
@@ -84,6 +87,21 @@ class Daemon {
   }
 
  private:
+  bool stop_requested_in_start_up() {
+    signals_.poll();
+    if (!signals_.stop_requested()) return false;
+    log_info("stopped during start-up");
+    return true;
+  }
+
+  // serve stopped by a signal exits 0; an interrupted drain 75 (its jobs
+  // are still queued: worth running again).
+  int stopped_exit_status() {
+    if (!options_.drain) return 0;
+    drain_outcome_.interrupted();
+    return drain_outcome_.exit_status();
+  }
+
   void make_worker() {
     WorkerOptions wo;
     wo.stop = &signals_.stop_flag();

@@ -48,6 +48,17 @@ Expected<Fd> open_dir_at(int dirfd, const std::string& name, const std::string& 
   return Fd(fd);
 }
 
+Expected<Fd> open_dir_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      return invalid_input(path + " is not a directory (symlinks are not followed here)");
+    }
+    return errno_status("opening directory", path, errno);
+  }
+  return Fd(fd);
+}
+
 Status fsync_fd(int fd, const std::string& name_for_errors) {
   // An fsync error cannot be retried (the kernel drops the dirty pages and
   // reports once), so it fails the whole write; the caller regenerates.
@@ -95,6 +106,25 @@ Status write_all(int fd, const std::string& data, const std::string& display) {
   return ok_status();
 }
 
+// Makes a rename into dirfd durable. An O_PATH descriptor cannot be
+// fsynced: the directory is reopened for reading where the caller may read
+// it; a submitter may not read incoming/ (mode 2730), so there the
+// filesystem is synced through the file just renamed.
+Status commit_rename(int dirfd, const std::string& dir_display, const std::string& name) {
+  const int flags = ::fcntl(dirfd, F_GETFL);
+  if (flags < 0 || (flags & O_PATH) == 0) return fsync_dir_at(dirfd, dir_display);
+  Fd dir(::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.valid()) return fsync_dir_at(dir.get(), dir_display);
+  const std::string display = join(dir_display, name);
+  Fd file(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!file.valid()) {
+    if (errno == ENOENT) return ok_status();  // already claimed: the daemon's from here
+    return errno_status("opening", display, errno);
+  }
+  if (::syncfs(file.get()) != 0) return errno_status("syncfs", display, errno);
+  return ok_status();
+}
+
 }  // namespace
 
 bool is_temp_name(const std::string& name) {
@@ -129,7 +159,7 @@ Status write_file_atomic(int dirfd, const std::string& dir_display, const std::s
     ::unlinkat(dirfd, temp.c_str(), 0);
     return s;
   }
-  if (durable) return fsync_dir_at(dirfd, dir_display);
+  if (durable) return commit_rename(dirfd, dir_display, name);
   return ok_status();
 }
 

@@ -42,6 +42,10 @@ class Fd {
 // Opens a directory, refusing a symlink as its last component.
 Expected<Fd> open_dir(const std::string& path);
 Expected<Fd> open_dir_at(int dirfd, const std::string& name, const std::string& display);
+// An O_PATH descriptor of a directory: needs no read permission on it (only
+// search on its parents), and serves as the directory of openat/renameat/
+// fstatat. incoming/ (mode 2730) is opened so by its submitters.
+Expected<Fd> open_dir_path(const std::string& path);
 
 Status fsync_fd(int fd, const std::string& name_for_errors);
 Status fsync_dir_at(int dirfd, const std::string& display);
@@ -57,7 +61,8 @@ int rename_noreplace(int from_dir, const std::string& from, int to_dir, const st
 // it (the commit of a status file); without, a reader or a crashed process
 // still sees all or nothing, only a power loss may lose it. With
 // replace=false an existing `name` is an error (EEXIST). The temporary is
-// removed on failure.
+// removed on failure. `dirfd` may be an O_PATH descriptor of a directory
+// its caller may not read: durability then comes from syncfs().
 Status write_file_atomic(int dirfd, const std::string& dir_display, const std::string& name,
                          const std::string& data, bool replace, bool durable, mode_t mode = 0640);
 

@@ -134,6 +134,12 @@ class EncodeInstance : public PipelineInstance {
       in.frame_files = std::move(*files);
       in.fps = fps.value_or(kDefaultFps);
     }
+    // Every file is opened beneath its input root, at validation and again
+    // when rendering: a symlink swapped in between fails the open.
+    in.open = [roots = config.input_roots, key](const std::string& path) -> Expected<int> {
+      FLICK_ASSIGN_OR_RETURN(fs::Fd fd, open_input(path, roots, key));
+      return fd.release();
+    };
     if (Status s = pipeline_.validate(in); !s.ok()) {
       input->error("frames", s.message(), "these frames", {}, s.code());
       return nullptr;

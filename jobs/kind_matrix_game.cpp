@@ -29,6 +29,7 @@
 #include "models/pipelines/matrix_game.h"
 #include "models/pipelines/mg2_actions.h"
 #include "models/pipelines/mg2_overlay.h"
+#include "runtime/file_util.h"
 #include "runtime/profile_backend.h"
 
 namespace flick {
@@ -157,18 +158,26 @@ std::optional<std::vector<Mg2MouseSegment>> read_mouse(TableReader& actions,
   return out;
 }
 
-Expected<std::string> read_input_file(const std::string& canonical, int64_t limit) {
-  fs::Fd fd(::open(canonical.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) return errno_status("opening", canonical, errno);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return errno_status("stat", canonical, errno);
-  if (!S_ISREG(st.st_mode)) return invalid_input(canonical + " is not a regular file");
+// Opened beneath its input root, no symlink followed (they were, and their
+// targets checked, by resolve_input).
+Expected<std::string> read_input_file(const std::string& canonical, const std::vector<Root>& roots,
+                                      int64_t limit, const std::string& what) {
+  FLICK_ASSIGN_OR_RETURN(fs::Fd fd, open_input(canonical, roots, what));
   bool over = false;
   FLICK_ASSIGN_OR_RETURN(std::string text, fs::read_limited(fd.get(), limit, &over, canonical));
   if (over) {
     return invalid_input(canonical + " is larger than " + std::to_string(limit) + " bytes");
   }
   return text;
+}
+
+// The start image, opened beneath its input root and read through that
+// descriptor only.
+Expected<Frame> read_start_image(const std::string& canonical, const std::vector<Root>& roots,
+                                 const std::string& what, const Mg2Options& options) {
+  FLICK_ASSIGN_OR_RETURN(fs::Fd fd, open_input(canonical, roots, what));
+  FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> file, read_fd(fd.get(), canonical));
+  return prepare_mg2_image(file, canonical, options.width, options.height);
 }
 
 // [actions] into tracks of `frames` rows (0 when latent_frames was invalid:
@@ -204,7 +213,8 @@ std::optional<Mg2Tracks> read_actions(TableReader& job, const Mg2ModeSpec& mode,
     const std::string key = actions->key_path("file");
     Expected<std::string> canonical = resolve_input(*file, config.input_roots, key);
     Expected<std::string> text =
-        canonical.ok() ? read_input_file(*canonical, kMg2MaxCsvBytes) : canonical.status();
+        canonical.ok() ? read_input_file(*canonical, config.input_roots, kMg2MaxCsvBytes, key)
+                       : canonical.status();
     if (!text.ok()) {
       actions->error("file", text.status().message(), "this file",
                      {"input_roots in " + config.file + ": " + describe_roots(config.input_roots)},
@@ -345,7 +355,8 @@ class Mg2Instance : public PipelineInstance {
                      canonical.status().code());
         return nullptr;
       }
-      Expected<Frame> frame = prepare_mg2_image(*canonical, options_.width, options_.height);
+      Expected<Frame> frame =
+          read_start_image(*canonical, config.input_roots, input->key_path("image"), options_);
       if (!frame.ok()) {
         input->error("image", frame.status().message(), "this image", {}, frame.status().code());
         return nullptr;

@@ -1,6 +1,10 @@
 #include "jobs/paths.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <climits>
@@ -119,6 +123,118 @@ Expected<std::string> resolve_input(const std::string& path, const std::vector<R
                          "', outside the input roots (" + describe_roots(roots) + ")");
   }
   return canonical;
+}
+
+namespace {
+
+// The root holding canonical `path` (the deepest, if roots nest).
+const Root* holding_root(const std::string& path, const std::vector<Root>& roots) {
+  const Root* best = nullptr;
+  for (const Root& r : roots) {
+    if (is_within(path, r.canonical) &&
+        (best == nullptr || r.canonical.size() > best->canonical.size())) {
+      best = &r;
+    }
+  }
+  return best;
+}
+
+// `path` relative to `root` ("." for the root itself).
+std::string relative_to(const std::string& path, const std::string& root) {
+  if (path == root) return ".";
+  return path.substr(root == "/" ? 1 : root.size() + 1);
+}
+
+int openat2_beneath(int root_fd, const std::string& rel, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how));
+}
+
+// Component by component, no symlink followed. A symlink met on the way
+// fails with ELOOP, as RESOLVE_NO_SYMLINKS does.
+int walk_beneath(int root_fd, const std::string& rel, int flags) {
+  const std::vector<std::string> parts = split(rel);
+  fs::Fd dir(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) return -1;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i] == "..") {  // canonical paths have none; never walk up
+      errno = EXDEV;
+      return -1;
+    }
+    fs::Fd next(
+        ::openat(dir.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      struct stat st;
+      if (errno == ENOTDIR &&
+          ::fstatat(dir.get(), parts[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISLNK(st.st_mode)) {
+        errno = ELOOP;
+      }
+      return -1;
+    }
+    dir = std::move(next);
+  }
+  const std::string last = parts.empty() ? "." : parts.back();
+  if (last == "..") {
+    errno = EXDEV;
+    return -1;
+  }
+  return ::openat(dir.get(), last.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+}
+
+Expected<fs::Fd> open_beneath_impl(const std::string& canonical, const std::vector<Root>& roots,
+                                   int flags, const std::string& what, bool try_openat2) {
+  const Root* root = holding_root(canonical, roots);
+  if (root == nullptr) {
+    return invalid_input(what + ": '" + canonical + "' is outside the roots (" +
+                         describe_roots(roots) + ")");
+  }
+  // The root itself is the administrator's (the config names it): opened
+  // by its path. Everything below it is reached from its descriptor.
+  fs::Fd root_fd(::open(root->canonical.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd.valid()) return errno_status(what + ": opening root", root->canonical, errno);
+  const std::string rel = relative_to(canonical, root->canonical);
+  int fd = -1;
+  if (try_openat2) fd = openat2_beneath(root_fd.get(), rel, flags);
+  if (!try_openat2 || (fd < 0 && (errno == ENOSYS || errno == EPERM))) {
+    fd = walk_beneath(root_fd.get(), rel, flags);
+  }
+  if (fd >= 0) return fs::Fd(fd);
+  const int err = errno;
+  if (err == ELOOP || err == EXDEV) {
+    return invalid_input(what + ": '" + canonical +
+                         "' changed since it was checked: a component of it is now a symlink "
+                         "(refused; files are opened beneath " +
+                         root->canonical + " without following symlinks)");
+  }
+  if (err == ENOENT || err == ENOTDIR)
+    return not_found(what + ": '" + canonical + "' does not exist");
+  return errno_status(what + ": opening", canonical, err);
+}
+
+}  // namespace
+
+Expected<fs::Fd> open_beneath(const std::string& canonical, const std::vector<Root>& roots,
+                              int flags, const std::string& what) {
+  return open_beneath_impl(canonical, roots, flags, what, /*try_openat2=*/true);
+}
+
+Expected<fs::Fd> open_beneath_by_walk(const std::string& canonical, const std::vector<Root>& roots,
+                                      int flags, const std::string& what) {
+  return open_beneath_impl(canonical, roots, flags, what, /*try_openat2=*/false);
+}
+
+Expected<fs::Fd> open_input(const std::string& canonical, const std::vector<Root>& roots,
+                            const std::string& what) {
+  FLICK_ASSIGN_OR_RETURN(fs::Fd fd,
+                         open_beneath(canonical, roots, O_RDONLY | O_NONBLOCK | O_NOCTTY, what));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return errno_status(what + ": stat", canonical, errno);
+  if (!S_ISREG(st.st_mode))
+    return invalid_input(what + ": '" + canonical + "' is not a regular file");
+  return fd;
 }
 
 std::string OutputDir::parent_path() const {

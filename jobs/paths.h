@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "jobs/fs.h"
 #include "runtime/status.h"
 
 namespace flick {
@@ -49,6 +50,27 @@ struct OutputDir {
 // symlink. It does not have to exist.
 Expected<OutputDir> resolve_output_dir(const std::string& dir, const std::vector<Root>& roots,
                                        const std::string& what);
+
+// Opens `canonical` (what resolve_input or resolve_output_dir returned: an
+// absolute path without symlinks, under one of `roots`) relative to the
+// descriptor of the root that holds it, allowing no symlink on the way
+// (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS).
+// Symlinks in a job's paths were followed, and their targets checked, when
+// the job was validated; a component swapped for a symlink since then fails
+// the open ("changed since it was checked") instead of leading out of the
+// roots. Where the kernel lacks openat2 (before 5.6, or a seccomp filter
+// refuses it) the same is done by walking the components with O_NOFOLLOW.
+// `flags` are open(2) flags; O_CREAT is not supported.
+Expected<fs::Fd> open_beneath(const std::string& canonical, const std::vector<Root>& roots,
+                              int flags, const std::string& what);
+// The O_NOFOLLOW walk alone (the fallback of open_beneath; for tests).
+Expected<fs::Fd> open_beneath_by_walk(const std::string& canonical, const std::vector<Root>& roots,
+                                      int flags, const std::string& what);
+
+// A regular file for reading through open_beneath (O_NONBLOCK: a FIFO
+// swapped in must not block the open).
+Expected<fs::Fd> open_input(const std::string& canonical, const std::vector<Root>& roots,
+                            const std::string& what);
 
 // "a, b" listing of roots for messages.
 std::string describe_roots(const std::vector<Root>& roots);

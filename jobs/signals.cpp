@@ -21,9 +21,19 @@ sigset_t watched_signals() {
 
 }  // namespace
 
-SignalWatch::SignalWatch() {
+void block_stop_signals() {
   const sigset_t set = watched_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void unblock_stop_signals() {
+  const sigset_t set = watched_signals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+SignalWatch::SignalWatch() {
+  const sigset_t set = watched_signals();
+  block_stop_signals();  // already blocked by main(); a no-op then
   fd_ = fs::Fd(::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
   FLICK_CHECK(fd_.valid(), "signalfd");
 }

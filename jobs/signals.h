@@ -10,6 +10,15 @@
 
 namespace flick {
 
+// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread. main() calls it
+// first, before the config, the pipelines or any library starts a thread:
+// threads inherit the mask, so none of them can take a signal's default
+// action (death) and the SignalWatch made later sees every one.
+void block_stop_signals();
+// Undoes block_stop_signals() for commands that do not watch the signals
+// (validate, submit, ...): SIGTERM must still end them.
+void unblock_stop_signals();
+
 class SignalWatch {
  public:
   // Blocks the signals and opens the signalfd. Call first thing in a command.

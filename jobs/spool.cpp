@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "runtime/log.h"
 
@@ -56,6 +57,36 @@ Status check_dir(int fd, const std::string& display) {
   return ok_status();
 }
 
+// Makes root/name when it is missing. A directory that exists (made by
+// systemd-tmpfiles, or an earlier start) is left as it is: no mkdir is even
+// tried, since a mode with S_ISGID is refused with EPERM under
+// RestrictSUIDSGID=yes before the kernel looks whether the name exists.
+// incoming/ gets the setgid bit (files dropped there take its group, the
+// submit group) where the process may set it; where it may not, it is made
+// without and a warning says what that costs.
+Status create_spool_dir(int root_fd, const std::string& name, SpoolDir d,
+                        const std::string& display) {
+  struct stat st;
+  if (::fstatat(root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return ok_status();
+  if (errno != ENOENT) return errno_status("stat", display, errno);
+  // incoming/: the submit group may drop files but not list them.
+  const mode_t mode = d == SpoolDir::kIncoming ? 0730 : 0700;
+  if (::mkdirat(root_fd, name.c_str(), mode) != 0) {
+    if (errno == EEXIST) return ok_status();  // made meanwhile by another process
+    return errno_status("creating", display, errno);
+  }
+  ::fchmodat(root_fd, name.c_str(), mode, 0);  // the umask may have masked bits
+  if (d != SpoolDir::kIncoming) return ok_status();
+  if (::fchmodat(root_fd, name.c_str(), mode | S_ISGID, 0) != 0) {
+    log_warning(
+        "created " + display + " without the setgid bit (" + std::strerror(errno) +
+        "; RestrictSUIDSGID=?): files submitted there keep their submitter's primary "
+        "group, and the daemon refuses those not of the group of incoming/. Create the spool with "
+        "systemd-tmpfiles (incoming/ mode 2730, group of the submitters) instead");
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 const char* spool_dir_name(SpoolDir d) {
@@ -91,15 +122,7 @@ Expected<Spool> Spool::open(const std::string& root, bool create) {
   for (SpoolDir d : kAllDirs) {
     const std::string name = spool_dir_name(d);
     const std::string display = fs::join(root, name);
-    if (create) {
-      // incoming/: the submit group may drop files but not list them.
-      const mode_t mode = d == SpoolDir::kIncoming ? 02730 : 0700;
-      if (::mkdirat(root_fd.get(), name.c_str(), mode) == 0) {
-        ::fchmodat(root_fd.get(), name.c_str(), mode, 0);  // umask may have masked bits
-      } else if (errno != EEXIST) {
-        return errno_status("creating", display, errno);
-      }
-    }
+    if (create) FLICK_TRY(create_spool_dir(root_fd.get(), name, d, display));
     Expected<fs::Fd> fd = fs::open_dir_at(root_fd.get(), name, display);
     if (!fd.ok()) {
       if (fd.status().code() == StatusCode::kNotFound) {

@@ -41,7 +41,9 @@ class Spool {
  public:
   // Opens the spool at `root`. With create=true, missing directories are
   // made (incoming/ group-writable and setgid for a submit group, the rest
-  // private). Every directory must be a real directory owned by this user
+  // private; existing ones are left as they are, and where setgid is
+  // forbidden, as under systemd's RestrictSUIDSGID=yes, incoming/ is made
+  // without it and a warning says so). Every directory must be a real directory owned by this user
   // (or root) and not writable by others.
   static Expected<Spool> open(const std::string& root, bool create);
 

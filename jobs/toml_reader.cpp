@@ -158,7 +158,70 @@ Status Diagnostics::status() const {
   return Status(code, join(messages, "\n"));
 }
 
+namespace {
+
+// toml11 parses arrays and inline tables by recursion: a few thousand nested
+// '[' overflow the stack (SIGSEGV) before it reports anything. No job or
+// config needs more than a few levels, so deeper nesting is refused before
+// toml11 sees the text.
+constexpr int kMaxNesting = 64;
+
+// The index of the last character of the string starting at text[i] (a
+// quote), or text.size() when it is unterminated. *line counts newlines
+// inside multi-line strings.
+size_t skip_string(std::string_view text, size_t i, int* line) {
+  const char q = text[i];
+  const bool multi = text.substr(i, 3) == std::string(3, q);
+  const bool basic = q == '"';  // escapes; literal strings have none
+  for (size_t j = i + (multi ? 3 : 1); j < text.size(); ++j) {
+    const char c = text[j];
+    if (c == '\n') {
+      if (!multi) return j - 1;  // unterminated: the newline is the caller's
+      ++*line;
+    } else if (basic && c == '\\') {
+      if (j + 1 < text.size() && text[j + 1] == '\n') ++*line;
+      ++j;
+    } else if (c == q) {
+      if (!multi) return j;
+      size_t run = 0;
+      while (j + run < text.size() && text[j + run] == q) ++run;
+      if (run >= 3) return j + run - 1;  // up to two quotes before the closing three
+      j += run - 1;
+    }
+  }
+  return text.size();
+}
+
+// The line where '[' and '{' outside strings and comments first nest deeper
+// than kMaxNesting; 0 when they never do.
+int line_of_excess_nesting(std::string_view text) {
+  int depth = 0, line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      i = skip_string(text, i, &line);
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxNesting) return line;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::optional<toml::value> parse_toml(std::string_view text, Diagnostics& diag) {
+  if (const int line = line_of_excess_nesting(text); line > 0) {
+    diag.error_in_file("", "syntax error: arrays and inline tables nested more than " +
+                               std::to_string(kMaxNesting) + " deep (line " + std::to_string(line) +
+                               ")");
+    return std::nullopt;
+  }
   std::istringstream in{std::string(text)};
   try {
     return toml::parse(in, diag.file());

@@ -54,10 +54,24 @@ Diagnostic runtime_diagnostic(const std::string& file, const Status& s) {
   return d;
 }
 
+// What the exception being handled says (inside a catch block only).
+std::string current_exception_text() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
+
 // The output directory's parent, created below its deepest existing
-// ancestor one component at a time without following symlinks.
-Expected<fs::Fd> open_output_parent(const OutputDir& out) {
-  FLICK_ASSIGN_OR_RETURN(fs::Fd dir, fs::open_dir(out.base));
+// ancestor one component at a time without following symlinks. The
+// ancestor is opened beneath its output root with no symlink followed: one
+// swapped in since the job was checked fails the open.
+Expected<fs::Fd> open_output_parent(const OutputDir& out, const std::vector<Root>& roots) {
+  FLICK_ASSIGN_OR_RETURN(fs::Fd dir,
+                         open_beneath(out.base, roots, O_RDONLY | O_DIRECTORY, "output.dir"));
   std::string display = out.base;
   for (const std::string& c : out.create) {
     display = fs::join(display, c);
@@ -68,6 +82,32 @@ Expected<fs::Fd> open_output_parent(const OutputDir& out) {
     dir = std::move(sub);
   }
   return dir;
+}
+
+// The name of directory `fd` that the output writers (libavformat, libpng:
+// they take paths) use: /proc/self/fd/N reaches the directory this process
+// created and locked whatever is renamed or swapped along `display` since.
+// Without /proc, `display` itself.
+std::string through_descriptor(int fd, const std::string& display) {
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  struct stat by_proc, by_fd;
+  if (::stat(proc.c_str(), &by_proc) == 0 && ::fstat(fd, &by_fd) == 0 &&
+      by_proc.st_ino == by_fd.st_ino && by_proc.st_dev == by_fd.st_dev) {
+    return proc;
+  }
+  log_warning("/proc/self/fd is not available: writing outputs by path into " + display);
+  return display;
+}
+
+// `s` with `alias` replaced by `path` in its message (errors say where the
+// user will look, not /proc/self/fd/N).
+Status with_path_for(const Status& s, const std::string& alias, const std::string& path) {
+  if (s.ok() || alias == path) return s;
+  std::string m = s.message();
+  for (size_t p = 0; (p = m.find(alias, p)) != std::string::npos; p += path.size()) {
+    m.replace(p, alias.size(), path);
+  }
+  return Status(s.code(), m);
 }
 
 std::string parent_of(const std::string& path) {
@@ -171,7 +211,27 @@ JobResult Worker::process_incoming(const std::string& name) {
   }
   if (busy) return {Outcome::kSkipped, c.stem, ok_status()};
   c.lock = std::move(*lock);
-  return claim_and_run(c);
+  try {
+    return claim_and_run(c);
+  } catch (...) {
+    return contain(c, current_exception_text());
+  }
+}
+
+// Nothing done with one job's bytes may end the process: an exception that
+// escaped the boundaries around parsing and rendering ends this job only,
+// quarantined while it is still in incoming/, failed once claimed.
+JobResult Worker::contain(Claim& c, const std::string& what) {
+  const std::string message = "internal error: " + what;
+  log_error("job " + c.display + ": " + message);
+  try {
+    if (c.dir == SpoolDir::kIncoming) return quarantine(c, file_diagnostic(c.display, message));
+    return fail(c, c.stem, Status(StatusCode::kInternal, message), 1, "");
+  } catch (...) {
+    // Even the bookkeeping failed (out of memory?): leave the file where it
+    // is for the next pass.
+    return {Outcome::kSkipped, c.stem, Status(StatusCode::kInternal, message)};
+  }
 }
 
 JobResult Worker::claim_and_run(Claim& c) {
@@ -228,7 +288,14 @@ JobResult Worker::claim_and_run(Claim& c) {
   c.sha256 = sha256_hex(c.text);
 
   Diagnostics diag(c.display);
-  std::optional<Job> job = parse_job({c.display, c.stem, c.text}, config_, diag);
+  std::optional<Job> job;
+  try {
+    job = parse_job({c.display, c.stem, c.text}, config_, diag);
+  } catch (...) {
+    // A bug the job's bytes reached: this job is refused, the daemon lives.
+    return quarantine(c, file_diagnostic(c.display, "internal error while checking the job: " +
+                                                        current_exception_text()));
+  }
   if (!job) {
     if (!permanent(diag.status())) {
       // An I/O error while checking inputs: worth another try, not quarantine.
@@ -309,7 +376,7 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   const std::string partial_name = job.output_dir.leaf + ".partial";
   const std::string partial_path = job.output_dir.partial_path();
 
-  Expected<fs::Fd> parent = open_output_parent(job.output_dir);
+  Expected<fs::Fd> parent = open_output_parent(job.output_dir, config_.output_roots);
   if (!parent.ok()) {
     if (permanent(parent.status())) {
       return quarantine(c,
@@ -396,16 +463,25 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
     options_.on_progress({job.id, done, total, secs > 0 ? double(done) / secs : 0});
   };
   if (options_.on_progress) options_.on_progress({job.id, 0, 0, 0});
-  {
+  bool threw = false;
+  const std::string sink_dir = through_descriptor(partial->get(), partial_path);
+  try {
     Expected<std::unique_ptr<FrameSink>> sink =
-        make_output_sink(job.output, partial_path, job.prepared->overlay());
+        make_output_sink(job.output, sink_dir, job.prepared->overlay());
     s = sink.ok() ? job.prepared->run(**sink, ctx) : sink.status();
-  }  // the sink's destructor discards unfinished files
+  } catch (...) {  // the sink's destructor has discarded unfinished files
+    threw = true;
+    s = Status(StatusCode::kInternal,
+               "internal error while rendering: " + current_exception_text());
+  }
+  s = with_path_for(s, sink_dir, partial_path);
   const double render_ms = ms_since(render_start);
   if (!s.ok()) {
     Status cleaned = fs::remove_tree_at(pfd, partial_name, partial_path);
     if (!cleaned.ok()) log_warning(cleaned.message());
     s = s.with_context("job " + job.id);
+    // A bug this job reaches would throw again on every attempt.
+    if (threw) return fail(c, job.id, s, previous_attempts + 1, job.pipeline);
     if (s.code() == StatusCode::kInterrupted && ctx.stop_requested()) {
       return requeue(c, job.id, previous_attempts, 0, Outcome::kInterrupted, s);
     }
@@ -619,7 +695,8 @@ void Worker::clean_outputs_of(const JobStatus& ledger) {
   bool allowed = false;
   for (const Root& r : config_.output_roots) allowed |= is_within(ledger.output_dir, r.canonical);
   if (!allowed) return;
-  Expected<fs::Fd> parent = fs::open_dir(parent_of(ledger.output_dir));
+  Expected<fs::Fd> parent = open_beneath(parent_of(ledger.output_dir), config_.output_roots,
+                                         O_RDONLY | O_DIRECTORY, "output.dir");
   if (!parent.ok()) return;
   const std::string leaf = base_of(ledger.output_dir);
   const std::string partial = leaf + ".partial";
@@ -761,6 +838,14 @@ Expected<std::vector<std::string>> Worker::runnable_jobs(int64_t* next_due_ns) {
 
 JobResult Worker::run_file(const std::string& path) {
   Claim c;
+  try {
+    return run_file_claim(path, c);
+  } catch (...) {
+    return contain(c, current_exception_text());
+  }
+}
+
+JobResult Worker::run_file_claim(const std::string& path, Claim& c) {
   c.display = path;
   const std::string base = base_of(path);
   c.stem = base.size() > 5 && base.ends_with(kJobSuffix) ? base.substr(0, base.size() - 5) : base;

@@ -89,6 +89,9 @@ class Worker {
   struct Claim;
 
   JobResult claim_and_run(Claim& c);
+  JobResult run_file_claim(const std::string& path, Claim& c);
+  // The last boundary: an exception from anything done with a job's bytes.
+  JobResult contain(Claim& c, const std::string& what);
   JobResult run_claimed(Claim& c, Job& job);
   // owns_ledger=false: the ledger active/<id>.status.toml belongs to another
   // job with the same id and stays.

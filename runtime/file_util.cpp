@@ -181,37 +181,33 @@ Expected<int64_t> file_size(const std::string& path) {
 }
 
 Expected<std::vector<uint8_t>> read_file(const std::string& path, int64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno_status("cannot open", path, errno);
+  Expected<std::vector<uint8_t>> data = read_fd(fd, path, max_bytes);
+  ::close(fd);
+  return data;
+}
+
+Expected<std::vector<uint8_t>> read_fd(int fd, const std::string& name, int64_t max_bytes) {
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return errno_status("cannot stat", path, err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_input(path + " is not a regular file");
-  }
+  if (::fstat(fd, &st) != 0) return errno_status("cannot stat", name, errno);
+  if (!S_ISREG(st.st_mode)) return invalid_input(name + " is not a regular file");
   if (st.st_size > max_bytes) {
-    ::close(fd);
-    return invalid_input(path + " is too large (" + std::to_string(st.st_size) + " bytes, limit " +
+    return invalid_input(name + " is too large (" + std::to_string(st.st_size) + " bytes, limit " +
                          std::to_string(max_bytes) + ")");
   }
   std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::read(fd, data.data() + done, data.size() - done);
+    // pread: from the start, wherever an earlier reader left the offset.
+    const ssize_t n = ::pread(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return errno_status("cannot read", path, err);
+      return errno_status("cannot read", name, errno);
     }
     if (n == 0) break;  // shrank while reading
     done += static_cast<size_t>(n);
   }
-  ::close(fd);
   data.resize(done);
   return data;
 }

@@ -60,6 +60,11 @@ Status ensure_dir(const std::string& dir);
 Expected<std::vector<uint8_t>> read_file(const std::string& path,
                                          int64_t max_bytes = int64_t{1} << 31);
 
+// The same for an open regular file (read from its start with pread);
+// `name` is for messages. The descriptor stays open.
+Expected<std::vector<uint8_t>> read_fd(int fd, const std::string& name,
+                                       int64_t max_bytes = int64_t{1} << 31);
+
 // Size of a regular file in bytes.
 Expected<int64_t> file_size(const std::string& path);
 

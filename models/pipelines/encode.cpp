@@ -1,6 +1,11 @@
 #include "models/pipelines/encode.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <utility>
 
 #include "io/frame_archive.h"
 #include "io/image.h"
@@ -27,6 +32,48 @@ Status check_shape(const EncodeInput& in) {
   return ok_status();
 }
 
+// An input file open for reading, closed when it goes.
+class InputFile {
+ public:
+  static Expected<InputFile> open(const EncodeInput& in, const std::string& path) {
+    if (in.open) {
+      FLICK_ASSIGN_OR_RETURN(int fd, in.open(path));
+      return InputFile(fd);
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return errno_status("cannot open", path, errno);
+    return InputFile(fd);
+  }
+  InputFile(InputFile&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  InputFile& operator=(InputFile&&) = delete;
+  ~InputFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  explicit InputFile(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+Expected<Frame> read_frame_file(const EncodeInput& in, const std::string& path) {
+  FLICK_ASSIGN_OR_RETURN(InputFile f, InputFile::open(in, path));
+  return read_image_fd(f.fd(), path);
+}
+
+Expected<ImageInfo> read_frame_info(const EncodeInput& in, const std::string& path) {
+  FLICK_ASSIGN_OR_RETURN(InputFile f, InputFile::open(in, path));
+  return read_image_info_fd(f.fd(), path);
+}
+
+Expected<FrameArchiveReader> open_archive(const EncodeInput& in) {
+  FLICK_ASSIGN_OR_RETURN(InputFile f, InputFile::open(in, in.archive));
+  return FrameArchiveReader::open_fd(f.release(), in.archive);
+}
+
 Status stopped(int64_t done, int64_t total) {
   return interrupted("encode stopped after " + std::to_string(done) + " of " +
                      std::to_string(total) + " frames");
@@ -42,7 +89,7 @@ Status run_files(const EncodeInput& in, FrameSink& sink, const RunContext& ctx) 
   for (int64_t i = 0; i < total; ++i) {
     if (ctx.stop_requested()) return stopped(i, total);
     const std::string& path = in.frame_files[i];
-    FLICK_ASSIGN_OR_RETURN(Frame frame, read_image(path));
+    FLICK_ASSIGN_OR_RETURN(Frame frame, read_frame_file(in, path));
     if (i == 0) {
       width = frame.width;
       height = frame.height;
@@ -58,7 +105,7 @@ Status run_files(const EncodeInput& in, FrameSink& sink, const RunContext& ctx) 
 }
 
 Status run_archive(const EncodeInput& in, FrameSink& sink, const RunContext& ctx) {
-  FLICK_ASSIGN_OR_RETURN(FrameArchiveReader reader, FrameArchiveReader::open(in.archive));
+  FLICK_ASSIGN_OR_RETURN(FrameArchiveReader reader, open_archive(in));
   const ArchiveInfo info = reader.info();
   FLICK_TRY(sink.begin(info.width, info.height, in.fps > 0 ? in.fps : info.fps, info.frame_count));
   Frame frame;  // one buffer, reused
@@ -76,14 +123,14 @@ Status run_archive(const EncodeInput& in, FrameSink& sink, const RunContext& ctx
 Status EncodePipeline::validate(const EncodeInput& in) const {
   FLICK_TRY(check_shape(in));
   if (!in.archive.empty()) {
-    FLICK_ASSIGN_OR_RETURN(FrameArchiveReader reader, FrameArchiveReader::open(in.archive));
+    FLICK_ASSIGN_OR_RETURN(FrameArchiveReader reader, open_archive(in));
     if (reader.info().frame_count == 0)
       return invalid_input(in.archive + ": the archive has no frames");
     return ok_status();
   }
   ImageInfo first;
   for (size_t i = 0; i < in.frame_files.size(); ++i) {
-    FLICK_ASSIGN_OR_RETURN(ImageInfo info, read_image_info(in.frame_files[i]));
+    FLICK_ASSIGN_OR_RETURN(ImageInfo info, read_frame_info(in, in.frame_files[i]));
     if (i == 0) {
       first = info;
     } else if (info.width != first.width || info.height != first.height) {

@@ -20,6 +20,7 @@
 #include "models/wan_vae/wan_vae_decoder.h"
 #include "models/wan_vae/wan_vae_encoder.h"
 #include "runtime/dtype.h"
+#include "runtime/file_util.h"
 #include "runtime/heap.h"
 #include "runtime/log.h"
 #include "runtime/profile_backend.h"
@@ -159,7 +160,13 @@ Status validate_mg2_input(const Mg2Options& options, const Mg2Input& input) {
 }
 
 Expected<Frame> prepare_mg2_image(const std::string& path, int width, int height) {
-  FLICK_ASSIGN_OR_RETURN(Frame img, load_image_rgb(path));
+  FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> file, read_file(path));
+  return prepare_mg2_image(file, path, width, height);
+}
+
+Expected<Frame> prepare_mg2_image(const std::vector<uint8_t>& file, const std::string& path,
+                                  int width, int height) {
+  FLICK_ASSIGN_OR_RETURN(Frame img, decode_image_rgb(file, path));
   Expected<Frame> cropped = center_crop_to_aspect(img.view(), width, height);
   if (!cropped.ok())
     return Status(cropped.status().code(), path + ": " + cropped.status().message());

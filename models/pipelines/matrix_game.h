@@ -102,6 +102,10 @@ Status validate_mg2_input(const Mg2Options& options, const Mg2Input& input);
 // EXIF orientation, centre crop to width:height, Pillow bilinear resize.
 // Errors name the file.
 Expected<Frame> prepare_mg2_image(const std::string& path, int width, int height);
+// The same from the file's bytes (`name` for messages), for callers that
+// open the file themselves.
+Expected<Frame> prepare_mg2_image(const std::vector<uint8_t>& file, const std::string& name,
+                                  int width, int height);
 
 class Mg2Pipeline {
  public:

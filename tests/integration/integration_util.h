@@ -19,6 +19,7 @@ extern "C" {
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -35,6 +36,28 @@ extern char** environ;
 namespace flick::testing {
 
 namespace stdfs = std::filesystem;
+
+// Whether process `pid` runs `program` (its exec is done) and has `sig`
+// blocked, from the kernel's view (/proc/PID/status: Name and SigBlk, the
+// main thread's mask). Before its exec a posix_spawn child has every signal
+// blocked: that is the spawner's doing, not the program's. *exited is set
+// when the process is gone or a zombie.
+inline bool signal_blocked(pid_t pid, const std::string& program, int sig, bool* exited) {
+  *exited = true;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  const std::string comm = program.substr(program.rfind('/') + 1).substr(0, 15);
+  std::string line;
+  bool blocked = false, execed = false;
+  while (std::getline(in, line)) {
+    if (line.starts_with("Name:")) execed = line.substr(line.find_first_not_of(" \t", 5)) == comm;
+    if (line.starts_with("State:")) *exited = line.find('Z') != std::string::npos;
+    if (line.starts_with("SigBlk:")) {
+      const uint64_t mask = std::stoull(line.substr(7), nullptr, 16);
+      blocked = (mask >> (sig - 1)) & 1;
+    }
+  }
+  return execed && blocked;
+}
 
 // A running (or finished) flick process with stdout/stderr in files.
 class Process {
@@ -82,6 +105,19 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   pid_t pid() const { return pid_; }
+  // Waits until the process blocks SIGTERM (flick does first thing in
+  // main; from then on SIGTERM is a clean stop, before it the default
+  // action kills it). False if it exited first or `timeout` passed.
+  bool wait_signals_blocked(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      bool exited = false;
+      if (pid_ <= 0) return false;
+      if (signal_blocked(pid_, FLICK_BINARY, SIGTERM, &exited)) return true;
+      if (exited || std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   bool running() const { return pid_ > 0 && !status_; }
   void signal(int sig) const {
     if (running()) ::kill(pid_, sig);
@@ -309,10 +345,15 @@ class Sandbox {
   }
   RunResult drain() const { return flick("drain", {}, "drain"); }
 
+  // Starts `flick serve`; returns once it has blocked SIGTERM, so a test's
+  // SIGTERM is always a clean stop (a signal in the instant between exec
+  // and main would kill any program).
   std::unique_ptr<Process> serve(const std::string& log,
                                  const std::map<std::string, std::string>& env = {}) const {
-    return std::make_unique<Process>(std::vector<std::string>{"serve", "--config", config()},
-                                     dir_ / ("logs/" + log), env);
+    auto p = std::make_unique<Process>(std::vector<std::string>{"serve", "--config", config()},
+                                       dir_ / ("logs/" + log), env);
+    p->wait_signals_blocked();
+    return p;
   }
 
   std::optional<toml::value> status(const std::string& dir, const std::string& stem) const {

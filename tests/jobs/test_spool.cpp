@@ -1,10 +1,19 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <filesystem>
+#include <functional>
+#include <vector>
 
 #include "jobs/fs.h"
 #include "jobs/spool.h"
@@ -26,6 +35,73 @@ TEST(Spool, CreatesItsDirectoriesWithTheirModes) {
     EXPECT_TRUE(std::filesystem::is_directory(dir / ("spool/" + std::string(d)))) << d;
   }
   EXPECT_FALSE(Spool::open(dir / "missing", /*create=*/false).ok());
+}
+
+// What systemd's RestrictSUIDSGID=yes installs: a seccomp filter that fails
+// mkdir/chmod calls whose mode has S_ISUID or S_ISGID with EPERM (whether
+// or not the call would do anything).
+void restrict_suid_sgid() {
+  const std::pair<long, int> calls[] = {
+      {__NR_mkdir, 1}, {__NR_mkdirat, 2}, {__NR_chmod, 1}, {__NR_fchmod, 1}, {__NR_fchmodat, 2}};
+  std::vector<sock_filter> f = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  for (const auto& [nr, arg] : calls) {
+    f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
+    f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 3));
+    f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                         static_cast<uint32_t>(offsetof(seccomp_data, args) + 8 * arg)));
+    f.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, S_ISUID | S_ISGID, 0, 1));
+    f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+  }
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  const sock_fprog prog = {static_cast<unsigned short>(f.size()), f.data()};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    ::_exit(90);
+  }
+}
+
+// Runs `body` in a child under restrict_suid_sgid(); its exit status.
+int run_restricted(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    restrict_suid_sgid();
+    // The filter is in force (else the test proves nothing).
+    if (::mkdir("/nonexistent-flick-dir/x", 02755) == 0 || errno != EPERM) ::_exit(91);
+    ::_exit(body());
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// Under RestrictSUIDSGID=yes the daemon opens a spool that systemd-tmpfiles
+// made (incoming/ 2730) without trying to set the setgid bit, and creates a
+// missing incoming/ without it rather than failing to start.
+TEST(Spool, OpensAndCreatesUnderRestrictSuidSgid) {
+  testing::ScratchDir dir;
+  ASSERT_TRUE(Spool::open(dir / "made", /*create=*/true).ok());  // as tmpfiles would
+  const int existing = run_restricted([&] {
+    Expected<Spool> s = Spool::open(dir / "made", /*create=*/true);
+    if (!s.ok()) std::fprintf(stderr, "%s\n", s.status().message().c_str());
+    return s.ok() ? 0 : 1;
+  });
+  EXPECT_EQ(existing, 0);
+  struct stat st;
+  ASSERT_EQ(::stat((dir / "made/incoming").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02730u);  // left as it was
+
+  const int fresh = run_restricted([&] {
+    Expected<Spool> s = Spool::open(dir / "fresh", /*create=*/true);
+    if (!s.ok()) std::fprintf(stderr, "%s\n", s.status().message().c_str());
+    return s.ok() ? 0 : 1;
+  });
+  EXPECT_EQ(fresh, 0);
+  ASSERT_EQ(::stat((dir / "fresh/incoming").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0730u);  // setgid forbidden: made without
 }
 
 TEST(Spool, RefusesWorldWritableAndSymlinkedDirectories) {

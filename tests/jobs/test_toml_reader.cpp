@@ -159,5 +159,41 @@ TEST(TomlReader, UnterminatedHeaderIsASyntaxErrorNotACrash) {
   EXPECT_EQ(named.diag.first().key, "input");
 }
 
+// toml11 recurses per nesting level: thousands of '[' or '{' overflowed the
+// stack (SIGSEGV in flick validate, the daemon's death in the spool).
+TEST(TomlReader, DeepNestingIsRefusedNotAStackOverflow) {
+  const std::string prefix = "version = 1\npipeline = \"encode\"\n";
+  for (const std::string& value :
+       {std::string(100000, '[') + std::string(100000, ']'), std::string(100000, '['), [] {
+          std::string v;
+          for (int i = 0; i < 50000; ++i) v += "{a=";
+          return v + "1" + std::string(50000, '}');
+        }()}) {
+    Parsed p(prefix + "a = " + value + "\n");
+    EXPECT_FALSE(p.doc);
+    ASSERT_FALSE(p.diag.ok());
+    EXPECT_NE(p.diag.status().message().find("nested more than 64 deep (line 3)"),
+              std::string::npos)
+        << p.diag.status().message();
+  }
+}
+
+// The limit counts brackets of values only: not those in strings (basic,
+// literal, multi-line, with escaped quotes) or comments, and a document at
+// the limit parses.
+TEST(TomlReader, NestingLimitIgnoresStringsAndComments) {
+  const std::string deep = std::string(64, '[') + "1" + std::string(64, ']');
+  const std::string brackets(200, '[');
+  Parsed p("a = " + deep + "\nb = \"" + brackets + "\\\"" + brackets + "\"\nc = '" + brackets +
+           "'\nd = \"\"\"\n" + brackets + "\n\"\"\"\"\ne = '''" + brackets + "''''\n# " + brackets +
+           "\nf = [ # " + brackets + "\n 1 ]\n");
+  ASSERT_TRUE(p.doc) << p.diag.status().message();
+  EXPECT_EQ(toml::find<std::string>(*p.doc, "b"), brackets + "\"" + brackets);
+  EXPECT_EQ(toml::find<std::string>(*p.doc, "d"), brackets + "\n\"");
+  EXPECT_EQ(toml::find<std::string>(*p.doc, "e"), brackets + "'");
+  Parsed over("a = " + std::string(65, '[') + "1" + std::string(65, ']') + "\n");
+  EXPECT_FALSE(over.doc);
+}
+
 }  // namespace
 }  // namespace flick
