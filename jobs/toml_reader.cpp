@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 namespace flick {
@@ -216,13 +217,36 @@ int line_of_excess_nesting(std::string_view text) {
 }  // namespace
 
 std::optional<toml::value> parse_toml(std::string_view text, Diagnostics& diag) {
+  // A TOML document must be valid UTF-8 throughout (TOML 1.0). Checked first,
+  // with toml11's own UTF-8 lexer, because toml11 3.7 handles invalid UTF-8
+  // in a literal string or quoted key ('...' and triple-quoted) by rewinding
+  // a location with an iterator into a different buffer: it reads out of
+  // bounds (tests/fuzz found it; TomlReader.InvalidUtf8IsASyntaxError).
+  const std::string copy(text);
+  if (const std::ptrdiff_t bad = toml::detail::check_utf8_validity(copy); bad >= 0) {
+    const std::string_view before = text.substr(0, static_cast<size_t>(bad));
+    const size_t line_start = before.rfind('\n') + 1;  // npos + 1 == 0
+    Diagnostic d;
+    d.file = diag.file();
+    d.line = static_cast<int>(std::count(before.begin(), before.end(), '\n')) + 1;
+    d.column = static_cast<int>(before.size() - line_start) + 1;
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(copy[bad]));
+    d.message = "[error] syntax error: invalid UTF-8 (byte " + std::string(byte) + " at line " +
+                std::to_string(d.line) + ", column " + std::to_string(d.column) +
+                "); a TOML file must be UTF-8\n --> " + diag.file() + ":" + std::to_string(d.line) +
+                ":" + std::to_string(d.column);
+    d.key = key_on_line(text, d.line);
+    diag.add(std::move(d));
+    return std::nullopt;
+  }
   if (const int line = line_of_excess_nesting(text); line > 0) {
     diag.error_in_file("", "syntax error: arrays and inline tables nested more than " +
                                std::to_string(kMaxNesting) + " deep (line " + std::to_string(line) +
                                ")");
     return std::nullopt;
   }
-  std::istringstream in{std::string(text)};
+  std::istringstream in{copy};
   try {
     return toml::parse(in, diag.file());
   } catch (const toml::syntax_error& e) {
