@@ -193,43 +193,44 @@ TEST(TomlReader, NestingLimitIgnoresStringsAndComments) {
   EXPECT_EQ(toml::find<std::string>(*p.doc, "e"), brackets + "'");
   Parsed over("a = " + std::string(65, '[') + "1" + std::string(65, ']') + "\n");
   EXPECT_FALSE(over.doc);
+}
 
-  // Found by tests/fuzz (fuzz_job, fuzz_config): invalid UTF-8 in a literal
-  // string or a quoted key sent toml11 3.7 reading out of bounds (the release
-  // build reported "cannot parse: basic_string::_M_create", or worse). Such a
-  // file is a syntax error at the offending byte.
-  TEST(TomlReader, InvalidUtf8IsASyntaxError) {
-    struct Case {
-      std::string text;
-      int line, column;
-      std::string key;
-    };
-    const Case cases[] = {
-        {"a = '\xff'\n", 1, 6, "a"},
-        {"a = 1\nb = '''x\n\xc3'''\n", 3, 1, ""},
-        {"[input]\nk = 1\n'\xed\xa0\x80' = 1\n", 3, 2, "input.'\xed\xa0\x80'"},  // a surrogate
-        {"x = { 's\xf4\x90\x80\x80' = 1 }\n", 1, 9, "x"},                        // above U+10FFFF
-        {"a = \"\xc0\xaf\"\n", 1, 6, "a"},                                       // overlong
-        {"# \xfe\nversion = 1\n", 1, 3, ""},
-    };
-    for (const Case& c : cases) {
-      Parsed p(c.text);
-      EXPECT_FALSE(p.doc) << c.text;
-      ASSERT_EQ(p.diag.all().size(), 1u) << c.text;
-      const Diagnostic& d = p.diag.first();
-      EXPECT_EQ(d.line, c.line) << c.text;
-      EXPECT_EQ(d.column, c.column) << c.text;
-      EXPECT_EQ(d.key, c.key) << c.text;
-      EXPECT_NE(d.message.find("invalid UTF-8"), std::string::npos) << d.message;
-      EXPECT_NE(d.message.find("t.toml:" + std::to_string(c.line)), std::string::npos) << d.message;
-    }
-    // Valid UTF-8 in the same places still parses.
-    Parsed ok("a = '\xc3\xa9'\nb = '''\xf0\x9f\x8e\xac'''\n'\xe2\x82\xac' = \"\xed\x9f\xbf\"\n");
-    ASSERT_TRUE(ok.doc) << ok.diag.first().message;
-    EXPECT_EQ(toml::find<std::string>(*ok.doc, "a"), "\xc3\xa9");
-    EXPECT_EQ(toml::find<std::string>(*ok.doc, "b"), "\xf0\x9f\x8e\xac");
-    EXPECT_EQ(toml::find<std::string>(*ok.doc, "\xe2\x82\xac"), "\xed\x9f\xbf");
+// Found by tests/fuzz (fuzz_job, fuzz_config): invalid UTF-8 in a literal
+// string or a quoted key sent toml11 3.7 reading out of bounds (the release
+// build reported "cannot parse: basic_string::_M_create", or worse). Such a
+// file is a syntax error at the offending byte.
+TEST(TomlReader, InvalidUtf8IsASyntaxError) {
+  struct Case {
+    std::string text;
+    int line, column;
+    std::string key;
+  };
+  const Case cases[] = {
+      {"a = '\xff'\n", 1, 6, "a"},
+      {"a = 1\nb = '''x\n\xc3'''\n", 3, 1, ""},
+      {"[input]\nk = 1\n'\xed\xa0\x80' = 1\n", 3, 2, "input.'\xed\xa0\x80'"},  // a surrogate
+      {"x = { 's\xf4\x90\x80\x80' = 1 }\n", 1, 9, "x"},                        // above U+10FFFF
+      {"a = \"\xc0\xaf\"\n", 1, 6, "a"},                                       // overlong
+      {"# \xfe\nversion = 1\n", 1, 3, ""},
+  };
+  for (const Case& c : cases) {
+    Parsed p(c.text);
+    EXPECT_FALSE(p.doc) << c.text;
+    ASSERT_EQ(p.diag.all().size(), 1u) << c.text;
+    const Diagnostic& d = p.diag.first();
+    EXPECT_EQ(d.line, c.line) << c.text;
+    EXPECT_EQ(d.column, c.column) << c.text;
+    EXPECT_EQ(d.key, c.key) << c.text;
+    EXPECT_NE(d.message.find("invalid UTF-8"), std::string::npos) << d.message;
+    EXPECT_NE(d.message.find("t.toml:" + std::to_string(c.line)), std::string::npos) << d.message;
   }
+  // Valid UTF-8 in the same places still parses.
+  Parsed ok("a = '\xc3\xa9'\nb = '''\xf0\x9f\x8e\xac'''\n'\xe2\x82\xac' = \"\xed\x9f\xbf\"\n");
+  ASSERT_TRUE(ok.doc) << ok.diag.first().message;
+  EXPECT_EQ(toml::find<std::string>(*ok.doc, "a"), "\xc3\xa9");
+  EXPECT_EQ(toml::find<std::string>(*ok.doc, "b"), "\xf0\x9f\x8e\xac");
+  EXPECT_EQ(toml::find<std::string>(*ok.doc, "\xe2\x82\xac"), "\xed\x9f\xbf");
+}
 
 }  // namespace
 }  // namespace flick
