@@ -321,8 +321,11 @@ class Sandbox {
   }
 
   // Drops a job into incoming/ the way submitters must: temp name, rename.
+  // The temporary's name carries this (live) process's pid, as flick's own
+  // do, so a daemon starting meanwhile does not reap it as a dead one's.
   void drop(const std::string& name, const std::string& text) const {
-    const std::string tmp = spool("incoming/." + name + ".tmp.drop.0");
+    const std::string tmp =
+        spool("incoming/." + name + ".tmp." + std::to_string(::getpid()) + ".drop");
     write_text(tmp, text);
     ::chmod(tmp.c_str(), 0640);
     stdfs::rename(tmp, spool("incoming/" + name));

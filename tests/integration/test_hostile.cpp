@@ -97,7 +97,10 @@ TEST(Hostile, RunningDaemonQuarantinesThemAndRendersTheGoodJobBehind) {
   auto daemon = sb.serve("hostile");
   const std::vector<std::string> stems = drop_hostile(sb);
   sb.drop("good.toml", sb.encode_job("shot", "good", "frames = { format = \"png\" }\n"));
-  ASSERT_TRUE(wait_until([&] { return sb.status("done", "good").has_value(); })) << daemon->err();
+  // Committed (the status) and tidied (the job file moved, the ledger gone).
+  ASSERT_TRUE(wait_until([&] {
+    return stdfs::exists(sb.spool("done/good.toml")) && list(sb.spool("active")).empty();
+  })) << daemon->err();
   EXPECT_TRUE(daemon->running()) << daemon->err();
   expect_done_job(sb, "good", 3, 16, 16);
   expect_quarantined(sb, stems);
