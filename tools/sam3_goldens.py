@@ -110,6 +110,135 @@ def write_keys(out: Path) -> None:
         print(f"text {text}: {len(sd)} keys")
 
 
+# ---------------------------------------------------------------- goldens
+
+def seed_all(seed: int) -> None:
+    import random
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def randomize_norms(module: torch.nn.Module) -> None:
+    """Non-trivial affine and BatchNorm statistics, so that folding and the
+    affine terms are exercised (defaults are 1 / 0)."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.1)
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+
+def save(path: Path, weights: dict, prefix: str, goldens: dict, meta: dict) -> None:
+    from safetensors.torch import save_file
+    tensors = {prefix + k: v.detach().contiguous() for k, v in weights.items()}
+    tensors.update({"golden." + k: v.detach().clone().contiguous() for k, v in goldens.items()})
+    meta = {k: str(v) for k, v in meta.items()}
+    meta["torch"] = torch.__version__
+    meta["reference"] = f"{sam3_refenv.REF_REPO}@{sam3_refenv.REF_COMMIT}"
+    save_file(tensors, str(path), metadata=meta)
+    print(f"{path.name}: {path.stat().st_size / 1e3:.0f} kB, goldens {sorted(goldens)}")
+
+
+# A tiny RepViT in the cfg format of repvit.py ([k, t, c, use_se, use_hs, s]):
+# stride-1 blocks with and without SE, and three stride-2 blocks (one with
+# SE, which no released variant has but the code builds), stride 32 overall.
+TINY_REPVIT_CFGS = [
+    [3, 2, 16, 1, 0, 1],
+    [3, 2, 16, 0, 0, 1],
+    [3, 2, 32, 0, 1, 2],
+    [3, 2, 32, 1, 1, 1],
+    [3, 2, 48, 1, 1, 2],
+    [3, 2, 48, 0, 1, 1],
+    [3, 2, 64, 0, 1, 2],
+    [3, 2, 64, 1, 1, 1],
+]
+TINY_IMAGE = 104      # 104 -> 52 -> 26 -> 13 -> 7 -> 4 (odd sizes exercise the padding)
+TINY_EMBED_DIM = 64   # head channels (1024 in the real model)
+TINY_EMBED_SIZE = 9   # 4 -> 9 is the real 32 -> 72 ratio (2.25)
+
+
+def golden_repvit(out: Path) -> None:
+    from sam3.backbones.repvit import RepViT
+    from sam3.model_builder import ImageStudentEncoder
+
+    seed_all(1)
+    model = RepViT(TINY_REPVIT_CFGS, num_classes=1000, distillation=False)
+    del model.classifier  # as RepViTTrunkWrapper (model_builder.py) strips it
+
+    class TrunkWrapper(torch.nn.Module):  # RepViTTrunkWrapper.forward, model_builder.py
+        def __init__(self, m):
+            super().__init__()
+            self.model = m
+
+        def forward(self, x):
+            for f in self.model.features:
+                x = f(x)
+            return x
+
+    enc = ImageStudentEncoder(TrunkWrapper(model), in_channels=64, embed_dim=TINY_EMBED_DIM,
+                              embed_size=TINY_EMBED_SIZE, img_size=TINY_IMAGE)
+    randomize_norms(enc)
+    enc.eval()
+    x = torch.randn(1, 3, TINY_IMAGE, TINY_IMAGE)
+    goldens = {"input": x}
+    with torch.no_grad():
+        h = x
+        for i, f in enumerate(model.features):
+            h = f(h)
+            goldens["stem" if i == 0 else f"block{i - 1}"] = h
+        goldens["trunk"] = h.clone()
+        head = enc.head(h)
+        goldens["head"] = head
+        goldens["output"] = enc(x)
+    save(out / "repvit_tiny.safetensors", enc.state_dict(), TRUNK_PREFIX, goldens,
+         {"cfgs": TINY_REPVIT_CFGS, "image": TINY_IMAGE, "embed_size": TINY_EMBED_SIZE})
+
+
+TINY_TEXT_CFG = {
+    "context_length": 77, "vocab_size": 512, "dim": 64, "ffn_multiplier_per_layer": 2.0,
+    "n_heads_per_layer": 2, "n_transformer_layers": 2, "norm_layer": "layer_norm_fp32",
+    "causal_masking": False, "model_name": "base", "embed_dropout": 0.0,
+    "no_scale_embedding": False, "no_pos_embedding": False,
+}
+TINY_TEXT_OUT = 32  # heads: 2 of width 32 (the released model: 8 of 64)
+
+
+def golden_text(out: Path, root: Path) -> None:
+    from sam3.model.text_encoder_student import TextStudentEncoder
+
+    seed_all(2)
+    bpe = root / "assets" / "bpe_simple_vocab_16e6.txt.gz"
+    enc = TextStudentEncoder(dict(TINY_TEXT_CFG), context_length=77, output_dim=TINY_TEXT_OUT,
+                             bpe_path=str(bpe))
+    with torch.no_grad():
+        enc.encoder.projection_layer.normal_()  # torch.empty in the reference; unused
+    randomize_norms(enc)
+    enc.eval()
+    # Token ids as the tokenizer lays them out (SOT, words, EOT, zero padding
+    # to the context), from the tiny vocabulary: 49406 / 49407 become 510 / 511.
+    toks = torch.zeros(2, 77, dtype=torch.long)
+    toks[0, :4] = torch.tensor([510, 17, 301, 511])
+    toks[1, :9] = torch.tensor([510, 5, 44, 123, 9, 400, 77, 3, 511])
+    goldens = {"tokens": toks.to(torch.int32)}
+    with torch.no_grad():
+        # TextStudentEncoder.forward after its tokenizer call.
+        emb = enc.encoder.forward_embedding(toks)
+        goldens["embeddings"] = emb
+        h = emb
+        for i, layer in enumerate(enc.encoder.transformer):
+            h = layer(h, key_padding_mask=None, attn_mask=None)
+            goldens[f"layer{i}"] = h
+        memory = enc.encoder(emb, return_all_tokens=True, input_is_embeddings=True)
+        goldens["final_norm"] = memory
+        goldens["text_memory"] = enc.projector(memory)  # [B, L, out]; the reference returns it seq-first
+        goldens["pad_mask"] = (toks == 0).to(torch.uint8)  # (tokenized != 0).ne(1): True = pad
+    save(out / "mobileclip_tiny.safetensors", enc.state_dict(), TEXT_PREFIX, goldens,
+         {"cfg": TINY_TEXT_CFG, "out_dim": TINY_TEXT_OUT})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -117,11 +246,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests/data/sam3"))
     args = ap.parse_args()
     torch.manual_seed(0)
-    with sam3_refenv.reference(args.mirror):
+    torch.set_num_threads(1)
+    with sam3_refenv.reference(args.mirror) as root:
         if args.what == "keys":
             write_keys(Path(args.out))
         else:
-            import sam3_goldens_components as comps  # noqa: F401  (see below)
+            golden_repvit(Path(args.out))
+            golden_text(Path(args.out), root)
 
 
 if __name__ == "__main__":
