@@ -138,6 +138,14 @@ def save(path: Path, weights: dict, prefix: str, goldens: dict, meta: dict) -> N
     meta = {k: str(v) for k, v in meta.items()}
     meta["torch"] = torch.__version__
     meta["reference"] = f"{sam3_refenv.REF_REPO}@{sam3_refenv.REF_COMMIT}"
+    if path.exists():  # safetensors orders the metadata at random: keep an equal file as it is
+        from safetensors import safe_open
+        with safe_open(str(path), "pt") as old:
+            if old.metadata() == meta and set(old.keys()) == set(tensors) and all(
+                    old.get_tensor(k).dtype == v.dtype and torch.equal(old.get_tensor(k), v)
+                    for k, v in tensors.items()):
+                print(f"{path.name}: unchanged")
+                return
     save_file(tensors, str(path), metadata=meta)
     print(f"{path.name}: {path.stat().st_size / 1e3:.0f} kB, goldens {sorted(goldens)}")
 
@@ -239,6 +247,46 @@ def golden_text(out: Path, root: Path) -> None:
          {"cfg": TINY_TEXT_CFG, "out_dim": TINY_TEXT_OUT})
 
 
+NECK_PREFIX = "detector.backbone.vision_backbone."
+TINY_NECK_IN = 64    # trunk channels (1024 in the real model)
+TINY_NECK_D = 32     # d_model (256)
+TINY_NECK_GRID = 9   # input grid (72): levels 36, 18, 9 (and 5, dropped by scalp=1)
+
+
+def golden_neck(out: Path) -> None:
+    from sam3.model.necks import Sam3DualViTDetNeck
+    from sam3.model.position_encoding import PositionEmbeddingSine
+
+    seed_all(3)
+
+    class StandInTrunk(torch.nn.Module):  # the neck reads channel_list and calls trunk(list)
+        channel_list = [TINY_NECK_IN]
+
+        def forward(self, xs):
+            return xs
+
+    # model_builder.py _create_position_encoding / _create_vit_neck, scaled down.
+    pe = PositionEmbeddingSine(num_pos_feats=TINY_NECK_D, normalize=True, scale=None,
+                               temperature=10000, precompute_resolution=None)
+    neck = Sam3DualViTDetNeck(trunk=StandInTrunk(), position_encoding=pe, d_model=TINY_NECK_D,
+                              scale_factors=[4.0, 2.0, 1.0, 0.5], add_sam2_neck=False)
+    neck.eval()
+    x = torch.randn(1, TINY_NECK_IN, TINY_NECK_GRID, TINY_NECK_GRID)
+    goldens = {"input": x}
+    with torch.no_grad():
+        feats, pos, _, _ = neck([x])
+    # SAM3VLBackbone(scalp=1) keeps levels 0..2 (vl_combiner.py).
+    for i in range(3):
+        goldens[f"level{i}"] = feats[i]
+        goldens[f"pos{i}"] = pos[i]
+    # The full-size encoding of the 72 x 72 level (d = 256), every 4th row and
+    # column (the constant the fusion encoder adds), to check the real size.
+    full = PositionEmbeddingSine(num_pos_feats=256, normalize=True, scale=None, temperature=10000)
+    goldens["pos_full_72_every4"] = full(torch.zeros(1, 256, 72, 72))[:, :, ::4, ::4].contiguous()
+    save(out / "neck_tiny.safetensors", neck.state_dict(), NECK_PREFIX, goldens,
+         {"grid": TINY_NECK_GRID})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -253,6 +301,7 @@ def main() -> None:
         else:
             golden_repvit(Path(args.out))
             golden_text(Path(args.out), root)
+            golden_neck(Path(args.out))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@
 
 #include "models/sam3/mobileclip_text.h"
 #include "models/sam3/repvit_trunk.h"
+#include "models/sam3/sam3_neck.h"
 #include "runtime/backend.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/weight_store.h"
@@ -157,6 +158,55 @@ TEST_P(Sam3Golden, MobileClipText) {
     expect_close("text_memory", *out, want->slice(0, b, 1), tol.max_rel, tol.mean_rel);
   }
   EXPECT_TRUE(store->view("detector").check_all_used().ok());
+}
+
+// ---- SAM3 dual neck (3 levels, scalp=1) + DETR sine position encoding ----
+
+TEST_P(Sam3Golden, Neck) {
+  auto store = WeightStore::open({fixture("neck_tiny.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->view("golden");
+  auto input = g.get("input", DType::F32);
+  ASSERT_TRUE(input.ok());
+  auto be = backend_for(GetParam());
+  auto m = Sam3Neck::load(store->view("detector.backbone.vision_backbone"), *be,
+                          GetParam().precision, input->dim(2));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config().d_model, 32);
+  EXPECT_EQ(m->config().in_channels, 64);
+  const Tol tol = tolerance(GetParam().precision);
+  auto out = m->forward(*input);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  for (int l = 0; l < 3; ++l) {
+    const std::string level = "level" + std::to_string(l), pos = "pos" + std::to_string(l);
+    auto want = g.get(level, DType::F32);
+    ASSERT_TRUE(want.ok());
+    expect_close(level, (*out)[static_cast<size_t>(l)], *want, tol.max_rel, tol.mean_rel);
+    auto want_pos = g.get(pos, DType::F32);
+    ASSERT_TRUE(want_pos.ok());
+    // Constants: fp32 sin/cos of the same fp32 arguments (libm vs torch's
+    // vectorised sin/cos differ by an ulp or so); bf16 rounds them once.
+    const double pos_tol = GetParam().precision == Precision::F32 ? 1e-6 : 4e-3;
+    expect_close(pos, m->position(l), *want_pos, pos_tol, pos_tol);
+  }
+  EXPECT_TRUE(store->view("detector").check_all_used().ok())
+      << store->view("detector").check_all_used().message();
+}
+
+TEST(Sam3Components, FullSizeSinePositionEncoding) {
+  auto store = WeightStore::open({fixture("neck_tiny.safetensors")});
+  ASSERT_TRUE(store.ok());
+  auto want = store->view("golden").get("pos_full_72_every4", DType::F32);
+  ASSERT_TRUE(want.ok());
+  OwnedTensor full(DType::F32, {1, 256, 72, 72});
+  sam3_sine_position(256, 72, full.t.ptr<float>());
+  OwnedTensor sub(DType::F32, {1, 256, 18, 18});
+  for (int64_t c = 0; c < 256; ++c)
+    for (int64_t y = 0; y < 18; ++y)
+      for (int64_t x = 0; x < 18; ++x)
+        sub.t.ptr<float>()[(c * 18 + y) * 18 + x] =
+            full.t.ptr<float>()[(c * 72 + 4 * y) * 72 + 4 * x];
+  expect_close("pos 72x72", sub.t, *want, 1e-6, 1e-7);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Sam3Golden,
