@@ -287,6 +287,67 @@ def golden_neck(out: Path) -> None:
          {"grid": TINY_NECK_GRID})
 
 
+ENCODER_PREFIX = "detector.transformer.encoder."
+TINY_FUSION = {"d": 32, "heads": 2, "ffn": 64, "layers": 2, "grid": 9}
+# Prompt = text tokens (some padding) then the geometry CLS, as _encode_prompt
+# concatenates them: the padding sits inside the prompt, not at its end.
+TINY_PROMPT_VALID = [1, 1, 1, 1, 1, 1, 0, 0, 0, 1]
+
+
+def randomize_params(module: torch.nn.Module) -> None:
+    """get_clones() deep-copies one layer, so every layer starts identical:
+    give each tensor its own values (a layer-index mix-up would then show)."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+            else:
+                p.normal_(0.0, 0.1)
+    randomize_norms(module)
+
+
+def golden_fusion_encoder(out: Path) -> None:
+    from sam3.model.encoder import TransformerEncoderFusion, TransformerEncoderLayer
+    from sam3.model.model_misc import MultiheadAttentionWrapper
+    from sam3.model.position_encoding import PositionEmbeddingSine
+
+    seed_all(4)
+    c = TINY_FUSION
+    mha = lambda: MultiheadAttentionWrapper(num_heads=c["heads"], dropout=0.1,  # noqa: E731
+                                            embed_dim=c["d"], batch_first=True)
+    # model_builder.py _create_transformer_encoder, scaled down.
+    layer = TransformerEncoderLayer(
+        activation="relu", d_model=c["d"], dim_feedforward=c["ffn"], dropout=0.1,
+        pos_enc_at_attn=True, pos_enc_at_cross_attn_keys=False,
+        pos_enc_at_cross_attn_queries=False, pre_norm=True,
+        self_attention=mha(), cross_attention=mha())
+    enc = TransformerEncoderFusion(
+        layer=layer, num_layers=c["layers"], d_model=c["d"], num_feature_levels=1, frozen=False,
+        use_act_checkpoint=True, add_pooled_text_to_img_feat=False, pool_text_with_mask=True)
+    randomize_params(enc)
+    enc.eval()
+    g = c["grid"]
+    image = torch.randn(1, c["d"], g, g)
+    pos = PositionEmbeddingSine(num_pos_feats=c["d"], normalize=True)(image)
+    valid = torch.tensor(TINY_PROMPT_VALID, dtype=torch.uint8)
+    prompt = torch.randn(len(TINY_PROMPT_VALID), 1, c["d"])  # seq-first, as _encode_prompt
+    goldens = {"image": image, "pos": pos, "prompt": prompt[:, 0], "prompt_valid": valid}
+    taps = {}
+    for i, l in enumerate(enc.layers):
+        l.register_forward_hook(lambda m, a, kw, o, i=i: taps.__setitem__(f"layer{i}", o.clone()),
+                                with_kwargs=True)
+    with torch.no_grad():
+        # Sam3Image._run_encoder: seq-first image tokens, zero prompt pos.
+        mem = enc(src=[image.flatten(2).permute(2, 0, 1)], src_key_padding_mask=None,
+                  src_pos=[pos.flatten(2).permute(2, 0, 1)], prompt=prompt,
+                  prompt_pos=torch.zeros_like(prompt),
+                  prompt_key_padding_mask=(valid == 0)[None], feat_sizes=[(g, g)])
+    goldens.update(taps)
+    goldens["memory"] = mem["memory"].transpose(0, 1)  # [1, T, d]
+    save(out / "fusion_encoder_tiny.safetensors", enc.state_dict(), ENCODER_PREFIX, goldens,
+         dict(c))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -302,6 +363,7 @@ def main() -> None:
             golden_repvit(Path(args.out))
             golden_text(Path(args.out), root)
             golden_neck(Path(args.out))
+            golden_fusion_encoder(Path(args.out))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "models/sam3/fusion_encoder.h"
 #include "models/sam3/mobileclip_text.h"
 #include "models/sam3/repvit_trunk.h"
 #include "models/sam3/sam3_neck.h"
@@ -191,6 +192,49 @@ TEST_P(Sam3Golden, Neck) {
   }
   EXPECT_TRUE(store->view("detector").check_all_used().ok())
       << store->view("detector").check_all_used().message();
+}
+
+// ---- fusion encoder (pre-norm, pos at self-attention, prompt padding inside) ----
+
+TEST_P(Sam3Golden, FusionEncoder) {
+  auto store = WeightStore::open({fixture("fusion_encoder_tiny.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->view("golden");
+  auto image = g.get("image", DType::F32);
+  auto pos = g.get("pos", DType::F32);
+  auto prompt = g.get("prompt", DType::F32);
+  auto valid = g.get("prompt_valid", DType::U8);
+  ASSERT_TRUE(image.ok() && pos.ok() && prompt.ok() && valid.ok());
+  auto be = backend_for(GetParam());
+  auto m = FusionEncoder::load(store->view("detector.transformer.encoder"), *be,
+                               GetParam().precision, image->dim(2), /*max_prompt=*/16,
+                               /*heads=*/2);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config().layers, 2);
+  EXPECT_EQ(m->config().d_model, 32);
+  EXPECT_EQ(m->config().ffn, 64);
+  const Tol tol = tolerance(GetParam().precision);
+  int taps = 0;
+  auto out = m->forward(*image, *pos, *prompt, *valid, [&](std::string_view name, const Tensor& t) {
+    auto want = g.get(name, DType::F32);
+    ASSERT_TRUE(want.ok()) << name;
+    expect_close(std::string(name), t, *want, tol.max_rel, tol.mean_rel);
+    ++taps;
+  });
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(taps, 2);
+  auto want = g.get("memory", DType::F32);
+  ASSERT_TRUE(want.ok());
+  expect_close("memory", *out, *want, tol.max_rel, tol.mean_rel);
+  EXPECT_TRUE(store->view("detector").check_all_used().ok());
+  // The padding matters: treating every prompt token as valid changes the memory.
+  if (GetParam().precision == Precision::F32) {
+    OwnedTensor all(DType::U8, valid->shape);
+    for (int64_t i = 0; i < all.t.numel(); ++i) all.t.ptr<uint8_t>()[i] = 1;
+    auto unmasked = m->forward(*image, *pos, *prompt, all.t);
+    ASSERT_TRUE(unmasked.ok());
+    EXPECT_GT(compare(*unmasked, *want).max_abs, 1e-3);
+  }
 }
 
 TEST(Sam3Components, FullSizeSinePositionEncoding) {
