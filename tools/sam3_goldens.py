@@ -348,6 +348,55 @@ def golden_fusion_encoder(out: Path) -> None:
          dict(c))
 
 
+GEOMETRY_PREFIX = "detector.geometry_encoder."
+TINY_GEOMETRY = {"d": 32, "heads": 2, "ffn": 64, "layers": 2, "grid": 9}
+
+
+def golden_geometry_cls(out: Path) -> None:
+    from sam3.model.encoder import TransformerEncoderLayer
+    from sam3.model.geometry_encoders import Prompt, SequenceGeometryEncoder
+    from sam3.model.model_misc import MultiheadAttentionWrapper
+    from sam3.model.position_encoding import PositionEmbeddingSine
+
+    seed_all(5)
+    c = TINY_GEOMETRY
+    mha = lambda: MultiheadAttentionWrapper(num_heads=c["heads"], dropout=0.1,  # noqa: E731
+                                            embed_dim=c["d"], batch_first=False)
+    # model_builder.py _create_geometry_encoder, scaled down.
+    layer = TransformerEncoderLayer(
+        activation="relu", d_model=c["d"], dim_feedforward=c["ffn"], dropout=0.1,
+        pos_enc_at_attn=False, pre_norm=True, self_attention=mha(),
+        pos_enc_at_cross_attn_queries=False, pos_enc_at_cross_attn_keys=True,
+        cross_attention=mha())
+    geo = SequenceGeometryEncoder(
+        pos_enc=PositionEmbeddingSine(num_pos_feats=c["d"], normalize=True),
+        encode_boxes_as_points=False, points_direct_project=True, points_pool=True,
+        points_pos_enc=True, boxes_direct_project=True, boxes_pool=True, boxes_pos_enc=True,
+        d_model=c["d"], num_layers=c["layers"], layer=layer, use_act_ckpt=True, add_cls=True,
+        add_post_encode_proj=True)
+    randomize_params(geo)
+    geo.eval()
+    g = c["grid"]
+    image = torch.randn(1, c["d"], g, g)
+    pos = PositionEmbeddingSine(num_pos_feats=c["d"], normalize=True)(image)
+    goldens = {"image": image, "pos": pos}
+    taps = {}
+    geo.norm.register_forward_hook(lambda m, a, o: taps.__setitem__("proj", o[:, 0].clone()))
+    for i, l in enumerate(geo.encode):
+        l.register_forward_hook(
+            lambda m, a, kw, o, i=i: taps.__setitem__(f"layer{i}", o[:, 0].clone()), with_kwargs=True)
+    with torch.no_grad():
+        # Sam3Image._encode_prompt with _get_dummy_prompt (text-only).
+        prompt = Prompt(box_embeddings=torch.zeros(0, 1, 4),
+                        box_mask=torch.zeros(1, 0, dtype=torch.bool))
+        feats, mask = geo(geo_prompt=prompt, img_feats=[image.flatten(2).permute(2, 0, 1)],
+                          img_sizes=[(g, g)], img_pos_embeds=[pos.flatten(2).permute(2, 0, 1)])
+    assert feats.shape == (1, 1, c["d"]) and mask.shape == (1, 1) and not mask.any()
+    goldens.update(taps)
+    goldens["cls"] = feats[:, 0]  # [1, d]
+    save(out / "geometry_tiny.safetensors", geo.state_dict(), GEOMETRY_PREFIX, goldens, dict(c))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -364,6 +413,7 @@ def main() -> None:
             golden_text(Path(args.out), root)
             golden_neck(Path(args.out))
             golden_fusion_encoder(Path(args.out))
+            golden_geometry_cls(Path(args.out))
 
 
 if __name__ == "__main__":

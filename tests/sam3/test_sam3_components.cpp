@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "models/sam3/fusion_encoder.h"
+#include "models/sam3/geometry_cls.h"
 #include "models/sam3/mobileclip_text.h"
 #include "models/sam3/repvit_trunk.h"
 #include "models/sam3/sam3_neck.h"
@@ -235,6 +236,37 @@ TEST_P(Sam3Golden, FusionEncoder) {
     ASSERT_TRUE(unmasked.ok());
     EXPECT_GT(compare(*unmasked, *want).max_abs, 1e-3);
   }
+}
+
+// ---- geometry encoder CLS token (text-only prompt) ----
+
+TEST_P(Sam3Golden, GeometryCls) {
+  auto store = WeightStore::open({fixture("geometry_tiny.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->view("golden");
+  auto image = g.get("image", DType::F32);
+  auto pos = g.get("pos", DType::F32);
+  ASSERT_TRUE(image.ok() && pos.ok());
+  auto be = backend_for(GetParam());
+  auto m = GeometryCls::load(store->view("detector.geometry_encoder"), *be, GetParam().precision,
+                             image->dim(2), /*heads=*/2);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config().layers, 2);
+  const Tol tol = tolerance(GetParam().precision);
+  int taps = 0;
+  auto out = m->forward(*image, *pos, [&](std::string_view name, const Tensor& t) {
+    auto want = g.get(name, DType::F32);
+    ASSERT_TRUE(want.ok()) << name;
+    expect_close(std::string(name), t, *want, tol.max_rel, tol.mean_rel);
+    ++taps;
+  });
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(taps, 1 + 2 + 1);  // proj, layers, cls
+  auto want = g.get("cls", DType::F32);
+  ASSERT_TRUE(want.ok());
+  expect_close("cls", *out, *want, tol.max_rel, tol.mean_rel);
+  EXPECT_TRUE(store->view("detector").check_all_used().ok())
+      << store->view("detector").check_all_used().message();
 }
 
 TEST(Sam3Components, FullSizeSinePositionEncoding) {
