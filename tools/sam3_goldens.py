@@ -397,6 +397,54 @@ def golden_geometry_cls(out: Path) -> None:
     save(out / "geometry_tiny.safetensors", geo.state_dict(), GEOMETRY_PREFIX, goldens, dict(c))
 
 
+DECODER_PREFIX = "detector.transformer.decoder."
+TINY_DECODER = {"d": 32, "heads": 2, "ffn": 64, "layers": 2, "queries": 6, "grid": 9}
+
+
+def golden_decoder(out: Path) -> None:
+    from sam3.model.decoder import TransformerDecoder, TransformerDecoderLayer
+    from sam3.model.model_misc import MultiheadAttentionWrapper
+    from sam3.model.position_encoding import PositionEmbeddingSine
+
+    seed_all(6)
+    c = TINY_DECODER
+    # model_builder.py _create_transformer_decoder, scaled down (resolution /
+    # stride = the grid, as 1008 / 14 = 72).
+    layer = TransformerDecoderLayer(
+        activation="relu", d_model=c["d"], dim_feedforward=c["ffn"], dropout=0.1,
+        cross_attention=MultiheadAttentionWrapper(num_heads=c["heads"], dropout=0.1,
+                                                  embed_dim=c["d"]),
+        n_heads=c["heads"], use_text_cross_attention=True)
+    dec = TransformerDecoder(
+        layer=layer, num_layers=c["layers"], num_queries=c["queries"], return_intermediate=True,
+        box_refine=True, num_o2m_queries=0, dac=True, boxRPB="log", d_model=c["d"], frozen=False,
+        interaction_layer=None, dac_use_selfatt_ln=True, resolution=c["grid"] * 14, stride=14,
+        use_act_checkpoint=True, presence_token=True)
+    randomize_params(dec)
+    dec.eval()
+    g, d = c["grid"], c["d"]
+    memory = torch.randn(g * g, 1, d)  # seq-first, as the encoder returns it
+    pos = PositionEmbeddingSine(num_pos_feats=d, normalize=True)(torch.zeros(1, d, g, g))
+    valid = torch.tensor(TINY_PROMPT_VALID, dtype=torch.uint8)
+    prompt = torch.randn(len(TINY_PROMPT_VALID), 1, d)
+    with torch.no_grad():
+        # Sam3Image._run_decoder at inference (apply_dac = dac and self.training = False).
+        tgt = dec.query_embed.weight.unsqueeze(1)
+        hs, refs, presence, _ = dec(
+            tgt=tgt, memory=memory, memory_key_padding_mask=None,
+            pos=pos.flatten(2).permute(2, 0, 1), reference_boxes=None,
+            level_start_index=torch.tensor([0]), spatial_shapes=torch.tensor([[g, g]]),
+            valid_ratios=torch.ones(1, 1, 2), tgt_mask=None, memory_text=prompt,
+            text_attention_mask=(valid == 0)[None], apply_dac=False)
+    goldens = {"memory": memory.transpose(0, 1), "pos": pos, "prompt": prompt[:, 0],
+               "prompt_valid": valid}
+    for i in range(c["layers"]):
+        goldens[f"layer{i}.hs"] = hs[i, :, 0]          # [Q, d]
+        goldens[f"layer{i}.ref"] = refs[i, :, 0]       # [Q, 4]
+        goldens[f"layer{i}.presence"] = presence[i]    # [1, 1]
+    save(out / "decoder_tiny.safetensors", dec.state_dict(), DECODER_PREFIX, goldens, dict(c))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -414,6 +462,7 @@ def main() -> None:
             golden_neck(Path(args.out))
             golden_fusion_encoder(Path(args.out))
             golden_geometry_cls(Path(args.out))
+            golden_decoder(Path(args.out))
 
 
 if __name__ == "__main__":
