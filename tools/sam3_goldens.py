@@ -445,6 +445,34 @@ def golden_decoder(out: Path) -> None:
     save(out / "decoder_tiny.safetensors", dec.state_dict(), DECODER_PREFIX, goldens, dict(c))
 
 
+SCORING_PREFIX = "detector.dot_prod_scoring."
+TINY_SCORING = {"d": 32, "hidden": 64, "layers": 2, "queries": 6}
+
+
+def golden_scoring(out: Path) -> None:
+    import torch.nn as nn
+    from sam3.model.model_misc import MLP, DotProductScoring
+
+    seed_all(7)
+    c = TINY_SCORING
+    # model_builder.py _create_dot_product_scoring, scaled down.
+    prompt_mlp = MLP(input_dim=c["d"], hidden_dim=c["hidden"], output_dim=c["d"], num_layers=2,
+                     dropout=0.1, residual=True, out_norm=nn.LayerNorm(c["d"]))
+    sc = DotProductScoring(d_model=c["d"], d_proj=c["d"], prompt_mlp=prompt_mlp)
+    randomize_params(sc)
+    sc.eval()
+    hs = torch.randn(c["layers"], 1, c["queries"], c["d"]) * 20  # large enough that some clamp
+    valid = torch.tensor(TINY_PROMPT_VALID, dtype=torch.uint8)
+    prompt = torch.randn(len(TINY_PROMPT_VALID), 1, c["d"])
+    with torch.no_grad():
+        logits = sc(hs, prompt, (valid == 0)[None])  # [L, 1, Q, 1]
+    clamped = int((logits.abs() >= 12).sum())
+    assert 0 < clamped < logits.numel(), f"{clamped} of {logits.numel()} logits clamped"
+    goldens = {"hs": hs[:, 0], "prompt": prompt[:, 0], "prompt_valid": valid,
+               "logits": logits.flatten()}
+    save(out / "scoring_tiny.safetensors", sc.state_dict(), SCORING_PREFIX, goldens, dict(c))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -463,6 +491,7 @@ def main() -> None:
             golden_fusion_encoder(Path(args.out))
             golden_geometry_cls(Path(args.out))
             golden_decoder(Path(args.out))
+            golden_scoring(Path(args.out))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "models/sam3/detr_decoder.h"
+#include "models/sam3/dot_scoring.h"
 #include "models/sam3/fusion_encoder.h"
 #include "models/sam3/geometry_cls.h"
 #include "models/sam3/mobileclip_text.h"
@@ -304,6 +305,28 @@ TEST_P(Sam3Golden, DetrDecoder) {
   EXPECT_EQ(taps, 3 * 2);
   EXPECT_TRUE(store->view("detector").check_all_used().ok())
       << store->view("detector").check_all_used().message();
+}
+
+// ---- dot-product scoring (prompt MLP, masked mean pool, clamp) ----
+
+TEST_P(Sam3Golden, DotScoring) {
+  auto store = WeightStore::open({fixture("scoring_tiny.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->view("golden");
+  auto hs = g.get("hs", DType::F32);
+  auto prompt = g.get("prompt", DType::F32);
+  auto valid = g.get("prompt_valid", DType::U8);
+  auto want = g.get("logits", DType::F32);
+  ASSERT_TRUE(hs.ok() && prompt.ok() && valid.ok() && want.ok());
+  auto be = backend_for(GetParam());
+  auto m = DotScoring::load(store->view("detector.dot_prod_scoring"), *be, GetParam().precision,
+                            hs->dim(0) * hs->dim(1), /*max_prompt=*/16);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto logits = m->forward(*hs, *prompt, *valid);
+  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  const Tol tol = tolerance(GetParam().precision);
+  expect_close("logits", *logits, *want, tol.max_rel, tol.mean_rel);
+  EXPECT_TRUE(store->view("detector").check_all_used().ok());
 }
 
 TEST(Sam3Components, FullSizeSinePositionEncoding) {
