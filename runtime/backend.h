@@ -139,6 +139,10 @@ class Backend {
   virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) = 0;
   virtual void gelu(const Tensor& x, Tensor& y, bool tanh_approx) = 0;
   virtual void silu(const Tensor& x, Tensor& y) = 0;
+  // y = act(x) elementwise, same shape (any strides), for the activations
+  // no linear / conv precedes (e.g. ReLU after a GroupNorm). RoundGeluTanh
+  // rounds x to y's dtype first, as the linear epilogue does.
+  virtual void activation(const Tensor& x, Tensor& y, Activation act) = 0;
   // y = x * (1 + scale) + shift; shift/scale broadcast against x.
   virtual void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // broadcast
