@@ -473,6 +473,51 @@ def golden_scoring(out: Path) -> None:
     save(out / "scoring_tiny.safetensors", sc.state_dict(), SCORING_PREFIX, goldens, dict(c))
 
 
+SEG_PREFIX = "detector.segmentation_head."
+TINY_SEG = {"d": 32, "heads": 2, "queries": 6, "grid": 9}
+
+
+def golden_seg_head(out: Path) -> None:
+    from sam3.model.maskformer_segmentation import PixelDecoder, UniversalSegmentationHead
+    from sam3.model.model_misc import MultiheadAttentionWrapper
+
+    seed_all(8)
+    c = TINY_SEG
+    d, g = c["d"], c["grid"]
+    # model_builder.py _create_segmentation_head, scaled down.
+    pixel_decoder = PixelDecoder(num_upsampling_stages=3, interpolation_mode="nearest",
+                                 hidden_dim=d)
+    head = UniversalSegmentationHead(
+        hidden_dim=d, upsampling_stages=3, aux_masks=False, presence_head=False,
+        dot_product_scorer=None, act_ckpt=True,
+        cross_attend_prompt=MultiheadAttentionWrapper(num_heads=c["heads"], dropout=0,
+                                                      embed_dim=d),
+        pixel_decoder=pixel_decoder)
+    randomize_params(head)
+    with torch.no_grad():  # GroupNorm affines too
+        for m in head.modules():
+            if isinstance(m, torch.nn.GroupNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.1)
+    head.eval()
+    level0 = torch.randn(1, d, 4 * g, 4 * g)
+    level1 = torch.randn(1, d, 2 * g, 2 * g)
+    level2 = torch.randn(1, d, g, g)  # replaced by the encoder memory (use_encoder_inputs)
+    memory = torch.randn(g * g, 1, d)
+    hs = torch.randn(2, 1, c["queries"], d)  # [L, bs, Q, d]; the last layer is used
+    valid = torch.tensor(TINY_PROMPT_VALID, dtype=torch.uint8)
+    prompt = torch.randn(len(TINY_PROMPT_VALID), 1, d)
+    with torch.no_grad():
+        # Sam3Image._run_segmentation_heads.
+        res = head(backbone_feats=[level0, level1, level2], obj_queries=hs,
+                   image_ids=torch.tensor([0]), encoder_hidden_states=memory, prompt=prompt,
+                   prompt_mask=(valid == 0)[None])
+    goldens = {"level0": level0, "level1": level1, "memory": memory.transpose(0, 1),
+               "hs_last": hs[-1, 0], "prompt": prompt[:, 0], "prompt_valid": valid,
+               "masks": res["pred_masks"]}
+    save(out / "seg_head_tiny.safetensors", head.state_dict(), SEG_PREFIX, goldens, dict(c))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -492,6 +537,7 @@ def main() -> None:
             golden_geometry_cls(Path(args.out))
             golden_decoder(Path(args.out))
             golden_scoring(Path(args.out))
+            golden_seg_head(Path(args.out))
 
 
 if __name__ == "__main__":

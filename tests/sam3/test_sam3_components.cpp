@@ -31,6 +31,7 @@
 #include "models/sam3/mobileclip_text.h"
 #include "models/sam3/repvit_trunk.h"
 #include "models/sam3/sam3_neck.h"
+#include "models/sam3/seg_head.h"
 #include "runtime/backend.h"
 #include "runtime/dtype.h"
 #include "runtime/weights/weight_store.h"
@@ -327,6 +328,33 @@ TEST_P(Sam3Golden, DotScoring) {
   const Tol tol = tolerance(GetParam().precision);
   expect_close("logits", *logits, *want, tol.max_rel, tol.mean_rel);
   EXPECT_TRUE(store->view("detector").check_all_used().ok());
+}
+
+// ---- mask head (prompt cross-attention, pixel decoder, instance masks) ----
+
+TEST_P(Sam3Golden, SegHead) {
+  auto store = WeightStore::open({fixture("seg_head_tiny.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->view("golden");
+  auto level0 = g.get("level0", DType::F32);
+  auto level1 = g.get("level1", DType::F32);
+  auto memory = g.get("memory", DType::F32);
+  auto hs = g.get("hs_last", DType::F32);
+  auto prompt = g.get("prompt", DType::F32);
+  auto valid = g.get("prompt_valid", DType::U8);
+  auto want = g.get("masks", DType::F32);
+  ASSERT_TRUE(level0.ok() && level1.ok() && memory.ok() && hs.ok() && prompt.ok() && valid.ok() &&
+              want.ok());
+  auto be = backend_for(GetParam());
+  auto m = SegHead::load(store->view("detector.segmentation_head"), *be, GetParam().precision,
+                         level1->dim(2) / 2, hs->dim(0), /*max_prompt=*/16, /*heads=*/2);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto masks = m->forward(*level0, *level1, *memory, *prompt, *valid, *hs);
+  ASSERT_TRUE(masks.ok()) << masks.status().message();
+  const Tol tol = tolerance(GetParam().precision);
+  expect_close("masks", *masks, *want, tol.max_rel, tol.mean_rel);
+  EXPECT_TRUE(store->view("detector").check_all_used().ok())
+      << store->view("detector").check_all_used().message();
 }
 
 TEST(Sam3Components, FullSizeSinePositionEncoding) {
