@@ -18,8 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "models/sam3/detr_decoder.h"
+#include "models/sam3/dot_scoring.h"
+#include "models/sam3/fusion_encoder.h"
+#include "models/sam3/geometry_cls.h"
+#include "models/sam3/mobileclip_text.h"
+#include "models/sam3/repvit_trunk.h"
 #include "models/sam3/sam3_checkpoint.h"
 #include "models/sam3/sam3_layout.h"
+#include "models/sam3/sam3_neck.h"
+#include "models/sam3/seg_head.h"
+#include "runtime/backend.h"
 #include "runtime/weights/pth_writer.h"
 #include "runtime/weights/stored_type.h"
 #include "runtime/weights/weight_store.h"
@@ -190,6 +199,63 @@ TEST(Sam3Checkpoint, ReleasedFileIsRecognised) {
   EXPECT_EQ(c->image_tensors, 1277u);
   EXPECT_EQ(c->skipped_tensors, 751u);  // SAM3 ViT 420 + sam2_convs 22 + tracker 309
   EXPECT_TRUE(store.check_all_used().ok());
+}
+
+// Every component loads from the released layout with the detected
+// configuration and the reference's fixed sizes (1008 input, 72 grid, 200
+// queries, 77 + 1 prompt tokens), planning its full-size buffers.
+TEST(Sam3Checkpoint, ComponentsLoadFromTheReleasedLayout) {
+  TempDir dir;
+  Sam3Layout image(released().begin(), released().begin() + 1277);
+  WeightStore store;
+  auto c = inspect_file(write_zeros(dir, image, "model."), store);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto be = make_cpu_backend();
+  const Precision p = Precision::BF16;
+  const std::string& det = c->detector_prefix;
+  const int64_t prompt = c->text.context + 1;  // 77 text tokens + the geometry CLS
+
+  auto trunk = RepVitTrunk::load(store.view(c->trunk_prefix), *be, p, 1008);
+  ASSERT_TRUE(trunk.ok()) << trunk.status().message();
+  EXPECT_EQ(trunk->config().name, "m0_9");
+  EXPECT_EQ(trunk->config().embed_size, 72);
+  auto text = MobileClipText::load(store.view(c->text_prefix), *be, p);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(text->config().heads, 8);
+  EXPECT_EQ(text->config().context, 77);
+  auto neck = Sam3Neck::load(store.view(det + "backbone.vision_backbone"), *be, p, 72);
+  ASSERT_TRUE(neck.ok()) << neck.status().message();
+  EXPECT_EQ(neck->config().in_channels, 1024);
+  EXPECT_EQ(neck->config().d_model, 256);
+  EXPECT_EQ(neck->position(0).shape, (Shape{1, 256, 288, 288}));
+  auto geometry = GeometryCls::load(store.view(det + "geometry_encoder"), *be, p, 72);
+  ASSERT_TRUE(geometry.ok()) << geometry.status().message();
+  EXPECT_EQ(geometry->config().layers, 3);
+  auto encoder = FusionEncoder::load(store.view(det + "transformer.encoder"), *be, p, 72, prompt);
+  ASSERT_TRUE(encoder.ok()) << encoder.status().message();
+  EXPECT_EQ(encoder->config().layers, 6);
+  EXPECT_EQ(encoder->config().ffn, 2048);
+  EXPECT_EQ(encoder->config().tokens, 5184);
+  auto decoder = DetrDecoder::load(store.view(det + "transformer.decoder"), *be, p, 72, prompt);
+  ASSERT_TRUE(decoder.ok()) << decoder.status().message();
+  EXPECT_EQ(decoder->config().queries, 200);
+  EXPECT_EQ(decoder->config().heads, 8);
+  EXPECT_EQ(decoder->config().layers, 6);
+  auto scoring = DotScoring::load(store.view(det + "dot_prod_scoring"), *be, p, 6 * 200, prompt);
+  ASSERT_TRUE(scoring.ok()) << scoring.status().message();
+  EXPECT_EQ(scoring->config().hidden, 2048);
+  auto seg = SegHead::load(store.view(det + "segmentation_head"), *be, p, 72, 200, prompt);
+  ASSERT_TRUE(seg.ok()) << seg.status().message();
+
+  // The text encoder runs at full size on the tokens of an empty prompt
+  // (SOT, EOT, padding): zero weights give a finite, zero-bias output.
+  OwnedTensor tokens(DType::I32, {77});
+  for (int i = 0; i < 77; ++i) tokens.t.ptr<int32_t>()[i] = 0;
+  tokens.t.ptr<int32_t>()[0] = 49406;
+  tokens.t.ptr<int32_t>()[1] = 49407;
+  auto out = text->forward(tokens.t);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->shape, (Shape{1, 77, 256}));
 }
 
 TEST(Sam3Checkpoint, VariantsAndPrefixesAreDetected) {
