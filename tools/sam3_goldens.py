@@ -12,18 +12,18 @@ in flick.
 
 `keys` builds the reference classes on the meta device (no memory, no init)
 and writes one table per file or section, one tensor per line in state-dict
-order: `name dtype d0,d1,...` (a 0-d tensor has an empty shape). Tables:
+order: `name dtype d0,d1,...` (a 0-d tensor has an empty shape), gzip'd. Tables:
 
-  keys_efficient_sam3_repvit-m0_9_mobileclip_s1.txt
+  keys_efficient_sam3_repvit-m0_9_mobileclip_s1.txt.gz
       the 2028 keys of the released checkpoint, in the file's layout
       ({"model": state_dict}): "detector." + the student image model
       (RepViT-M0.9 + MobileCLIP-S1, 77-token text context), the original
       SAM3 ViT trunk beside the student trunk, the SAM2 neck (`sam2_convs`)
       and "tracker." + build_tracker(); the last three are not used by the
       image path;
-  trunk_repvit_<m0_9|m1_1|m2_3>.txt   the student trunk + head of each RepViT
+  trunk_repvit_<m0_9|m1_1|m2_3>.txt.gz   the student trunk + head of each RepViT
       variant, under "detector.backbone.vision_backbone.trunk.model.";
-  text_mobileclip_<s0|s1>.txt         the student text encoder of each
+  text_mobileclip_<s0|s1>.txt.gz         the student text encoder of each
       MobileCLIP variant, under "detector.backbone.language_backbone.".
 
 `goldens` runs tiny configurations on CPU in fp32 with seeded random weights
@@ -49,6 +49,13 @@ TRUNK_PREFIX = "detector.backbone.vision_backbone.trunk.model."
 TEXT_PREFIX = "detector.backbone.language_backbone."
 DTYPE_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                torch.int64: "I64", torch.complex64: "C64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def write_table(path: Path, lines: list[str]) -> None:
+    """Writes a gzip'd table reproducibly (no name, mtime 0 in the header)."""
+    import gzip
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+        f.write(("\n".join(lines) + "\n").encode())
 
 
 def table(sd: dict, prefix: str = "") -> list[str]:
@@ -95,18 +102,18 @@ def write_keys(out: Path) -> None:
     assert len(names) == len(set(names)), "duplicate key"
     print(f"{RELEASED}: {len(lines)} keys (image model {len(image_sd)}, SAM3 ViT {len(vit_sd)}, "
           f"sam2_convs {len(sam2_sd)}, tracker {len(tracker_sd)})")
-    (out / f"keys_{RELEASED}.txt").write_text("\n".join(lines) + "\n")
+    write_table(out / f"keys_{RELEASED}.txt.gz", lines)
 
     for trunk in ("m0_9", "m1_1", "m2_3"):
         with meta_device():
             sd = image_model(mb, trunk, "MobileCLIP-S1").backbone.vision_backbone.trunk.model.state_dict()
-        (out / f"trunk_repvit_{trunk}.txt").write_text("\n".join(table(sd, TRUNK_PREFIX)) + "\n")
+        write_table(out / f"trunk_repvit_{trunk}.txt.gz", table(sd, TRUNK_PREFIX))
         print(f"trunk {trunk}: {len(sd)} keys")
     for text in ("S0", "S1"):
         with meta_device():
             enc = mb._create_student_text_encoder(None, f"MobileCLIP-{text}", context_length=77)
         sd = enc.state_dict()
-        (out / f"text_mobileclip_{text.lower()}.txt").write_text("\n".join(table(sd, TEXT_PREFIX)) + "\n")
+        write_table(out / f"text_mobileclip_{text.lower()}.txt.gz", table(sd, TEXT_PREFIX))
         print(f"text {text}: {len(sd)} keys")
 
 
@@ -279,10 +286,10 @@ def golden_neck(out: Path) -> None:
     for i in range(3):
         goldens[f"level{i}"] = feats[i]
         goldens[f"pos{i}"] = pos[i]
-    # The full-size encoding of the 72 x 72 level (d = 256), every 4th row and
+    # The full-size encoding of the 72 x 72 level (d = 256), every 8th row and
     # column (the constant the fusion encoder adds), to check the real size.
     full = PositionEmbeddingSine(num_pos_feats=256, normalize=True, scale=None, temperature=10000)
-    goldens["pos_full_72_every4"] = full(torch.zeros(1, 256, 72, 72))[:, :, ::4, ::4].contiguous()
+    goldens["pos_full_72_every8"] = full(torch.zeros(1, 256, 72, 72))[:, :, ::8, ::8].contiguous()
     save(out / "neck_tiny.safetensors", neck.state_dict(), NECK_PREFIX, goldens,
          {"grid": TINY_NECK_GRID})
 

@@ -1,6 +1,6 @@
 // EfficientSAM3 checkpoint layouts and loading (models/sam3/sam3_layout.h,
 // sam3_checkpoint.h) against the key tables tools/sam3_goldens.py derived
-// from the reference classes (tests/data/sam3/*.txt):
+// from the reference classes (tests/data/sam3/*.txt.gz):
 //  - the layouts flick generates for each variant equal the tables, name for
 //    name, in state-dict order, shapes included;
 //  - a full-size file in the released layout (all 2028 keys, zero-filled, so
@@ -10,10 +10,10 @@
 //    prefixes are detected from shapes;
 //  - a missing, mis-shaped or stray tensor gives one line naming it.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,9 +41,16 @@ namespace fs = std::filesystem;
 const std::string kTrunkPrefix = "detector.backbone.vision_backbone.trunk.model.";
 const std::string kTextPrefix = "detector.backbone.language_backbone.";
 
+// A gzip'd table: one `name dtype d0,d1,...` line per tensor.
 Sam3Layout read_table(const std::string& file) {
-  std::ifstream in(std::string(FLICK_TEST_DATA) + "/sam3/" + file);
-  EXPECT_TRUE(in.good()) << file;
+  const std::string path = std::string(FLICK_TEST_DATA) + "/sam3/" + file + ".gz";
+  gzFile f = gzopen(path.c_str(), "rb");
+  EXPECT_NE(f, nullptr) << path;
+  std::string text;
+  char buf[1 << 16];
+  for (int n; f && (n = gzread(f, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  if (f) gzclose(f);
+  std::istringstream in(text);
   Sam3Layout out;
   for (std::string line; std::getline(in, line);) {
     std::istringstream ls(line);

@@ -360,16 +360,16 @@ TEST_P(Sam3Golden, SegHead) {
 TEST(Sam3Components, FullSizeSinePositionEncoding) {
   auto store = WeightStore::open({fixture("neck_tiny.safetensors")});
   ASSERT_TRUE(store.ok());
-  auto want = store->view("golden").get("pos_full_72_every4", DType::F32);
+  auto want = store->view("golden").get("pos_full_72_every8", DType::F32);
   ASSERT_TRUE(want.ok());
   OwnedTensor full(DType::F32, {1, 256, 72, 72});
   sam3_sine_position(256, 72, full.t.ptr<float>());
-  OwnedTensor sub(DType::F32, {1, 256, 18, 18});
+  OwnedTensor sub(DType::F32, {1, 256, 9, 9});
   for (int64_t c = 0; c < 256; ++c)
-    for (int64_t y = 0; y < 18; ++y)
-      for (int64_t x = 0; x < 18; ++x)
-        sub.t.ptr<float>()[(c * 18 + y) * 18 + x] =
-            full.t.ptr<float>()[(c * 72 + 4 * y) * 72 + 4 * x];
+    for (int64_t y = 0; y < 9; ++y)
+      for (int64_t x = 0; x < 9; ++x)
+        sub.t.ptr<float>()[(c * 9 + y) * 9 + x] =
+            full.t.ptr<float>()[(c * 72 + 8 * y) * 72 + 8 * x];
   expect_close("pos 72x72", sub.t, *want, 1e-6, 1e-7);
 }
 
