@@ -1,7 +1,7 @@
 // Checkpoint layouts of EfficientSAM3 (SimonZeng7108/efficientsam3, the
 // builder `build_efficientsam3_image_model`): the hyper-parameters each part
 // is detected with, and the tensors each part holds, in the reference
-// modules' state-dict order (equal to tests/data/sam3/*.txt, the tables
+// modules' state-dict order (equal to tests/data/sam3/*.txt.gz, the tables
 // tools/sam3_goldens.py writes from the reference classes).
 //
 // A released file (efficient_sam3_repvit-m0_9_mobileclip_s1.pth, 2028 keys)
