@@ -525,6 +525,39 @@ def golden_seg_head(out: Path) -> None:
     save(out / "seg_head_tiny.safetensors", head.state_dict(), SEG_PREFIX, goldens, dict(c))
 
 
+def golden_postprocess(out: Path) -> None:
+    from sam3.model.sam3_image_processor import Sam3Processor
+
+    seed_all(9)
+    q, side = 8, 12
+    raw = {
+        "pred_logits": torch.randn(1, q, 1) * 3,
+        "pred_boxes": torch.rand(1, q, 4) * 0.5 + 0.25,  # cxcywh in [0, 1]
+        "pred_masks": torch.randn(1, q, side, side) * 4,
+        "presence_logit_dec": torch.tensor([[1.5]]),
+    }
+
+    class StubModel:  # the processor only reads these four outputs
+        def forward_grounding(self, **kwargs):
+            return {k: v.clone() for k, v in raw.items()}
+
+    goldens = {"logits": raw["pred_logits"].flatten(), "boxes": raw["pred_boxes"][0],
+               "mask_logits": raw["pred_masks"], "presence": raw["presence_logit_dec"].flatten()}
+    # An upscale to a non-square frame and a downscale (no antialias in either).
+    for name, (w, h) in {"up": (23, 17), "down": (7, 5)}.items():
+        proc = Sam3Processor(StubModel(), device="cpu", confidence_threshold=0.5)
+        state = proc._forward_grounding({"backbone_out": None, "geometric_prompt": None,
+                                         "original_height": h, "original_width": w})
+        keep = (raw["pred_logits"].sigmoid() * raw["presence_logit_dec"].sigmoid().unsqueeze(1)
+                ).squeeze(-1)[0] > 0.5
+        assert 0 < int(keep.sum()) < q
+        goldens[f"{name}.kept"] = keep.nonzero().flatten().to(torch.int32)
+        goldens[f"{name}.scores"] = state["scores"]
+        goldens[f"{name}.boxes"] = state["boxes"]
+        goldens[f"{name}.mask_prob"] = state["masks_logits"][:, 0]  # the sigmoids (errata A8)
+    save(out / "postprocess_tiny.safetensors", {}, "", goldens, {"threshold": 0.5})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["keys", "goldens"])
@@ -545,6 +578,7 @@ def main() -> None:
             golden_decoder(Path(args.out))
             golden_scoring(Path(args.out))
             golden_seg_head(Path(args.out))
+            golden_postprocess(Path(args.out))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/sam3/detr_decoder.h"
@@ -29,6 +30,7 @@
 #include "models/sam3/fusion_encoder.h"
 #include "models/sam3/geometry_cls.h"
 #include "models/sam3/mobileclip_text.h"
+#include "models/sam3/postprocess.h"
 #include "models/sam3/repvit_trunk.h"
 #include "models/sam3/sam3_neck.h"
 #include "models/sam3/seg_head.h"
@@ -355,6 +357,52 @@ TEST_P(Sam3Golden, SegHead) {
   expect_close("masks", *masks, *want, tol.max_rel, tol.mean_rel);
   EXPECT_TRUE(store->view("detector").check_all_used().ok())
       << store->view("detector").check_all_used().message();
+}
+
+// ---- post-processing (Sam3Processor._forward_grounding on stub outputs) ----
+
+TEST(Sam3Components, PostProcessMatchesTheProcessor) {
+  auto store = WeightStore::open({fixture("postprocess_tiny.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->view("golden");
+  auto logits = g.get("logits", DType::F32);
+  auto boxes = g.get("boxes", DType::F32);
+  auto masks = g.get("mask_logits", DType::F32);
+  auto presence = g.get("presence", DType::F32);
+  ASSERT_TRUE(logits.ok() && boxes.ok() && masks.ok() && presence.ok());
+  for (const auto& [name, w, h] : {std::tuple{"up", 23, 17}, std::tuple{"down", 7, 5}}) {
+    SCOPED_TRACE(name);
+    const std::string n(name);
+    for (const char* backend : {"ref", "cpu"}) {
+      auto be = std::string(backend) == "ref" ? make_ref_backend() : make_cpu_backend();
+      auto det =
+          sam3_postprocess(*be, *logits, presence->ptr<float>()[0], *boxes, *masks, 0.5f, w, h);
+      ASSERT_TRUE(det.ok()) << det.status().message();
+      auto kept = g.get(n + ".kept", DType::I32);
+      auto scores = g.get(n + ".scores", DType::F32);
+      auto want_boxes = g.get(n + ".boxes", DType::F32);
+      auto want_masks = g.get(n + ".mask_prob", DType::F32);
+      ASSERT_TRUE(kept.ok() && scores.ok() && want_boxes.ok() && want_masks.ok());
+      ASSERT_EQ(det->query.size(), static_cast<size_t>(kept->numel()));
+      for (size_t i = 0; i < det->query.size(); ++i) {
+        EXPECT_EQ(det->query[i], kept->ptr<int32_t>()[i]);
+        // fp32 sigmoid / product: an ulp or two.
+        EXPECT_NEAR(det->score[i], scores->ptr<float>()[i], 1e-6f);
+        for (int k = 0; k < 4; ++k)
+          EXPECT_NEAR(det->box_xyxy[i][static_cast<size_t>(k)],
+                      want_boxes->ptr<float>()[i * 4 + static_cast<size_t>(k)], 1e-5f);
+      }
+      // Bilinear weights and the sigmoid in fp32: probabilities within 1e-6.
+      expect_close(n + " masks", det->mask_prob.t, *want_masks, 2e-6, 2e-7);
+    }
+  }
+  // Threshold 0 keeps every query; an out-of-range threshold is an error.
+  auto be = make_cpu_backend();
+  auto all = sam3_postprocess(*be, *logits, 0.f, *boxes, *masks, 0.f, 4, 4);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->query.size(), static_cast<size_t>(logits->numel()));
+  EXPECT_FALSE(sam3_postprocess(*be, *logits, 0.f, *boxes, *masks, 1.5f, 4, 4).ok());
+  EXPECT_FALSE(sam3_postprocess(*be, *logits, 0.f, *boxes, *masks, 0.5f, 0, 4).ok());
 }
 
 TEST(Sam3Components, FullSizeSinePositionEncoding) {
