@@ -72,6 +72,7 @@ class CountingBackend final : public Backend {
                     (x, c, s, y))
   FLICK_BENCH_TIMED(void, gelu, (const Tensor& x, Tensor& y, bool t), (x, y, t))
   FLICK_BENCH_TIMED(void, silu, (const Tensor& x, Tensor& y), (x, y))
+  FLICK_BENCH_TIMED(void, activation, (const Tensor& x, Tensor& y, Activation a), (x, y, a))
   FLICK_BENCH_TIMED(void, modulate,
                     (const Tensor& x, const Tensor& sh, const Tensor& sc, Tensor& y),
                     (x, sh, sc, y))

@@ -29,7 +29,9 @@ const char* precision_name(Precision p);
 //   dtype first, then GELU-tanh, as PyTorch computes a bf16 nn.Linear
 //   followed by GELU (the linear's output is a bf16 tensor). Equal to
 //   GeluTanh for F32 outputs.
-enum class Activation { None, GeluErf, GeluTanh, Silu, RoundGeluTanh };
+//   Relu, Sigmoid: max(x, 0) and 1 / (1 + e^-x) (the SqueezeExcite gates of
+//   RepViT, the ReLU FFNs of SAM3).
+enum class Activation { None, GeluErf, GeluTanh, Silu, RoundGeluTanh, Relu, Sigmoid };
 
 // A linear layer's weight, prepared once at load for one backend.
 //   w:        [N, K] (PyTorch nn.Linear layout) in F32, BF16, F16, I8 or F8_E4M3
@@ -62,7 +64,7 @@ struct ConvDesc {
   Tensor w;
   Tensor w_scale;  // as LinearDesc, for I8 / F8_E4M3 weights
   Tensor bias;
-  int spatial_dims = 2;             // 2 or 3
+  int spatial_dims = 2;  // 2 or 3
   std::array<int64_t, 3> stride{1, 1, 1};
   std::array<int64_t, 3> padding{0, 0, 0};
   std::array<int64_t, 3> dilation{1, 1, 1};
@@ -128,8 +130,8 @@ class Backend {
   // [..., H, D] view: the norm is over D.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) = 0;
   // x: [N, C, *spatial]; groups divide C; weight/bias [C] or empty.
-  virtual void group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
-                          const Tensor& bias, float eps, Tensor& y) = 0;
+  virtual void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
+                          float eps, Tensor& y) = 0;
 
   // ---- position / activations / elementwise ----
   // x, y: [B, L, H, D]; cos/sin: F32 [L, D/2]. Interleaved pairs:
@@ -137,9 +139,12 @@ class Backend {
   virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) = 0;
   virtual void gelu(const Tensor& x, Tensor& y, bool tanh_approx) = 0;
   virtual void silu(const Tensor& x, Tensor& y) = 0;
+  // y = act(x) elementwise, same shape (any strides), for the activations
+  // no linear / conv precedes (e.g. ReLU after a GroupNorm). RoundGeluTanh
+  // rounds x to y's dtype first, as the linear epilogue does.
+  virtual void activation(const Tensor& x, Tensor& y, Activation act) = 0;
   // y = x * (1 + scale) + shift; shift/scale broadcast against x.
-  virtual void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,
-                        Tensor& y) = 0;
+  virtual void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // broadcast
   virtual void mul(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // broadcast
   // y = a + b * c (gated residual), broadcast.

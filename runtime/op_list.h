@@ -29,6 +29,7 @@
     (x, cos, sin, y))                                                                           \
   X(void, gelu, (const Tensor& x, Tensor& y, bool tanh_approx), (x, y, tanh_approx))           \
   X(void, silu, (const Tensor& x, Tensor& y), (x, y))                                           \
+  X(void, activation, (const Tensor& x, Tensor& y, Activation act), (x, y, act))                \
   X(void, modulate, (const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y),     \
     (x, shift, scale, y))                                                                       \
   X(void, add, (const Tensor& a, const Tensor& b, Tensor& y), (a, b, y))                        \

@@ -73,6 +73,38 @@ void silu(const Tensor& x, Tensor& y) {
   unary("silu", x, y, Activation::Silu, &EltwiseKernels::silu);
 }
 
+void activation(const Tensor& x, Tensor& y, Activation act) {
+  check_same_shape(x, y, "activation");
+  detail::check_float(x, "activation");
+  detail::check_float(y, "activation");
+  if (y.numel() == 0) return;
+  const EltwiseKernels& k = eltwise_kernels();
+  if (x.is_contiguous() && y.is_contiguous()) {  // dtype conversion in registers, in chunks
+    constexpr int64_t kChunk = 16384;
+    const int64_t n = y.numel();
+    const int64_t xes = static_cast<int64_t>(dtype_size(x.dtype));
+    const int64_t yes = static_cast<int64_t>(dtype_size(y.dtype));
+    parallel_for((n + kChunk - 1) / kChunk,
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t c = begin; c < end; ++c) {
+                     const int64_t s = c * kChunk;
+                     k.activation(act, static_cast<const char*>(x.data) + s * xes, x.dtype,
+                                  static_cast<char*>(y.data) + s * yes, y.dtype,
+                                  std::min(kChunk, n - s));
+                   }
+                 },
+                 1);
+    return;
+  }
+  // Strided views: fp32 runs (RoundGeluTanh then rounds at the store only,
+  // so it is refused here: it is only defined for a contiguous dtype change).
+  FLICK_CHECK(act != Activation::RoundGeluTanh, "activation: RoundGeluTanh needs contiguous views");
+  for_each_run<1>("activation", y, {&x},
+                  [&](const Ptrs<1>& in, const Vecs<1>& vec, float* out, int64_t n) {
+                    k.activation(act, in[0], DType::F32, out, DType::F32, vec[0] ? n : 1);
+                  });
+}
+
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   const EltwiseKernels& k = eltwise_kernels();
   const float one = 1.f;

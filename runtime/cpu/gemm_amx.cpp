@@ -69,6 +69,8 @@ inline v::Vf activate(v::Vf x) {
   if constexpr (A == Activation::GeluErf) return v::gelu_erf(x);
   if constexpr (A == Activation::GeluTanh) return v::gelu_tanh(x);
   if constexpr (A == Activation::Silu) return v::silu(x);
+  if constexpr (A == Activation::Relu) return v::max(x, v::splat(0.f));
+  if constexpr (A == Activation::Sigmoid) return v::sigmoid(x);
   return x;
 }
 
@@ -273,6 +275,8 @@ void run_type(const WorkerArgs& w) {
     case Activation::GeluTanh: return run_act<T, Activation::GeluTanh>(w);
     case Activation::Silu: return run_act<T, Activation::Silu>(w);
     case Activation::RoundGeluTanh: return run_act<T, Activation::RoundGeluTanh>(w);
+    case Activation::Relu: return run_act<T, Activation::Relu>(w);
+    case Activation::Sigmoid: return run_act<T, Activation::Sigmoid>(w);
   }
 }
 

@@ -49,6 +49,8 @@ void append_activation(dnnl::post_ops& po, Activation act) {
     case Activation::GeluTanh: po.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f); return;
     // swish(x) = x * sigmoid(alpha * x); alpha = 1 is SiLU.
     case Activation::Silu: po.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f); return;
+    case Activation::Relu: po.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f); return;
+    case Activation::Sigmoid: po.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f); return;
     // oneDNN has no rounding post-op; linear runs it as a second op.
     case Activation::RoundGeluTanh: break;
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/ref/data_iter.h"
+#include "runtime/ref/matmul_common.h"
 #include "runtime/ref/ops.h"
 
 namespace flick::ref {
@@ -80,6 +81,13 @@ void silu(const Tensor& x, Tensor& y) {
   check_same_shape(x, y, "silu");
   broadcast_map<1>("silu", {&x}, y,
                    [](const std::array<double, 1>& v) { return v[0] * sigmoid(v[0]); });
+}
+
+void activation(const Tensor& x, Tensor& y, Activation act) {
+  check_same_shape(x, y, "activation");
+  const DType out = y.dtype;
+  broadcast_map<1>("activation", {&x}, y,
+                   [act, out](const std::array<double, 1>& v) { return activate(v[0], act, out); });
 }
 
 void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) {

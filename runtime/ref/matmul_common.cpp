@@ -165,6 +165,8 @@ double activate(double v, Activation act, DType out) {
       return 0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v)));
     }
     case Activation::Silu: return v / (1.0 + std::exp(-v));
+    case Activation::Relu: return v > 0.0 ? v : (v == v ? 0.0 : v);  // NaN stays NaN, as torch
+    case Activation::Sigmoid: return 1.0 / (1.0 + std::exp(-v));
     case Activation::RoundGeluTanh: {
       float r = 0.f;
       store_from_f32(out, &r, 0, static_cast<float>(v));

@@ -161,6 +161,19 @@ TorchType torch_type(DType t) {
   }
   return {nullptr, nullptr};
 }
+// The typed storages of the stored types flick does not compute in.
+TorchType torch_type(const StreamedTensor& t) {
+  if (!t.stored) return torch_type(t.dtype);
+  const std::string_view n = t.stored->name;
+  if (n == "I64") return {"LongStorage", "int64"};
+  if (n == "F64") return {"DoubleStorage", "float64"};
+  if (n == "BOOL") return {"BoolStorage", "bool"};
+  if (n == "C64") return {"ComplexFloatStorage", "complex64"};
+  if (n == "I16") return {"ShortStorage", "int16"};
+  if (auto d = t.stored->dtype) return torch_type(*d);
+  FLICK_CHECK(false, "write_pth: no torch storage for stored type");
+  return {nullptr, nullptr};
+}
 
 // torch's contiguous strides: a dimension of size 0 counts as 1.
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
@@ -177,7 +190,7 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 // torch/serialization.py persistent_id): the key, the rebuild call with
 // (storage pid, offset 0, size, stride, False, OrderedDict()[, dtype]).
 void pickle_tensor(PickleWriter& p, const StreamedTensor& t, const std::string& key) {
-  const TorchType tt = torch_type(t.dtype);
+  const TorchType tt = torch_type(t);
   const uint64_t numel = *checked_numel(t.shape.data(), t.shape.size());
   p.str(t.name);
   p.global("torch._utils", tt.storage ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
@@ -432,7 +445,7 @@ std::string stem_of(const std::string& path) {
 std::optional<uint64_t> StreamedTensor::nbytes() const {
   auto numel = checked_numel(shape.data(), shape.size());
   if (!numel) return std::nullopt;
-  return checked_nbytes(stored_type_of(dtype), *numel);
+  return checked_nbytes(stored ? *stored : stored_type_of(dtype), *numel);
 }
 
 StreamedTensor StreamedTensor::from_tensor(std::string name, const Tensor& t) {

@@ -28,6 +28,7 @@
 
 #include "runtime/status.h"
 #include "runtime/tensor.h"
+#include "runtime/weights/stored_type.h"
 
 namespace flick {
 
@@ -41,6 +42,10 @@ struct StreamedTensor {
   // number of elements. Empty: the tensor is all zeros and is left as a hole
   // in the file (sparse), which costs neither time nor disk.
   std::function<void(uint64_t offset, std::span<uint8_t> out)> fill;
+  // A stored type flick does not compute in (I64, F64, BOOL, C64 buffers of
+  // a released checkpoint), written with its typed torch storage; overrides
+  // dtype. nullptr: dtype's own type.
+  const StoredType* stored = nullptr;
 
   // Bytes of numel(shape) elements; nullopt if the shape is invalid.
   std::optional<uint64_t> nbytes() const;

@@ -19,16 +19,19 @@ inline const char* act_name(Activation a) {
     case Activation::GeluTanh: return "gelu_tanh";
     case Activation::Silu: return "silu";
     case Activation::RoundGeluTanh: return "round_gelu_tanh";
+    case Activation::Relu: return "relu";
+    case Activation::Sigmoid: return "sigmoid";
   }
   return "?";
 }
 
-inline constexpr Activation kAllActivations[] = {Activation::None, Activation::GeluErf,
-                                                 Activation::GeluTanh, Activation::Silu};
+inline constexpr Activation kAllActivations[] = {Activation::None,     Activation::GeluErf,
+                                                 Activation::GeluTanh, Activation::Silu,
+                                                 Activation::Relu,     Activation::Sigmoid};
 // Linear also takes RoundGeluTanh (conv does not).
-inline constexpr Activation kLinearActivations[] = {Activation::None, Activation::GeluErf,
-                                                    Activation::GeluTanh, Activation::Silu,
-                                                    Activation::RoundGeluTanh};
+inline constexpr Activation kLinearActivations[] = {
+    Activation::None,          Activation::GeluErf, Activation::GeluTanh, Activation::Silu,
+    Activation::RoundGeluTanh, Activation::Relu,    Activation::Sigmoid};
 
 // Fills every element of t (any strides, float dtypes) with N(mean, stddev)
 // values, rounded by the store to t's dtype.

@@ -1,0 +1,182 @@
+#include "models/sam3/fusion_encoder.h"
+
+#include <string>
+#include <utility>
+
+#include "runtime/dtype.h"
+
+namespace flick {
+namespace {
+
+const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
+
+}  // namespace
+
+Expected<FusionEncoder> FusionEncoder::load(const WeightView& encoder, Backend& backend,
+                                            Precision precision, int64_t grid, int64_t max_prompt,
+                                            int64_t heads) {
+  FusionEncoder m;
+  FusionEncoderConfig& c = m.cfg_;
+  const WeightView layers = encoder.sub("layers");
+  c.layers = static_cast<int64_t>(layers.children().size());
+  if (c.layers == 0) return not_found(layers.full_name("0") + ".*: no fusion encoder layers");
+  const TensorInfo* l1 = layers.sub("0").info("linear1.weight");
+  if (!l1 || l1->shape.size() != 2)
+    return not_found(layers.sub("0").full_name("linear1.weight") + ": missing or not 2-d");
+  c.ffn = l1->shape[0];
+  c.d_model = l1->shape[1];
+  c.heads = heads;
+  c.tokens = grid * grid;
+  c.max_prompt = max_prompt;
+  if (heads < 1 || c.d_model % heads != 0 || grid < 1 || max_prompt < 1)
+    return invalid_input("SAM3 fusion encoder: width " + std::to_string(c.d_model) + ", " +
+                         std::to_string(heads) + " heads, grid " + std::to_string(grid) +
+                         ", prompt " + std::to_string(max_prompt) + " do not fit");
+  if (precision != Precision::F32 && precision != Precision::BF16)
+    return invalid_input(std::string("SAM3 fusion encoder: precision ") +
+                         precision_name(precision) + " is not supported (F32 or BF16)");
+  m.backend_ = &backend;
+  m.precision_ = precision;
+  m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;
+  FLICK_TRY(m.load_weights(encoder));
+  m.plan();
+  return m;
+}
+
+Status FusionEncoder::load_weights(const WeightView& encoder) {
+  const FusionEncoderConfig& c = cfg_;
+  const int64_t d = c.d_model;
+  auto param = [&](const WeightView& v, const std::string& name, Shape shape) -> Expected<Tensor> {
+    FLICK_ASSIGN_OR_RETURN(Tensor t, v.get(name, kFloat, shape));
+    if (t.dtype == act_) return t;
+    OwnedTensor& o = owned_.emplace_back(act_, t.shape);
+    convert(t.dtype, t.data, act_, o.t.data, t.numel());
+    return o.t;
+  };
+  auto pack = [&](const Tensor& w, const Tensor& b) {
+    return backend_->pack_linear({w, Tensor{}, b, precision_});
+  };
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const WeightView v = encoder.sub("layers").sub(std::to_string(i));
+    Layer& l = layers_.emplace_back();
+    // nn.MultiheadAttention: in_proj rows [q; k; v], each [d, d].
+    FLICK_ASSIGN_OR_RETURN(Tensor sa_w, v.get("self_attn.in_proj_weight", kFloat, {3 * d, d}));
+    FLICK_ASSIGN_OR_RETURN(Tensor sa_b, v.get("self_attn.in_proj_bias", kFloat, {3 * d}));
+    l.sa_qk = pack(sa_w.slice(0, 0, 2 * d), sa_b.slice(0, 0, 2 * d));
+    l.sa_v = pack(sa_w.slice(0, 2 * d, d), sa_b.slice(0, 2 * d, d));
+    FLICK_ASSIGN_OR_RETURN(Tensor sa_ow, v.get("self_attn.out_proj.weight", kFloat, {d, d}));
+    FLICK_ASSIGN_OR_RETURN(Tensor sa_ob, v.get("self_attn.out_proj.bias", kFloat, {d}));
+    l.sa_out = pack(sa_ow, sa_ob);
+    FLICK_ASSIGN_OR_RETURN(Tensor ca_w,
+                           v.get("cross_attn_image.in_proj_weight", kFloat, {3 * d, d}));
+    FLICK_ASSIGN_OR_RETURN(Tensor ca_b, v.get("cross_attn_image.in_proj_bias", kFloat, {3 * d}));
+    l.ca_q = pack(ca_w.slice(0, 0, d), ca_b.slice(0, 0, d));
+    l.ca_kv = pack(ca_w.slice(0, d, 2 * d), ca_b.slice(0, d, 2 * d));
+    FLICK_ASSIGN_OR_RETURN(Tensor ca_ow, v.get("cross_attn_image.out_proj.weight", kFloat, {d, d}));
+    FLICK_ASSIGN_OR_RETURN(Tensor ca_ob, v.get("cross_attn_image.out_proj.bias", kFloat, {d}));
+    l.ca_out = pack(ca_ow, ca_ob);
+    FLICK_ASSIGN_OR_RETURN(Tensor w1, v.get("linear1.weight", kFloat, {c.ffn, d}));
+    FLICK_ASSIGN_OR_RETURN(Tensor b1, v.get("linear1.bias", kFloat, {c.ffn}));
+    l.fc1 = pack(w1, b1);
+    FLICK_ASSIGN_OR_RETURN(Tensor w2, v.get("linear2.weight", kFloat, {d, c.ffn}));
+    FLICK_ASSIGN_OR_RETURN(Tensor b2, v.get("linear2.bias", kFloat, {d}));
+    l.fc2 = pack(w2, b2);
+    FLICK_ASSIGN_OR_RETURN(l.n1_w, param(v, "norm1.weight", {d}));
+    FLICK_ASSIGN_OR_RETURN(l.n1_b, param(v, "norm1.bias", {d}));
+    FLICK_ASSIGN_OR_RETURN(l.n2_w, param(v, "norm2.weight", {d}));
+    FLICK_ASSIGN_OR_RETURN(l.n2_b, param(v, "norm2.bias", {d}));
+    FLICK_ASSIGN_OR_RETURN(l.n3_w, param(v, "norm3.weight", {d}));
+    FLICK_ASSIGN_OR_RETURN(l.n3_b, param(v, "norm3.bias", {d}));
+  }
+  return ok_status();
+}
+
+void FusionEncoder::plan() {
+  const FusionEncoderConfig& c = cfg_;
+  const int64_t t = c.tokens, d = c.d_model, p = c.max_prompt;
+  x_ = arena_.request("fusion.x", act_, {t, d});
+  pos_ = arena_.request("fusion.pos", act_, {t, d});
+  h_ = arena_.request("fusion.h", act_, {t, d});
+  hp_ = arena_.request("fusion.h_plus_pos", act_, {t, d});
+  qk_ = arena_.request("fusion.qk", act_, {t, 2 * d});
+  v_ = arena_.request("fusion.v", act_, {t, d});
+  attn_ = arena_.request("fusion.attn", act_, {t, d});
+  o_ = arena_.request("fusion.o", act_, {t, d});
+  ffn_ = arena_.request("fusion.ffn", act_, {t, c.ffn});
+  kv_ = arena_.request("fusion.prompt_kv", act_, {p, 2 * d});
+  prompt_ = arena_.request("fusion.prompt", act_, {p, d});
+  valid_ = arena_.request("fusion.prompt_valid", DType::U8, {1, p});
+  arena_.finalize();
+}
+
+Expected<Tensor> FusionEncoder::forward(const Tensor& image, const Tensor& pos,
+                                        const Tensor& prompt, const Tensor& prompt_valid,
+                                        const Tap& tap) {
+  const FusionEncoderConfig& c = cfg_;
+  const int64_t t = c.tokens, d = c.d_model, hd = d / c.heads;
+  const int64_t g = image.ndim() == 4 ? image.dim(2) : 0;
+  auto is_float = [](const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; };
+  if (image.ndim() != 4 || image.shape != Shape{1, d, g, g} || g * g != t ||
+      pos.shape != image.shape || !is_float(image) || !is_float(pos))
+    return invalid_input("SAM3 fusion encoder: expected image and pos [1, " + std::to_string(d) +
+                         ", g, g] with g*g = " + std::to_string(t) + ", got " + image.str() +
+                         " and " + pos.str());
+  const int64_t np = prompt.ndim() == 2 ? prompt.dim(0) : 0;
+  if (prompt.ndim() != 2 || prompt.dim(1) != d || np < 1 || np > c.max_prompt ||
+      !is_float(prompt) || prompt_valid.dtype != DType::U8 || prompt_valid.shape != Shape{np})
+    return invalid_input(
+        "SAM3 fusion encoder: expected a prompt [P <= " + std::to_string(c.max_prompt) + ", " +
+        std::to_string(d) + "] and U8 validity [P], got " + prompt.str() + " and " +
+        prompt_valid.str());
+  Backend& be = *backend_;
+
+  // [1, d, g, g] -> [T, d] (src.flatten(2).transpose(1, 2)).
+  Tensor x = arena_.get(x_), p = arena_.get(pos_);
+  be.copy(image.reshape({d, t}).permute({1, 0}), x);
+  be.copy(pos.reshape({d, t}).permute({1, 0}), p);
+  Tensor pr = arena_.get(prompt_).slice(0, 0, np);  // [P, d]
+  be.copy(prompt, pr);
+  Tensor valid = arena_.get(valid_).slice(1, 0, np);  // [1, P]
+  be.copy(prompt_valid.reshape({1, np}), valid);
+
+  Tensor h = arena_.get(h_), hp = arena_.get(hp_), qk = arena_.get(qk_), v = arena_.get(v_),
+         attn = arena_.get(attn_), o = arena_.get(o_), f = arena_.get(ffn_);
+  Tensor kv = arena_.get(kv_).slice(0, 0, np);  // [P, 2d]
+  const Tensor qk5 = qk.reshape({1, t, 2, c.heads, hd});
+  const Tensor sq = qk5.select(2, 0), sk = qk5.select(2, 1);
+  const Tensor sv = v.reshape({1, t, c.heads, hd});
+  const Tensor cq = h.reshape({1, t, c.heads, hd});  // cross-attention queries reuse h
+  const Tensor kv5 = kv.reshape({1, np, 2, c.heads, hd});
+  const Tensor ck = kv5.select(2, 0), cv = kv5.select(2, 1);
+  Tensor attn4 = attn.reshape({1, t, c.heads, hd});
+  AttentionParams cross;
+  cross.key_padding = valid;
+
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    // Self-attention: q = k = LN1(x) + pos, v = LN1(x) (forward_pre).
+    be.layer_norm(x, l.n1_w, l.n1_b, c.eps, h);
+    be.add(h, p, hp);
+    be.linear(hp, *l.sa_qk, qk, Activation::None);
+    be.linear(h, *l.sa_v, v, Activation::None);
+    be.attention(sq, sk, sv, attn4, AttentionParams{});
+    be.linear(attn, *l.sa_out, o, Activation::None);
+    be.add(x, o, x);
+    // Cross-attention to the prompt (no pos on either side).
+    be.layer_norm(x, l.n2_w, l.n2_b, c.eps, hp);
+    be.linear(hp, *l.ca_q, h, Activation::None);
+    be.linear(pr, *l.ca_kv, kv, Activation::None);
+    be.attention(cq, ck, cv, attn4, cross);
+    be.linear(attn, *l.ca_out, o, Activation::None);
+    be.add(x, o, x);
+    // FFN: linear2(relu(linear1(LN3 x))).
+    be.layer_norm(x, l.n3_w, l.n3_b, c.eps, h);
+    be.linear(h, *l.fc1, f, Activation::Relu);
+    be.linear(f, *l.fc2, o, Activation::None);
+    be.add(x, o, x);
+    if (tap) tap("layer" + std::to_string(i), x.reshape({1, t, d}));
+  }
+  return x.reshape({1, t, d});
+}
+
+}  // namespace flick

@@ -1,0 +1,58 @@
+#include "models/sam3/postprocess.h"
+
+#include <cmath>
+#include <string>
+
+namespace flick {
+namespace {
+
+float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+}  // namespace
+
+Expected<Sam3Detections> sam3_postprocess(Backend& backend, const Tensor& logits,
+                                          float presence_logit, const Tensor& boxes,
+                                          const Tensor& mask_logits, float threshold, int width,
+                                          int height) {
+  const int64_t nq = logits.ndim() == 1 ? logits.dim(0) : 0;
+  if (logits.dtype != DType::F32 || nq < 1 || !logits.is_contiguous() ||
+      boxes.dtype != DType::F32 || boxes.shape != Shape{nq, 4} || !boxes.is_contiguous() ||
+      mask_logits.ndim() != 4 || mask_logits.dim(0) != 1 || mask_logits.dim(1) != nq ||
+      (mask_logits.dtype != DType::F32 && mask_logits.dtype != DType::BF16))
+    return invalid_input(
+        "SAM3 post-processing: expected F32 logits [Q], F32 boxes [Q, 4] and "
+        "mask logits [1, Q, h, w]; got " +
+        logits.str() + ", " + boxes.str() + ", " + mask_logits.str());
+  if (!(threshold >= 0.f && threshold < 1.f))
+    return invalid_input("SAM3 post-processing: threshold " + std::to_string(threshold) +
+                         " is outside [0, 1)");
+  if (width < 1 || height < 1)
+    return invalid_input("SAM3 post-processing: frame size " + std::to_string(width) + "x" +
+                         std::to_string(height) + " is empty");
+
+  Sam3Detections det;
+  const float presence = sigmoid(presence_logit);
+  const float* l = logits.ptr<float>();
+  const float* b = boxes.ptr<float>();
+  const float w = static_cast<float>(width), h = static_cast<float>(height);
+  for (int64_t q = 0; q < nq; ++q) {
+    const float prob = sigmoid(l[q]) * presence;
+    if (!(prob > threshold)) continue;
+    det.query.push_back(q);
+    det.score.push_back(prob);
+    const float* r = b + q * 4;  // box_ops.box_cxcywh_to_xyxy, then * scale_fct
+    det.box_xyxy.push_back({(r[0] - 0.5f * r[2]) * w, (r[1] - 0.5f * r[3]) * h,
+                            (r[0] + 0.5f * r[2]) * w, (r[1] + 0.5f * r[3]) * h});
+  }
+  const int64_t n = static_cast<int64_t>(det.query.size());
+  det.mask_prob = OwnedTensor(DType::F32, {n, height, width});
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor src = mask_logits.slice(1, det.query[static_cast<size_t>(i)], 1);  // [1, 1, h, w]
+    Tensor dst = det.mask_prob.t.slice(0, i, 1).reshape({1, 1, height, width});
+    backend.resize(src, dst, ResizeMode::Bilinear, /*align_corners=*/false, /*antialias=*/false);
+    backend.activation(dst, dst, Activation::Sigmoid);
+  }
+  return det;
+}
+
+}  // namespace flick

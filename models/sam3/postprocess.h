@@ -1,0 +1,42 @@
+// EfficientSAM3 post-processing (sam3/model/sam3_image_processor.py
+// Sam3Processor._forward_grounding), from the last decoder layer's outputs to
+// detections on the original frame:
+//
+//   prob  = sigmoid(logit) * sigmoid(presence)        // supervise_joint_box_scores=False
+//   keep  = prob > threshold                          // strict; no NMS
+//   box   = cxcywh_to_xyxy(ref) * [W, H, W, H]        // pixels
+//   mask  = sigmoid(bilinear(mask_logits, H x W, align_corners=False))   // no antialias
+//   binary mask = mask > 0.5
+//
+// (The processor stores the sigmoid as "masks_logits": errata A8.) Only the
+// kept queries' masks are resized. The outputs are data-dependent in size and
+// are returned in owned buffers.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace flick {
+
+struct Sam3Detections {
+  std::vector<int64_t> query;                  // kept query indices, ascending
+  std::vector<float> score;                    // prob of each kept query
+  std::vector<std::array<float, 4>> box_xyxy;  // pixels, x0 y0 x1 y1
+  OwnedTensor mask_prob;                       // F32 [N, H, W]: sigmoid of the upsampled logits
+};
+
+// logits: F32 [Q] (the scoring's last layer), presence_logit: the decoder's
+// last presence logit, boxes: F32 [Q, 4] cxcywh in [0, 1] (the last refined
+// references), mask_logits: [1, Q, h, w] (F32 or BF16). width / height: the
+// original frame. threshold in [0, 1).
+Expected<Sam3Detections> sam3_postprocess(Backend& backend, const Tensor& logits,
+                                          float presence_logit, const Tensor& boxes,
+                                          const Tensor& mask_logits, float threshold, int width,
+                                          int height);
+
+}  // namespace flick

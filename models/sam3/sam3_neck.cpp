@@ -1,0 +1,202 @@
+#include "models/sam3/sam3_neck.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace flick {
+namespace {
+
+const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
+
+}  // namespace
+
+void sam3_sine_position(int64_t d, int64_t n, float* out) {
+  // position_encoding.py PositionEmbeddingSine.forward, in the reference's
+  // fp32 arithmetic: embed = i / (n + 1e-6) * 2 pi (i = 1..n), dim_t =
+  // 10000 ** (2 * (j // 2) / feats), sin on even j, cos on odd j; channels
+  // [pos_y; pos_x].
+  const int64_t feats = d / 2;
+  const float scale = static_cast<float>(2.0 * M_PI);
+  std::vector<float> embed(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    embed[static_cast<size_t>(i)] =
+        static_cast<float>(i + 1) / (static_cast<float>(n) + 1e-6f) * scale;
+  std::vector<float> dim_t(static_cast<size_t>(feats));
+  for (int64_t j = 0; j < feats; ++j) {
+    const float e = static_cast<float>(2 * (j / 2)) / static_cast<float>(feats);
+    dim_t[static_cast<size_t>(j)] = static_cast<float>(std::pow(10000.0, static_cast<double>(e)));
+  }
+  // value(a, j) for position index a along an axis.
+  auto value = [&](int64_t a, int64_t j) {
+    const float v = embed[static_cast<size_t>(a)] / dim_t[static_cast<size_t>(j)];
+    return (j % 2 == 0) ? std::sin(v) : std::cos(v);
+  };
+  for (int64_t j = 0; j < feats; ++j)
+    for (int64_t y = 0; y < n; ++y)
+      for (int64_t x = 0; x < n; ++x) {
+        out[(j * n + y) * n + x] = value(y, j);            // pos_y: varies along rows
+        out[((feats + j) * n + y) * n + x] = value(x, j);  // pos_x: along columns
+      }
+}
+
+Expected<Sam3Neck> Sam3Neck::load(const WeightView& vision, Backend& backend, Precision precision,
+                                  int64_t grid) {
+  Sam3Neck m;
+  const WeightView convs = vision.sub("convs");
+  const TensorInfo* c1 = convs.info("2.conv_1x1.weight");
+  if (!c1) return not_found(convs.full_name("2.conv_1x1.weight") + ": missing");
+  if (c1->shape.size() != 4)
+    return invalid_input(convs.full_name("2.conv_1x1.weight") +
+                         ": expected [d, C, 1, 1], file has " + c1->shape_str());
+  m.cfg_.d_model = c1->shape[0];
+  m.cfg_.in_channels = c1->shape[1];
+  m.cfg_.grid = grid;
+  if (m.cfg_.in_channels % 4 != 0 || m.cfg_.d_model % 4 != 0 || grid < 1)
+    return invalid_input(convs.full_name("2.conv_1x1.weight") + ": channels " + c1->shape_str() +
+                         " (C and d must be multiples of 4), grid " + std::to_string(grid));
+  if (precision != Precision::F32 && precision != Precision::BF16)
+    return invalid_input(std::string("SAM3 neck: precision ") + precision_name(precision) +
+                         " is not supported (F32 or BF16)");
+  m.backend_ = &backend;
+  m.precision_ = precision;
+  m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;
+  FLICK_TRY(m.load_weights(vision));
+  m.plan();
+  return m;
+}
+
+Status Sam3Neck::load_weights(const WeightView& vision) {
+  const Sam3NeckConfig& c = cfg_;
+  const int64_t ch = c.in_channels, d = c.d_model;
+  const WeightView convs = vision.sub("convs");
+
+  // nn.ConvTranspose2d(in, out, 2, stride 2): weight [in, out, 2, 2] ->
+  // linear rows (o, dy, dx) over the input channels, bias repeated per tap.
+  auto conv_t = [&](const std::string& p, int64_t in, int64_t out) -> Expected<ConvT> {
+    FLICK_ASSIGN_OR_RETURN(Tensor w, convs.get(p + ".weight", kFloat, {in, out, 2, 2}));
+    FLICK_ASSIGN_OR_RETURN(Tensor b, convs.get(p + ".bias", kFloat, {out}));
+    std::vector<float> wf(static_cast<size_t>(w.numel())), bf(static_cast<size_t>(out));
+    convert(w.dtype, w.data, DType::F32, wf.data(), w.numel());
+    convert(b.dtype, b.data, DType::F32, bf.data(), out);
+    OwnedTensor& lw = owned_.emplace_back(DType::F32, Shape{4 * out, in});
+    OwnedTensor& lb = owned_.emplace_back(DType::F32, Shape{4 * out});
+    float* pw = lw.t.ptr<float>();
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t t = 0; t < 4; ++t)  // t = dy * 2 + dx
+          pw[(o * 4 + t) * in + i] = wf[static_cast<size_t>((i * out + o) * 4 + t)];
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t t = 0; t < 4; ++t) lb.t.ptr<float>()[o * 4 + t] = bf[static_cast<size_t>(o)];
+    ConvT r;
+    r.in = in;
+    r.out = out;
+    r.lin = backend_->pack_linear({lw.t, Tensor{}, lb.t, precision_});
+    return r;
+  };
+  auto conv = [&](const std::string& p, int64_t out, int64_t in,
+                  int64_t k) -> Expected<std::unique_ptr<PackedConv>> {
+    FLICK_ASSIGN_OR_RETURN(Tensor w, convs.get(p + ".weight", kFloat, {out, in, k, k}));
+    FLICK_ASSIGN_OR_RETURN(Tensor b, convs.get(p + ".bias", kFloat, {out}));
+    ConvDesc desc;
+    desc.w = w;
+    desc.bias = b;
+    desc.padding = {k / 2, k / 2, 0};
+    desc.precision = precision_;
+    return backend_->pack_conv(desc);
+  };
+
+  FLICK_ASSIGN_OR_RETURN(up4_0_, conv_t("0.dconv_2x2_0", ch, ch / 2));
+  FLICK_ASSIGN_OR_RETURN(up4_1_, conv_t("0.dconv_2x2_1", ch / 2, ch / 4));
+  FLICK_ASSIGN_OR_RETURN(up2_, conv_t("1.dconv_2x2", ch, ch / 2));
+  const int64_t level_in[Sam3NeckConfig::kLevels] = {ch / 4, ch / 2, ch};
+  for (int l = 0; l < Sam3NeckConfig::kLevels; ++l) {
+    const std::string p = std::to_string(l);
+    FLICK_ASSIGN_OR_RETURN(conv1x1_[static_cast<size_t>(l)],
+                           conv(p + ".conv_1x1", d, level_in[l], 1));
+    FLICK_ASSIGN_OR_RETURN(conv3x3_[static_cast<size_t>(l)], conv(p + ".conv_3x3", d, d, 3));
+  }
+  // The 0.5x level (max-pool, 1x1, 3x3) is computed and discarded by the
+  // reference (SAM3VLBackbone scalp=1): its tensors are known, not run.
+  for (const std::string& n : convs.sub("3").names()) convs.sub("3").mark_used(n);
+
+  for (int l = 0; l < Sam3NeckConfig::kLevels; ++l) {
+    const int64_t n = c.side(l);
+    OwnedTensor f32(DType::F32, Shape{1, d, n, n});
+    sam3_sine_position(d, n, f32.t.ptr<float>());
+    if (act_ == DType::F32) {
+      pos_.push_back(std::move(f32));
+    } else {
+      OwnedTensor& r = pos_.emplace_back(act_, Shape{1, d, n, n});
+      convert(DType::F32, f32.t.data, act_, r.t.data, f32.t.numel());
+    }
+  }
+  return ok_status();
+}
+
+void Sam3Neck::plan() {
+  const Sam3NeckConfig& c = cfg_;
+  const int64_t ch = c.in_channels, g = c.grid, d = c.d_model;
+  rows_ = arena_.request("neck.rows", act_, {std::max(g * g * ch, 4 * g * g * (ch / 2))});
+  // convT outputs before the scatter: g^2 x 4 (C/2) and (2g)^2 x 4 (C/4).
+  cols_ = arena_.request("neck.cols", act_, {4 * g * g * ch});
+  up_a_ = arena_.request("neck.up_a", act_, {1, ch / 2, 2 * g, 2 * g});
+  up_b_ = arena_.request("neck.up_b", act_, {1, ch / 4, 4 * g, 4 * g});
+  mid_ = arena_.request("neck.mid", act_, {d * 16 * g * g});
+  for (int l = 0; l < Sam3NeckConfig::kLevels; ++l)
+    out_[static_cast<size_t>(l)] =
+        arena_.request("neck.level" + std::to_string(l), act_, {1, d, c.side(l), c.side(l)});
+  arena_.finalize();
+}
+
+void Sam3Neck::conv_transpose(const Tensor& x, const ConvT& c, Tensor& y, Activation act) {
+  Backend& be = *backend_;
+  const int64_t h = x.dim(2), hw = h * h;
+  Tensor rows = arena_.get(rows_).slice(0, 0, hw * c.in).reshape({hw, c.in});  // [h*h, in]
+  be.copy(x.reshape({c.in, hw}).permute({1, 0}), rows);
+  Tensor cols = arena_.get(cols_).slice(0, 0, hw * 4 * c.out).reshape({hw, 4 * c.out});
+  be.linear(rows, *c.lin, cols, act);  // [h*h, (o, dy, dx)]
+  // y[o, 2 y0 + dy, 2 x0 + dx] = cols[y0, x0, o, dy, dx]
+  Tensor scatter = y.reshape({c.out, h, 2, h, 2}).permute({1, 3, 0, 2, 4});
+  be.copy(cols.reshape({h, h, c.out, 2, 2}), scatter);
+}
+
+Expected<std::array<Tensor, Sam3NeckConfig::kLevels>> Sam3Neck::forward(const Tensor& x,
+                                                                        const Tap& tap) {
+  const Sam3NeckConfig& c = cfg_;
+  const Shape want{1, c.in_channels, c.grid, c.grid};
+  if (x.shape != want || (x.dtype != DType::F32 && x.dtype != DType::BF16))
+    return invalid_input("SAM3 neck: expected F32 or BF16 features " + want.str() + ", got " +
+                         x.str());
+  Backend& be = *backend_;
+  const int64_t d = c.d_model;
+  std::array<Tensor, Sam3NeckConfig::kLevels> out;
+  for (int l = 0; l < Sam3NeckConfig::kLevels; ++l) {
+    const int64_t n = c.side(l);
+    Tensor in = x;
+    if (l == 0) {                    // convT, GELU, convT
+      Tensor a = arena_.get(up_a_);  // [1, C/2, 2g, 2g]
+      conv_transpose(x, up4_0_, a, Activation::GeluErf);
+      Tensor b = arena_.get(up_b_);  // [1, C/4, 4g, 4g]
+      conv_transpose(a, up4_1_, b, Activation::None);
+      in = b;
+    } else if (l == 1) {
+      Tensor a = arena_.get(up_a_);  // [1, C/2, 2g, 2g]
+      conv_transpose(x, up2_, a, Activation::None);
+      in = a;
+    }
+    Tensor mid = arena_.get(mid_).slice(0, 0, d * n * n).reshape({1, d, n, n});
+    be.conv(in, *conv1x1_[static_cast<size_t>(l)], mid, Activation::None);
+    Tensor y = arena_.get(out_[static_cast<size_t>(l)]);  // [1, d, n, n]
+    be.conv(mid, *conv3x3_[static_cast<size_t>(l)], y, Activation::None);
+    if (tap) tap("level" + std::to_string(l), y);
+    out[static_cast<size_t>(l)] = y;
+  }
+  return out;
+}
+
+}  // namespace flick

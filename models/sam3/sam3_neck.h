@@ -1,0 +1,95 @@
+// The SAM3 dual ViTDet neck (sam3/model/necks.py Sam3DualViTDetNeck, SAM3
+// half) and its DETR sine position encoding (position_encoding.py
+// PositionEmbeddingSine, num_pos_feats = d_model, normalize, T = 1e4), as the
+// image path uses them (SAM3VLBackbone scalp=1: the 0.5x level is dropped):
+//
+//   x: [1, C, g, g] (C = 1024, g = 72)
+//   level 0 (4x):  convT2x2 C->C/2, GELU, convT2x2 C/2->C/4, conv1x1 ->d, conv3x3   // [1, d, 4g,
+//   4g] level 1 (2x):  convT2x2 C->C/2, conv1x1 ->d, conv3x3                             // [1, d,
+//   2g, 2g] level 2 (1x):  conv1x1 C->d, conv3x3                                             // [1,
+//   d, g, g] pos(level):    [pos_y(d/2); pos_x(d/2)], pos_a[2j] = sin(a / T^(2j/(d/2))),
+//                  pos_a[2j+1] = cos(same), a = (i+1) / (n + 1e-6) * 2 pi          // [1, d, n, n]
+//
+// A 2x2 stride-2 transposed conv has no overlapping taps, so it runs as one
+// linear layer per input pixel ([g*g, C] @ [C, 4 C']) scattered into the
+// 2x-upsampled map. The position encodings are constants, computed at load.
+// The 0.5x level's weights are recognised and skipped (scalp=1).
+//
+// Precision F32 or BF16 (weights and stored activations rounded to bf16,
+// fp32 accumulation; the position encodings are rounded to bf16 as the
+// reference's `.to(sam3_x_out.dtype)` does).
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "runtime/arena.h"
+#include "runtime/backend.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+#include "runtime/weights/weight_store.h"
+
+namespace flick {
+
+struct Sam3NeckConfig {
+  int64_t in_channels = 0;           // C: 1024 (the student head's output)
+  int64_t d_model = 0;               // d: 256
+  int64_t grid = 0;                  // g: 72 (not in any shape; given at load)
+  static constexpr int kLevels = 3;  // 4x, 2x, 1x (scalp=1 drops 0.5x)
+
+  int64_t side(int level) const { return grid * (int64_t{4} >> level); }
+};
+
+// The DETR sine encoding of an n x n map, [d, n, n] F32 (d = 2 * feats per axis).
+void sam3_sine_position(int64_t d, int64_t n, float* out);
+
+class Sam3Neck {
+ public:
+  using Tap = std::function<void(std::string_view name, const Tensor& t)>;
+
+  // `vision` is the neck's prefix ("...backbone.vision_backbone."; the
+  // levels are under "convs.").
+  static Expected<Sam3Neck> load(const WeightView& vision, Backend& backend, Precision precision,
+                                 int64_t grid = 72);
+
+  const Sam3NeckConfig& config() const { return cfg_; }
+  DType activation_dtype() const { return act_; }
+  // The constant position encoding of a level, [1, d, n, n] in activation_dtype().
+  const Tensor& position(int level) const { return pos_[static_cast<size_t>(level)].t; }
+
+  // x: [1, C, g, g] F32 or BF16. Returns the three levels, views into the
+  // component's arena valid until the next forward(). Taps "level{i}".
+  Expected<std::array<Tensor, Sam3NeckConfig::kLevels>> forward(const Tensor& x,
+                                                                const Tap& tap = {});
+
+ private:
+  struct ConvT {  // a 2x2 stride-2 ConvTranspose2d as a linear layer
+    int64_t in = 0, out = 0;
+    std::unique_ptr<PackedLinear> lin;  // [4 out, in], rows (o, dy, dx)
+  };
+
+  Sam3Neck() = default;
+  Status load_weights(const WeightView& vision);
+  void plan();
+  // y[1, out, 2h, 2h] = convT(x[1, in, h, h]) with `act` fused.
+  void conv_transpose(const Tensor& x, const ConvT& c, Tensor& y, Activation act);
+
+  Sam3NeckConfig cfg_;
+  Backend* backend_ = nullptr;
+  Precision precision_ = Precision::F32;
+  DType act_ = DType::F32;
+
+  std::vector<OwnedTensor> owned_;
+  std::vector<OwnedTensor> pos_;  // per level
+  ConvT up4_0_, up4_1_, up2_;
+  std::array<std::unique_ptr<PackedConv>, Sam3NeckConfig::kLevels> conv1x1_, conv3x3_;
+
+  Arena arena_;
+  Arena::BufferId rows_ = -1, cols_ = -1, up_a_ = -1, up_b_ = -1, mid_ = -1;
+  std::array<Arena::BufferId, Sam3NeckConfig::kLevels> out_{-1, -1, -1};
+};
+
+}  // namespace flick

@@ -1,0 +1,202 @@
+#include "models/sam3/seg_head.h"
+
+#include <string>
+#include <utility>
+
+#include "runtime/dtype.h"
+
+namespace flick {
+namespace {
+
+const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
+
+}  // namespace
+
+Expected<SegHead> SegHead::load(const WeightView& head, Backend& backend, Precision precision,
+                                int64_t grid, int64_t queries, int64_t max_prompt, int64_t heads) {
+  SegHead m;
+  SegHeadConfig& c = m.cfg_;
+  const TensorInfo* inst = head.info("instance_seg_head.weight");
+  if (!inst || inst->shape.size() != 4)
+    return not_found(head.full_name("instance_seg_head.weight") + ": missing or not 4-d");
+  c.d_model = inst->shape[1];
+  c.heads = heads;
+  c.grid = grid;
+  c.queries = queries;
+  c.max_prompt = max_prompt;
+  if (heads < 1 || c.d_model % heads != 0 || c.d_model % c.groups != 0 || grid < 1 || queries < 1 ||
+      max_prompt < 1)
+    return invalid_input("SAM3 mask head: width " + std::to_string(c.d_model) + ", " +
+                         std::to_string(heads) + " heads, grid " + std::to_string(grid) +
+                         ", queries " + std::to_string(queries) + " do not fit");
+  if (precision != Precision::F32 && precision != Precision::BF16)
+    return invalid_input(std::string("SAM3 mask head: precision ") + precision_name(precision) +
+                         " is not supported (F32 or BF16)");
+  m.backend_ = &backend;
+  m.precision_ = precision;
+  m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;
+  FLICK_TRY(m.load_weights(head));
+  m.plan();
+  return m;
+}
+
+Status SegHead::load_weights(const WeightView& head) {
+  const SegHeadConfig& c = cfg_;
+  const int64_t d = c.d_model;
+  auto param = [&](const std::string& name, Shape shape) -> Expected<Tensor> {
+    FLICK_ASSIGN_OR_RETURN(Tensor t, head.get(name, kFloat, shape));
+    if (t.dtype == act_) return t;
+    OwnedTensor& o = owned_.emplace_back(act_, t.shape);
+    convert(t.dtype, t.data, act_, o.t.data, t.numel());
+    return o.t;
+  };
+  auto pack = [&](const Tensor& w, const Tensor& b) {
+    return backend_->pack_linear({w, Tensor{}, b, precision_});
+  };
+  auto conv = [&](const std::string& p, int64_t k) -> Expected<std::unique_ptr<PackedConv>> {
+    FLICK_ASSIGN_OR_RETURN(Tensor w, head.get(p + ".weight", kFloat, {d, d, k, k}));
+    FLICK_ASSIGN_OR_RETURN(Tensor b, head.get(p + ".bias", kFloat, {d}));
+    ConvDesc desc;
+    desc.w = w;
+    desc.bias = b;
+    desc.padding = {k / 2, k / 2, 0};
+    desc.precision = precision_;
+    return backend_->pack_conv(desc);
+  };
+
+  FLICK_ASSIGN_OR_RETURN(ln_w_, param("cross_attn_norm.weight", {d}));
+  FLICK_ASSIGN_OR_RETURN(ln_b_, param("cross_attn_norm.bias", {d}));
+  FLICK_ASSIGN_OR_RETURN(Tensor w,
+                         head.get("cross_attend_prompt.in_proj_weight", kFloat, {3 * d, d}));
+  FLICK_ASSIGN_OR_RETURN(Tensor b, head.get("cross_attend_prompt.in_proj_bias", kFloat, {3 * d}));
+  ca_q_ = pack(w.slice(0, 0, d), b.slice(0, 0, d));
+  ca_kv_ = pack(w.slice(0, d, 2 * d), b.slice(0, d, 2 * d));
+  FLICK_ASSIGN_OR_RETURN(Tensor ow,
+                         head.get("cross_attend_prompt.out_proj.weight", kFloat, {d, d}));
+  FLICK_ASSIGN_OR_RETURN(Tensor ob, head.get("cross_attend_prompt.out_proj.bias", kFloat, {d}));
+  ca_out_ = pack(ow, ob);
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = std::to_string(i);
+    FLICK_ASSIGN_OR_RETURN(conv_[static_cast<size_t>(i)],
+                           conv("pixel_decoder.conv_layers." + n, 3));
+    FLICK_ASSIGN_OR_RETURN(gn_w_[static_cast<size_t>(i)],
+                           param("pixel_decoder.norms." + n + ".weight", {d}));
+    FLICK_ASSIGN_OR_RETURN(gn_b_[static_cast<size_t>(i)],
+                           param("pixel_decoder.norms." + n + ".bias", {d}));
+  }
+  // Built, never run: the third pixel-decoder stage (scalp=1 leaves two finer
+  // levels) and the semantic head (its output is unused by the image path).
+  for (const char* n : {"pixel_decoder.conv_layers.2.weight", "pixel_decoder.conv_layers.2.bias",
+                        "pixel_decoder.norms.2.weight", "pixel_decoder.norms.2.bias",
+                        "semantic_seg_head.weight", "semantic_seg_head.bias"})
+    head.mark_used(n);
+  FLICK_ASSIGN_OR_RETURN(instance_, conv("instance_seg_head", 1));
+  for (int i = 0; i < 3; ++i) {
+    const std::string p = "mask_predictor.mask_embed.layers." + std::to_string(i);
+    FLICK_ASSIGN_OR_RETURN(Tensor lw, head.get(p + ".weight", kFloat, {d, d}));
+    FLICK_ASSIGN_OR_RETURN(Tensor lb, head.get(p + ".bias", kFloat, {d}));
+    mask_embed_.push_back(pack(lw, lb));
+  }
+  return ok_status();
+}
+
+void SegHead::plan() {
+  const SegHeadConfig& c = cfg_;
+  const int64_t d = c.d_model, g = c.grid, t = g * g, p = c.max_prompt, q = c.queries;
+  mem_ = arena_.request("seg.mem", act_, {t, d});
+  h_ = arena_.request("seg.h", act_, {t, d});
+  q_ = arena_.request("seg.q", act_, {t, d});
+  kv_ = arena_.request("seg.prompt_kv", act_, {p, 2 * d});
+  attn_ = arena_.request("seg.attn", act_, {t, d});
+  o_ = arena_.request("seg.o", act_, {t, d});
+  prompt_ = arena_.request("seg.prompt", act_, {p, d});
+  valid_ = arena_.request("seg.prompt_valid", DType::U8, {1, p});
+  img_ = arena_.request("seg.image", act_, {1, d, g, g});
+  up1_ = arena_.request("seg.up1", act_, {1, d, 2 * g, 2 * g});
+  p1_ = arena_.request("seg.p1", act_, {1, d, 2 * g, 2 * g});
+  up0_ = arena_.request("seg.up0", act_, {1, d, 4 * g, 4 * g});
+  p0_ = arena_.request("seg.p0", act_, {1, d, 4 * g, 4 * g});
+  inst_ = arena_.request("seg.instance", act_, {1, d, 4 * g, 4 * g});
+  qa_ = arena_.request("seg.mask_embed_a", act_, {q, d});
+  qb_ = arena_.request("seg.mask_embed_b", act_, {q, d});
+  emb_ = arena_.request("seg.mask_embed", act_, {q, d});
+  masks_ = arena_.request("seg.masks", act_, {1, q, 4 * g, 4 * g});
+  arena_.finalize();
+}
+
+Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, const Tensor& memory,
+                                  const Tensor& prompt, const Tensor& prompt_valid,
+                                  const Tensor& hs_last) {
+  const SegHeadConfig& c = cfg_;
+  const int64_t d = c.d_model, g = c.grid, t = g * g, nh = c.heads, hd = d / nh, nq = c.queries;
+  auto is_float = [](const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; };
+  if (level0.shape != Shape{1, d, 4 * g, 4 * g} || level1.shape != Shape{1, d, 2 * g, 2 * g} ||
+      memory.shape != Shape{1, t, d} || hs_last.shape != Shape{nq, d} || !is_float(level0) ||
+      !is_float(level1) || !is_float(memory) || !is_float(hs_last))
+    return invalid_input(
+        "SAM3 mask head: expected levels [1, d, 4g, 4g] / [1, d, 2g, 2g], memory [1, " +
+        std::to_string(t) + ", " + std::to_string(d) + "], hs [" + std::to_string(nq) + ", " +
+        std::to_string(d) + "]; got " + level0.str() + ", " + level1.str() + ", " + memory.str() +
+        ", " + hs_last.str());
+  const int64_t np = prompt.ndim() == 2 ? prompt.dim(0) : 0;
+  if (prompt.ndim() != 2 || prompt.dim(1) != d || np < 1 || np > c.max_prompt ||
+      !is_float(prompt) || prompt_valid.dtype != DType::U8 || prompt_valid.shape != Shape{np})
+    return invalid_input("SAM3 mask head: expected a prompt [P <= " + std::to_string(c.max_prompt) +
+                         ", " + std::to_string(d) + "] and U8 validity [P], got " + prompt.str() +
+                         " and " + prompt_valid.str());
+  Backend& be = *backend_;
+
+  // ---- prompt-conditioned memory: mem + CA(LN mem, prompt) ----
+  Tensor mem = arena_.get(mem_), h = arena_.get(h_), q = arena_.get(q_), attn = arena_.get(attn_),
+         o = arena_.get(o_);
+  be.copy(memory.reshape({t, d}), mem);
+  Tensor pr = arena_.get(prompt_).slice(0, 0, np);
+  be.copy(prompt, pr);
+  Tensor valid = arena_.get(valid_).slice(1, 0, np);
+  be.copy(prompt_valid.reshape({1, np}), valid);
+  Tensor kv = arena_.get(kv_).slice(0, 0, np);
+  be.layer_norm(mem, ln_w_, ln_b_, c.eps, h);
+  be.linear(h, *ca_q_, q, Activation::None);
+  be.linear(pr, *ca_kv_, kv, Activation::None);
+  const Tensor kv5 = kv.reshape({1, np, 2, nh, hd});
+  AttentionParams params;
+  params.key_padding = valid;
+  Tensor attn4 = attn.reshape({1, t, nh, hd});
+  be.attention(q.reshape({1, t, nh, hd}), kv5.select(2, 0), kv5.select(2, 1), attn4, params);
+  be.linear(attn, *ca_out_, o, Activation::None);
+  be.add(mem, o, mem);
+
+  // ---- pixel decoder: [T, d] -> [1, d, g, g], two nearest-up + add stages ----
+  Tensor img = arena_.get(img_);
+  Tensor img_t = img.reshape({d, t});
+  be.copy(mem.permute({1, 0}), img_t);
+  const Tensor* levels[2] = {&level1, &level0};
+  const Arena::BufferId ups[2] = {up1_, up0_}, outs[2] = {p1_, p0_};
+  Tensor prev = img;
+  for (int i = 0; i < 2; ++i) {
+    Tensor up = arena_.get(ups[i]);
+    be.upsample_nearest(prev, up);
+    be.add(*levels[i], up, up);
+    Tensor y = arena_.get(outs[i]);
+    be.conv(up, *conv_[static_cast<size_t>(i)], y, Activation::None);
+    // relu(GroupNorm(8)): the norm writes back into `up` (free again).
+    be.group_norm(y, c.groups, gn_w_[static_cast<size_t>(i)], gn_b_[static_cast<size_t>(i)], c.eps,
+                  up);
+    be.activation(up, up, Activation::Relu);
+    prev = up;
+  }
+
+  // ---- instance embedding and per-query masks ----
+  Tensor inst = arena_.get(inst_);  // [1, d, 4g, 4g]
+  be.conv(prev, *instance_, inst, Activation::None);
+  Tensor a = arena_.get(qa_), b = arena_.get(qb_), emb = arena_.get(emb_);
+  be.linear(hs_last, *mask_embed_[0], a, Activation::Relu);
+  be.linear(a, *mask_embed_[1], b, Activation::Relu);
+  be.linear(b, *mask_embed_[2], emb, Activation::None);
+  Tensor masks = arena_.get(masks_);  // [1, Q, 4g, 4g]
+  Tensor masks3 = masks.reshape({1, nq, 16 * t});
+  be.matmul(emb.reshape({1, nq, d}), inst.reshape({1, d, 16 * t}), masks3);
+  return masks;
+}
+
+}  // namespace flick
