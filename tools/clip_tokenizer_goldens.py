@@ -123,6 +123,13 @@ def texts() -> list:
         "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch",
         "the the the the the", "eeeeeeeeeeeeeeeeeeeee", "lllllll", "1111111111111111",
         "!!!!!!!!!!!!!!!!!!!!!!!!!", "\u4e00" * 40, "\U0001f600" * 12,
+        # Unicode spaces: the split regex's \s (Python regex vs PCRE2).
+        "a\u1680b", "a\u180eb", "a\u2007b\u202fc\u205fd", "a\u2000\u200ab", "x\x0cy",
+        "\u00a0\u00a0", "a\u3000\u3000b", "line1\nline2 &amp;\nline3 < &amp;\nline4 &amp;",
+        "&amp;amp;\r\n&lt;", "\uff06amp;", "&\uff41mp;", "\u2018\u2018nested\u2019\u2019",
+        "ﬁ&amp;ﬂ", "A\u0308\u0301", "\u1e9b\u0323", "\u0345", "\u1f88", "\u0149N",
+        "K\u212a", "\u01c5\u01c8\u01cb\u01f2", "\u10a0\u2c00", "\u0587", "\ufb13",
+        "\U0001d400\U0001d41a", "\U00010400", "\u2126\u212b\u212a",
     ]
     words = ["segment", "the", "small", "blue", "ball", "next", "to", "a", "striped",
              "umbrella", "on", "beach", "player's", "jersey", "number", "23"]

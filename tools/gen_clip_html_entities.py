@@ -18,7 +18,7 @@ def c_str(s: str) -> str:
         if 0x20 <= b < 0x7F and chr(b) not in '"\\?':
             out.append(chr(b))
         else:
-            out.append("\\x%02x\"\"" % b)
+            out.append("\\%03o" % b)  # three octal digits: never eats the next char
     return '"' + "".join(out) + '"'
 
 

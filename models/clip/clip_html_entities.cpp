@@ -6,17495 +6,3618 @@ namespace flick::clip::detail {
 
 // html.entities.html5, sorted by name (without the '&').
 const HtmlEntity kHtml5Entities[] = {
-    {"AElig",
-     "\xc3"
-     "\x86"
-     ""},
-    {"AElig;",
-     "\xc3"
-     "\x86"
-     ""},
+    {"AElig", "\303\206"},
+    {"AElig;", "\303\206"},
     {"AMP", "&"},
     {"AMP;", "&"},
-    {"Aacute",
-     "\xc3"
-     "\x81"
-     ""},
-    {"Aacute;",
-     "\xc3"
-     "\x81"
-     ""},
-    {"Abreve;",
-     "\xc4"
-     "\x82"
-     ""},
-    {"Acirc",
-     "\xc3"
-     "\x82"
-     ""},
-    {"Acirc;",
-     "\xc3"
-     "\x82"
-     ""},
-    {"Acy;",
-     "\xd0"
-     "\x90"
-     ""},
-    {"Afr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x84"
-     ""},
-    {"Agrave",
-     "\xc3"
-     "\x80"
-     ""},
-    {"Agrave;",
-     "\xc3"
-     "\x80"
-     ""},
-    {"Alpha;",
-     "\xce"
-     "\x91"
-     ""},
-    {"Amacr;",
-     "\xc4"
-     "\x80"
-     ""},
-    {"And;",
-     "\xe2"
-     "\xa9"
-     "\x93"
-     ""},
-    {"Aogon;",
-     "\xc4"
-     "\x84"
-     ""},
-    {"Aopf;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb8"
-     ""},
-    {"ApplyFunction;",
-     "\xe2"
-     "\x81"
-     "\xa1"
-     ""},
-    {"Aring",
-     "\xc3"
-     "\x85"
-     ""},
-    {"Aring;",
-     "\xc3"
-     "\x85"
-     ""},
-    {"Ascr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\x9c"
-     ""},
-    {"Assign;",
-     "\xe2"
-     "\x89"
-     "\x94"
-     ""},
-    {"Atilde",
-     "\xc3"
-     "\x83"
-     ""},
-    {"Atilde;",
-     "\xc3"
-     "\x83"
-     ""},
-    {"Auml",
-     "\xc3"
-     "\x84"
-     ""},
-    {"Auml;",
-     "\xc3"
-     "\x84"
-     ""},
-    {"Backslash;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"Barv;",
-     "\xe2"
-     "\xab"
-     "\xa7"
-     ""},
-    {"Barwed;",
-     "\xe2"
-     "\x8c"
-     "\x86"
-     ""},
-    {"Bcy;",
-     "\xd0"
-     "\x91"
-     ""},
-    {"Because;",
-     "\xe2"
-     "\x88"
-     "\xb5"
-     ""},
-    {"Bernoullis;",
-     "\xe2"
-     "\x84"
-     "\xac"
-     ""},
-    {"Beta;",
-     "\xce"
-     "\x92"
-     ""},
-    {"Bfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x85"
-     ""},
-    {"Bopf;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb9"
-     ""},
-    {"Breve;",
-     "\xcb"
-     "\x98"
-     ""},
-    {"Bscr;",
-     "\xe2"
-     "\x84"
-     "\xac"
-     ""},
-    {"Bumpeq;",
-     "\xe2"
-     "\x89"
-     "\x8e"
-     ""},
-    {"CHcy;",
-     "\xd0"
-     "\xa7"
-     ""},
-    {"COPY",
-     "\xc2"
-     "\xa9"
-     ""},
-    {"COPY;",
-     "\xc2"
-     "\xa9"
-     ""},
-    {"Cacute;",
-     "\xc4"
-     "\x86"
-     ""},
-    {"Cap;",
-     "\xe2"
-     "\x8b"
-     "\x92"
-     ""},
-    {"CapitalDifferentialD;",
-     "\xe2"
-     "\x85"
-     "\x85"
-     ""},
-    {"Cayleys;",
-     "\xe2"
-     "\x84"
-     "\xad"
-     ""},
-    {"Ccaron;",
-     "\xc4"
-     "\x8c"
-     ""},
-    {"Ccedil",
-     "\xc3"
-     "\x87"
-     ""},
-    {"Ccedil;",
-     "\xc3"
-     "\x87"
-     ""},
-    {"Ccirc;",
-     "\xc4"
-     "\x88"
-     ""},
-    {"Cconint;",
-     "\xe2"
-     "\x88"
-     "\xb0"
-     ""},
-    {"Cdot;",
-     "\xc4"
-     "\x8a"
-     ""},
-    {"Cedilla;",
-     "\xc2"
-     "\xb8"
-     ""},
-    {"CenterDot;",
-     "\xc2"
-     "\xb7"
-     ""},
-    {"Cfr;",
-     "\xe2"
-     "\x84"
-     "\xad"
-     ""},
-    {"Chi;",
-     "\xce"
-     "\xa7"
-     ""},
-    {"CircleDot;",
-     "\xe2"
-     "\x8a"
-     "\x99"
-     ""},
-    {"CircleMinus;",
-     "\xe2"
-     "\x8a"
-     "\x96"
-     ""},
-    {"CirclePlus;",
-     "\xe2"
-     "\x8a"
-     "\x95"
-     ""},
-    {"CircleTimes;",
-     "\xe2"
-     "\x8a"
-     "\x97"
-     ""},
-    {"ClockwiseContourIntegral;",
-     "\xe2"
-     "\x88"
-     "\xb2"
-     ""},
-    {"CloseCurlyDoubleQuote;",
-     "\xe2"
-     "\x80"
-     "\x9d"
-     ""},
-    {"CloseCurlyQuote;",
-     "\xe2"
-     "\x80"
-     "\x99"
-     ""},
-    {"Colon;",
-     "\xe2"
-     "\x88"
-     "\xb7"
-     ""},
-    {"Colone;",
-     "\xe2"
-     "\xa9"
-     "\xb4"
-     ""},
-    {"Congruent;",
-     "\xe2"
-     "\x89"
-     "\xa1"
-     ""},
-    {"Conint;",
-     "\xe2"
-     "\x88"
-     "\xaf"
-     ""},
-    {"ContourIntegral;",
-     "\xe2"
-     "\x88"
-     "\xae"
-     ""},
-    {"Copf;",
-     "\xe2"
-     "\x84"
-     "\x82"
-     ""},
-    {"Coproduct;",
-     "\xe2"
-     "\x88"
-     "\x90"
-     ""},
-    {"CounterClockwiseContourIntegral;",
-     "\xe2"
-     "\x88"
-     "\xb3"
-     ""},
-    {"Cross;",
-     "\xe2"
-     "\xa8"
-     "\xaf"
-     ""},
-    {"Cscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\x9e"
-     ""},
-    {"Cup;",
-     "\xe2"
-     "\x8b"
-     "\x93"
-     ""},
-    {"CupCap;",
-     "\xe2"
-     "\x89"
-     "\x8d"
-     ""},
-    {"DD;",
-     "\xe2"
-     "\x85"
-     "\x85"
-     ""},
-    {"DDotrahd;",
-     "\xe2"
-     "\xa4"
-     "\x91"
-     ""},
-    {"DJcy;",
-     "\xd0"
-     "\x82"
-     ""},
-    {"DScy;",
-     "\xd0"
-     "\x85"
-     ""},
-    {"DZcy;",
-     "\xd0"
-     "\x8f"
-     ""},
-    {"Dagger;",
-     "\xe2"
-     "\x80"
-     "\xa1"
-     ""},
-    {"Darr;",
-     "\xe2"
-     "\x86"
-     "\xa1"
-     ""},
-    {"Dashv;",
-     "\xe2"
-     "\xab"
-     "\xa4"
-     ""},
-    {"Dcaron;",
-     "\xc4"
-     "\x8e"
-     ""},
-    {"Dcy;",
-     "\xd0"
-     "\x94"
-     ""},
-    {"Del;",
-     "\xe2"
-     "\x88"
-     "\x87"
-     ""},
-    {"Delta;",
-     "\xce"
-     "\x94"
-     ""},
-    {"Dfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x87"
-     ""},
-    {"DiacriticalAcute;",
-     "\xc2"
-     "\xb4"
-     ""},
-    {"DiacriticalDot;",
-     "\xcb"
-     "\x99"
-     ""},
-    {"DiacriticalDoubleAcute;",
-     "\xcb"
-     "\x9d"
-     ""},
+    {"Aacute", "\303\201"},
+    {"Aacute;", "\303\201"},
+    {"Abreve;", "\304\202"},
+    {"Acirc", "\303\202"},
+    {"Acirc;", "\303\202"},
+    {"Acy;", "\320\220"},
+    {"Afr;", "\360\235\224\204"},
+    {"Agrave", "\303\200"},
+    {"Agrave;", "\303\200"},
+    {"Alpha;", "\316\221"},
+    {"Amacr;", "\304\200"},
+    {"And;", "\342\251\223"},
+    {"Aogon;", "\304\204"},
+    {"Aopf;", "\360\235\224\270"},
+    {"ApplyFunction;", "\342\201\241"},
+    {"Aring", "\303\205"},
+    {"Aring;", "\303\205"},
+    {"Ascr;", "\360\235\222\234"},
+    {"Assign;", "\342\211\224"},
+    {"Atilde", "\303\203"},
+    {"Atilde;", "\303\203"},
+    {"Auml", "\303\204"},
+    {"Auml;", "\303\204"},
+    {"Backslash;", "\342\210\226"},
+    {"Barv;", "\342\253\247"},
+    {"Barwed;", "\342\214\206"},
+    {"Bcy;", "\320\221"},
+    {"Because;", "\342\210\265"},
+    {"Bernoullis;", "\342\204\254"},
+    {"Beta;", "\316\222"},
+    {"Bfr;", "\360\235\224\205"},
+    {"Bopf;", "\360\235\224\271"},
+    {"Breve;", "\313\230"},
+    {"Bscr;", "\342\204\254"},
+    {"Bumpeq;", "\342\211\216"},
+    {"CHcy;", "\320\247"},
+    {"COPY", "\302\251"},
+    {"COPY;", "\302\251"},
+    {"Cacute;", "\304\206"},
+    {"Cap;", "\342\213\222"},
+    {"CapitalDifferentialD;", "\342\205\205"},
+    {"Cayleys;", "\342\204\255"},
+    {"Ccaron;", "\304\214"},
+    {"Ccedil", "\303\207"},
+    {"Ccedil;", "\303\207"},
+    {"Ccirc;", "\304\210"},
+    {"Cconint;", "\342\210\260"},
+    {"Cdot;", "\304\212"},
+    {"Cedilla;", "\302\270"},
+    {"CenterDot;", "\302\267"},
+    {"Cfr;", "\342\204\255"},
+    {"Chi;", "\316\247"},
+    {"CircleDot;", "\342\212\231"},
+    {"CircleMinus;", "\342\212\226"},
+    {"CirclePlus;", "\342\212\225"},
+    {"CircleTimes;", "\342\212\227"},
+    {"ClockwiseContourIntegral;", "\342\210\262"},
+    {"CloseCurlyDoubleQuote;", "\342\200\235"},
+    {"CloseCurlyQuote;", "\342\200\231"},
+    {"Colon;", "\342\210\267"},
+    {"Colone;", "\342\251\264"},
+    {"Congruent;", "\342\211\241"},
+    {"Conint;", "\342\210\257"},
+    {"ContourIntegral;", "\342\210\256"},
+    {"Copf;", "\342\204\202"},
+    {"Coproduct;", "\342\210\220"},
+    {"CounterClockwiseContourIntegral;", "\342\210\263"},
+    {"Cross;", "\342\250\257"},
+    {"Cscr;", "\360\235\222\236"},
+    {"Cup;", "\342\213\223"},
+    {"CupCap;", "\342\211\215"},
+    {"DD;", "\342\205\205"},
+    {"DDotrahd;", "\342\244\221"},
+    {"DJcy;", "\320\202"},
+    {"DScy;", "\320\205"},
+    {"DZcy;", "\320\217"},
+    {"Dagger;", "\342\200\241"},
+    {"Darr;", "\342\206\241"},
+    {"Dashv;", "\342\253\244"},
+    {"Dcaron;", "\304\216"},
+    {"Dcy;", "\320\224"},
+    {"Del;", "\342\210\207"},
+    {"Delta;", "\316\224"},
+    {"Dfr;", "\360\235\224\207"},
+    {"DiacriticalAcute;", "\302\264"},
+    {"DiacriticalDot;", "\313\231"},
+    {"DiacriticalDoubleAcute;", "\313\235"},
     {"DiacriticalGrave;", "`"},
-    {"DiacriticalTilde;",
-     "\xcb"
-     "\x9c"
-     ""},
-    {"Diamond;",
-     "\xe2"
-     "\x8b"
-     "\x84"
-     ""},
-    {"DifferentialD;",
-     "\xe2"
-     "\x85"
-     "\x86"
-     ""},
-    {"Dopf;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xbb"
-     ""},
-    {"Dot;",
-     "\xc2"
-     "\xa8"
-     ""},
-    {"DotDot;",
-     "\xe2"
-     "\x83"
-     "\x9c"
-     ""},
-    {"DotEqual;",
-     "\xe2"
-     "\x89"
-     "\x90"
-     ""},
-    {"DoubleContourIntegral;",
-     "\xe2"
-     "\x88"
-     "\xaf"
-     ""},
-    {"DoubleDot;",
-     "\xc2"
-     "\xa8"
-     ""},
-    {"DoubleDownArrow;",
-     "\xe2"
-     "\x87"
-     "\x93"
-     ""},
-    {"DoubleLeftArrow;",
-     "\xe2"
-     "\x87"
-     "\x90"
-     ""},
-    {"DoubleLeftRightArrow;",
-     "\xe2"
-     "\x87"
-     "\x94"
-     ""},
-    {"DoubleLeftTee;",
-     "\xe2"
-     "\xab"
-     "\xa4"
-     ""},
-    {"DoubleLongLeftArrow;",
-     "\xe2"
-     "\x9f"
-     "\xb8"
-     ""},
-    {"DoubleLongLeftRightArrow;",
-     "\xe2"
-     "\x9f"
-     "\xba"
-     ""},
-    {"DoubleLongRightArrow;",
-     "\xe2"
-     "\x9f"
-     "\xb9"
-     ""},
-    {"DoubleRightArrow;",
-     "\xe2"
-     "\x87"
-     "\x92"
-     ""},
-    {"DoubleRightTee;",
-     "\xe2"
-     "\x8a"
-     "\xa8"
-     ""},
-    {"DoubleUpArrow;",
-     "\xe2"
-     "\x87"
-     "\x91"
-     ""},
-    {"DoubleUpDownArrow;",
-     "\xe2"
-     "\x87"
-     "\x95"
-     ""},
-    {"DoubleVerticalBar;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"DownArrow;",
-     "\xe2"
-     "\x86"
-     "\x93"
-     ""},
-    {"DownArrowBar;",
-     "\xe2"
-     "\xa4"
-     "\x93"
-     ""},
-    {"DownArrowUpArrow;",
-     "\xe2"
-     "\x87"
-     "\xb5"
-     ""},
-    {"DownBreve;",
-     "\xcc"
-     "\x91"
-     ""},
-    {"DownLeftRightVector;",
-     "\xe2"
-     "\xa5"
-     "\x90"
-     ""},
-    {"DownLeftTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\x9e"
-     ""},
-    {"DownLeftVector;",
-     "\xe2"
-     "\x86"
-     "\xbd"
-     ""},
-    {"DownLeftVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x96"
-     ""},
-    {"DownRightTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\x9f"
-     ""},
-    {"DownRightVector;",
-     "\xe2"
-     "\x87"
-     "\x81"
-     ""},
-    {"DownRightVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x97"
-     ""},
-    {"DownTee;",
-     "\xe2"
-     "\x8a"
-     "\xa4"
-     ""},
-    {"DownTeeArrow;",
-     "\xe2"
-     "\x86"
-     "\xa7"
-     ""},
-    {"Downarrow;",
-     "\xe2"
-     "\x87"
-     "\x93"
-     ""},
-    {"Dscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\x9f"
-     ""},
-    {"Dstrok;",
-     "\xc4"
-     "\x90"
-     ""},
-    {"ENG;",
-     "\xc5"
-     "\x8a"
-     ""},
-    {"ETH",
-     "\xc3"
-     "\x90"
-     ""},
-    {"ETH;",
-     "\xc3"
-     "\x90"
-     ""},
-    {"Eacute",
-     "\xc3"
-     "\x89"
-     ""},
-    {"Eacute;",
-     "\xc3"
-     "\x89"
-     ""},
-    {"Ecaron;",
-     "\xc4"
-     "\x9a"
-     ""},
-    {"Ecirc",
-     "\xc3"
-     "\x8a"
-     ""},
-    {"Ecirc;",
-     "\xc3"
-     "\x8a"
-     ""},
-    {"Ecy;",
-     "\xd0"
-     "\xad"
-     ""},
-    {"Edot;",
-     "\xc4"
-     "\x96"
-     ""},
-    {"Efr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x88"
-     ""},
-    {"Egrave",
-     "\xc3"
-     "\x88"
-     ""},
-    {"Egrave;",
-     "\xc3"
-     "\x88"
-     ""},
-    {"Element;",
-     "\xe2"
-     "\x88"
-     "\x88"
-     ""},
-    {"Emacr;",
-     "\xc4"
-     "\x92"
-     ""},
-    {"EmptySmallSquare;",
-     "\xe2"
-     "\x97"
-     "\xbb"
-     ""},
-    {"EmptyVerySmallSquare;",
-     "\xe2"
-     "\x96"
-     "\xab"
-     ""},
-    {"Eogon;",
-     "\xc4"
-     "\x98"
-     ""},
-    {"Eopf;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xbc"
-     ""},
-    {"Epsilon;",
-     "\xce"
-     "\x95"
-     ""},
-    {"Equal;",
-     "\xe2"
-     "\xa9"
-     "\xb5"
-     ""},
-    {"EqualTilde;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     ""},
-    {"Equilibrium;",
-     "\xe2"
-     "\x87"
-     "\x8c"
-     ""},
-    {"Escr;",
-     "\xe2"
-     "\x84"
-     "\xb0"
-     ""},
-    {"Esim;",
-     "\xe2"
-     "\xa9"
-     "\xb3"
-     ""},
-    {"Eta;",
-     "\xce"
-     "\x97"
-     ""},
-    {"Euml",
-     "\xc3"
-     "\x8b"
-     ""},
-    {"Euml;",
-     "\xc3"
-     "\x8b"
-     ""},
-    {"Exists;",
-     "\xe2"
-     "\x88"
-     "\x83"
-     ""},
-    {"ExponentialE;",
-     "\xe2"
-     "\x85"
-     "\x87"
-     ""},
-    {"Fcy;",
-     "\xd0"
-     "\xa4"
-     ""},
-    {"Ffr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x89"
-     ""},
-    {"FilledSmallSquare;",
-     "\xe2"
-     "\x97"
-     "\xbc"
-     ""},
-    {"FilledVerySmallSquare;",
-     "\xe2"
-     "\x96"
-     "\xaa"
-     ""},
-    {"Fopf;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xbd"
-     ""},
-    {"ForAll;",
-     "\xe2"
-     "\x88"
-     "\x80"
-     ""},
-    {"Fouriertrf;",
-     "\xe2"
-     "\x84"
-     "\xb1"
-     ""},
-    {"Fscr;",
-     "\xe2"
-     "\x84"
-     "\xb1"
-     ""},
-    {"GJcy;",
-     "\xd0"
-     "\x83"
-     ""},
+    {"DiacriticalTilde;", "\313\234"},
+    {"Diamond;", "\342\213\204"},
+    {"DifferentialD;", "\342\205\206"},
+    {"Dopf;", "\360\235\224\273"},
+    {"Dot;", "\302\250"},
+    {"DotDot;", "\342\203\234"},
+    {"DotEqual;", "\342\211\220"},
+    {"DoubleContourIntegral;", "\342\210\257"},
+    {"DoubleDot;", "\302\250"},
+    {"DoubleDownArrow;", "\342\207\223"},
+    {"DoubleLeftArrow;", "\342\207\220"},
+    {"DoubleLeftRightArrow;", "\342\207\224"},
+    {"DoubleLeftTee;", "\342\253\244"},
+    {"DoubleLongLeftArrow;", "\342\237\270"},
+    {"DoubleLongLeftRightArrow;", "\342\237\272"},
+    {"DoubleLongRightArrow;", "\342\237\271"},
+    {"DoubleRightArrow;", "\342\207\222"},
+    {"DoubleRightTee;", "\342\212\250"},
+    {"DoubleUpArrow;", "\342\207\221"},
+    {"DoubleUpDownArrow;", "\342\207\225"},
+    {"DoubleVerticalBar;", "\342\210\245"},
+    {"DownArrow;", "\342\206\223"},
+    {"DownArrowBar;", "\342\244\223"},
+    {"DownArrowUpArrow;", "\342\207\265"},
+    {"DownBreve;", "\314\221"},
+    {"DownLeftRightVector;", "\342\245\220"},
+    {"DownLeftTeeVector;", "\342\245\236"},
+    {"DownLeftVector;", "\342\206\275"},
+    {"DownLeftVectorBar;", "\342\245\226"},
+    {"DownRightTeeVector;", "\342\245\237"},
+    {"DownRightVector;", "\342\207\201"},
+    {"DownRightVectorBar;", "\342\245\227"},
+    {"DownTee;", "\342\212\244"},
+    {"DownTeeArrow;", "\342\206\247"},
+    {"Downarrow;", "\342\207\223"},
+    {"Dscr;", "\360\235\222\237"},
+    {"Dstrok;", "\304\220"},
+    {"ENG;", "\305\212"},
+    {"ETH", "\303\220"},
+    {"ETH;", "\303\220"},
+    {"Eacute", "\303\211"},
+    {"Eacute;", "\303\211"},
+    {"Ecaron;", "\304\232"},
+    {"Ecirc", "\303\212"},
+    {"Ecirc;", "\303\212"},
+    {"Ecy;", "\320\255"},
+    {"Edot;", "\304\226"},
+    {"Efr;", "\360\235\224\210"},
+    {"Egrave", "\303\210"},
+    {"Egrave;", "\303\210"},
+    {"Element;", "\342\210\210"},
+    {"Emacr;", "\304\222"},
+    {"EmptySmallSquare;", "\342\227\273"},
+    {"EmptyVerySmallSquare;", "\342\226\253"},
+    {"Eogon;", "\304\230"},
+    {"Eopf;", "\360\235\224\274"},
+    {"Epsilon;", "\316\225"},
+    {"Equal;", "\342\251\265"},
+    {"EqualTilde;", "\342\211\202"},
+    {"Equilibrium;", "\342\207\214"},
+    {"Escr;", "\342\204\260"},
+    {"Esim;", "\342\251\263"},
+    {"Eta;", "\316\227"},
+    {"Euml", "\303\213"},
+    {"Euml;", "\303\213"},
+    {"Exists;", "\342\210\203"},
+    {"ExponentialE;", "\342\205\207"},
+    {"Fcy;", "\320\244"},
+    {"Ffr;", "\360\235\224\211"},
+    {"FilledSmallSquare;", "\342\227\274"},
+    {"FilledVerySmallSquare;", "\342\226\252"},
+    {"Fopf;", "\360\235\224\275"},
+    {"ForAll;", "\342\210\200"},
+    {"Fouriertrf;", "\342\204\261"},
+    {"Fscr;", "\342\204\261"},
+    {"GJcy;", "\320\203"},
     {"GT", ">"},
     {"GT;", ">"},
-    {"Gamma;",
-     "\xce"
-     "\x93"
-     ""},
-    {"Gammad;",
-     "\xcf"
-     "\x9c"
-     ""},
-    {"Gbreve;",
-     "\xc4"
-     "\x9e"
-     ""},
-    {"Gcedil;",
-     "\xc4"
-     "\xa2"
-     ""},
-    {"Gcirc;",
-     "\xc4"
-     "\x9c"
-     ""},
-    {"Gcy;",
-     "\xd0"
-     "\x93"
-     ""},
-    {"Gdot;",
-     "\xc4"
-     "\xa0"
-     ""},
-    {"Gfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x8a"
-     ""},
-    {"Gg;",
-     "\xe2"
-     "\x8b"
-     "\x99"
-     ""},
-    {"Gopf;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xbe"
-     ""},
-    {"GreaterEqual;",
-     "\xe2"
-     "\x89"
-     "\xa5"
-     ""},
-    {"GreaterEqualLess;",
-     "\xe2"
-     "\x8b"
-     "\x9b"
-     ""},
-    {"GreaterFullEqual;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     ""},
-    {"GreaterGreater;",
-     "\xe2"
-     "\xaa"
-     "\xa2"
-     ""},
-    {"GreaterLess;",
-     "\xe2"
-     "\x89"
-     "\xb7"
-     ""},
-    {"GreaterSlantEqual;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     ""},
-    {"GreaterTilde;",
-     "\xe2"
-     "\x89"
-     "\xb3"
-     ""},
-    {"Gscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xa2"
-     ""},
-    {"Gt;",
-     "\xe2"
-     "\x89"
-     "\xab"
-     ""},
-    {"HARDcy;",
-     "\xd0"
-     "\xaa"
-     ""},
-    {"Hacek;",
-     "\xcb"
-     "\x87"
-     ""},
+    {"Gamma;", "\316\223"},
+    {"Gammad;", "\317\234"},
+    {"Gbreve;", "\304\236"},
+    {"Gcedil;", "\304\242"},
+    {"Gcirc;", "\304\234"},
+    {"Gcy;", "\320\223"},
+    {"Gdot;", "\304\240"},
+    {"Gfr;", "\360\235\224\212"},
+    {"Gg;", "\342\213\231"},
+    {"Gopf;", "\360\235\224\276"},
+    {"GreaterEqual;", "\342\211\245"},
+    {"GreaterEqualLess;", "\342\213\233"},
+    {"GreaterFullEqual;", "\342\211\247"},
+    {"GreaterGreater;", "\342\252\242"},
+    {"GreaterLess;", "\342\211\267"},
+    {"GreaterSlantEqual;", "\342\251\276"},
+    {"GreaterTilde;", "\342\211\263"},
+    {"Gscr;", "\360\235\222\242"},
+    {"Gt;", "\342\211\253"},
+    {"HARDcy;", "\320\252"},
+    {"Hacek;", "\313\207"},
     {"Hat;", "^"},
-    {"Hcirc;",
-     "\xc4"
-     "\xa4"
-     ""},
-    {"Hfr;",
-     "\xe2"
-     "\x84"
-     "\x8c"
-     ""},
-    {"HilbertSpace;",
-     "\xe2"
-     "\x84"
-     "\x8b"
-     ""},
-    {"Hopf;",
-     "\xe2"
-     "\x84"
-     "\x8d"
-     ""},
-    {"HorizontalLine;",
-     "\xe2"
-     "\x94"
-     "\x80"
-     ""},
-    {"Hscr;",
-     "\xe2"
-     "\x84"
-     "\x8b"
-     ""},
-    {"Hstrok;",
-     "\xc4"
-     "\xa6"
-     ""},
-    {"HumpDownHump;",
-     "\xe2"
-     "\x89"
-     "\x8e"
-     ""},
-    {"HumpEqual;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     ""},
-    {"IEcy;",
-     "\xd0"
-     "\x95"
-     ""},
-    {"IJlig;",
-     "\xc4"
-     "\xb2"
-     ""},
-    {"IOcy;",
-     "\xd0"
-     "\x81"
-     ""},
-    {"Iacute",
-     "\xc3"
-     "\x8d"
-     ""},
-    {"Iacute;",
-     "\xc3"
-     "\x8d"
-     ""},
-    {"Icirc",
-     "\xc3"
-     "\x8e"
-     ""},
-    {"Icirc;",
-     "\xc3"
-     "\x8e"
-     ""},
-    {"Icy;",
-     "\xd0"
-     "\x98"
-     ""},
-    {"Idot;",
-     "\xc4"
-     "\xb0"
-     ""},
-    {"Ifr;",
-     "\xe2"
-     "\x84"
-     "\x91"
-     ""},
-    {"Igrave",
-     "\xc3"
-     "\x8c"
-     ""},
-    {"Igrave;",
-     "\xc3"
-     "\x8c"
-     ""},
-    {"Im;",
-     "\xe2"
-     "\x84"
-     "\x91"
-     ""},
-    {"Imacr;",
-     "\xc4"
-     "\xaa"
-     ""},
-    {"ImaginaryI;",
-     "\xe2"
-     "\x85"
-     "\x88"
-     ""},
-    {"Implies;",
-     "\xe2"
-     "\x87"
-     "\x92"
-     ""},
-    {"Int;",
-     "\xe2"
-     "\x88"
-     "\xac"
-     ""},
-    {"Integral;",
-     "\xe2"
-     "\x88"
-     "\xab"
-     ""},
-    {"Intersection;",
-     "\xe2"
-     "\x8b"
-     "\x82"
-     ""},
-    {"InvisibleComma;",
-     "\xe2"
-     "\x81"
-     "\xa3"
-     ""},
-    {"InvisibleTimes;",
-     "\xe2"
-     "\x81"
-     "\xa2"
-     ""},
-    {"Iogon;",
-     "\xc4"
-     "\xae"
-     ""},
-    {"Iopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x80"
-     ""},
-    {"Iota;",
-     "\xce"
-     "\x99"
-     ""},
-    {"Iscr;",
-     "\xe2"
-     "\x84"
-     "\x90"
-     ""},
-    {"Itilde;",
-     "\xc4"
-     "\xa8"
-     ""},
-    {"Iukcy;",
-     "\xd0"
-     "\x86"
-     ""},
-    {"Iuml",
-     "\xc3"
-     "\x8f"
-     ""},
-    {"Iuml;",
-     "\xc3"
-     "\x8f"
-     ""},
-    {"Jcirc;",
-     "\xc4"
-     "\xb4"
-     ""},
-    {"Jcy;",
-     "\xd0"
-     "\x99"
-     ""},
-    {"Jfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x8d"
-     ""},
-    {"Jopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x81"
-     ""},
-    {"Jscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xa5"
-     ""},
-    {"Jsercy;",
-     "\xd0"
-     "\x88"
-     ""},
-    {"Jukcy;",
-     "\xd0"
-     "\x84"
-     ""},
-    {"KHcy;",
-     "\xd0"
-     "\xa5"
-     ""},
-    {"KJcy;",
-     "\xd0"
-     "\x8c"
-     ""},
-    {"Kappa;",
-     "\xce"
-     "\x9a"
-     ""},
-    {"Kcedil;",
-     "\xc4"
-     "\xb6"
-     ""},
-    {"Kcy;",
-     "\xd0"
-     "\x9a"
-     ""},
-    {"Kfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x8e"
-     ""},
-    {"Kopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x82"
-     ""},
-    {"Kscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xa6"
-     ""},
-    {"LJcy;",
-     "\xd0"
-     "\x89"
-     ""},
+    {"Hcirc;", "\304\244"},
+    {"Hfr;", "\342\204\214"},
+    {"HilbertSpace;", "\342\204\213"},
+    {"Hopf;", "\342\204\215"},
+    {"HorizontalLine;", "\342\224\200"},
+    {"Hscr;", "\342\204\213"},
+    {"Hstrok;", "\304\246"},
+    {"HumpDownHump;", "\342\211\216"},
+    {"HumpEqual;", "\342\211\217"},
+    {"IEcy;", "\320\225"},
+    {"IJlig;", "\304\262"},
+    {"IOcy;", "\320\201"},
+    {"Iacute", "\303\215"},
+    {"Iacute;", "\303\215"},
+    {"Icirc", "\303\216"},
+    {"Icirc;", "\303\216"},
+    {"Icy;", "\320\230"},
+    {"Idot;", "\304\260"},
+    {"Ifr;", "\342\204\221"},
+    {"Igrave", "\303\214"},
+    {"Igrave;", "\303\214"},
+    {"Im;", "\342\204\221"},
+    {"Imacr;", "\304\252"},
+    {"ImaginaryI;", "\342\205\210"},
+    {"Implies;", "\342\207\222"},
+    {"Int;", "\342\210\254"},
+    {"Integral;", "\342\210\253"},
+    {"Intersection;", "\342\213\202"},
+    {"InvisibleComma;", "\342\201\243"},
+    {"InvisibleTimes;", "\342\201\242"},
+    {"Iogon;", "\304\256"},
+    {"Iopf;", "\360\235\225\200"},
+    {"Iota;", "\316\231"},
+    {"Iscr;", "\342\204\220"},
+    {"Itilde;", "\304\250"},
+    {"Iukcy;", "\320\206"},
+    {"Iuml", "\303\217"},
+    {"Iuml;", "\303\217"},
+    {"Jcirc;", "\304\264"},
+    {"Jcy;", "\320\231"},
+    {"Jfr;", "\360\235\224\215"},
+    {"Jopf;", "\360\235\225\201"},
+    {"Jscr;", "\360\235\222\245"},
+    {"Jsercy;", "\320\210"},
+    {"Jukcy;", "\320\204"},
+    {"KHcy;", "\320\245"},
+    {"KJcy;", "\320\214"},
+    {"Kappa;", "\316\232"},
+    {"Kcedil;", "\304\266"},
+    {"Kcy;", "\320\232"},
+    {"Kfr;", "\360\235\224\216"},
+    {"Kopf;", "\360\235\225\202"},
+    {"Kscr;", "\360\235\222\246"},
+    {"LJcy;", "\320\211"},
     {"LT", "<"},
     {"LT;", "<"},
-    {"Lacute;",
-     "\xc4"
-     "\xb9"
-     ""},
-    {"Lambda;",
-     "\xce"
-     "\x9b"
-     ""},
-    {"Lang;",
-     "\xe2"
-     "\x9f"
-     "\xaa"
-     ""},
-    {"Laplacetrf;",
-     "\xe2"
-     "\x84"
-     "\x92"
-     ""},
-    {"Larr;",
-     "\xe2"
-     "\x86"
-     "\x9e"
-     ""},
-    {"Lcaron;",
-     "\xc4"
-     "\xbd"
-     ""},
-    {"Lcedil;",
-     "\xc4"
-     "\xbb"
-     ""},
-    {"Lcy;",
-     "\xd0"
-     "\x9b"
-     ""},
-    {"LeftAngleBracket;",
-     "\xe2"
-     "\x9f"
-     "\xa8"
-     ""},
-    {"LeftArrow;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"LeftArrowBar;",
-     "\xe2"
-     "\x87"
-     "\xa4"
-     ""},
-    {"LeftArrowRightArrow;",
-     "\xe2"
-     "\x87"
-     "\x86"
-     ""},
-    {"LeftCeiling;",
-     "\xe2"
-     "\x8c"
-     "\x88"
-     ""},
-    {"LeftDoubleBracket;",
-     "\xe2"
-     "\x9f"
-     "\xa6"
-     ""},
-    {"LeftDownTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\xa1"
-     ""},
-    {"LeftDownVector;",
-     "\xe2"
-     "\x87"
-     "\x83"
-     ""},
-    {"LeftDownVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x99"
-     ""},
-    {"LeftFloor;",
-     "\xe2"
-     "\x8c"
-     "\x8a"
-     ""},
-    {"LeftRightArrow;",
-     "\xe2"
-     "\x86"
-     "\x94"
-     ""},
-    {"LeftRightVector;",
-     "\xe2"
-     "\xa5"
-     "\x8e"
-     ""},
-    {"LeftTee;",
-     "\xe2"
-     "\x8a"
-     "\xa3"
-     ""},
-    {"LeftTeeArrow;",
-     "\xe2"
-     "\x86"
-     "\xa4"
-     ""},
-    {"LeftTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\x9a"
-     ""},
-    {"LeftTriangle;",
-     "\xe2"
-     "\x8a"
-     "\xb2"
-     ""},
-    {"LeftTriangleBar;",
-     "\xe2"
-     "\xa7"
-     "\x8f"
-     ""},
-    {"LeftTriangleEqual;",
-     "\xe2"
-     "\x8a"
-     "\xb4"
-     ""},
-    {"LeftUpDownVector;",
-     "\xe2"
-     "\xa5"
-     "\x91"
-     ""},
-    {"LeftUpTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\xa0"
-     ""},
-    {"LeftUpVector;",
-     "\xe2"
-     "\x86"
-     "\xbf"
-     ""},
-    {"LeftUpVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x98"
-     ""},
-    {"LeftVector;",
-     "\xe2"
-     "\x86"
-     "\xbc"
-     ""},
-    {"LeftVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x92"
-     ""},
-    {"Leftarrow;",
-     "\xe2"
-     "\x87"
-     "\x90"
-     ""},
-    {"Leftrightarrow;",
-     "\xe2"
-     "\x87"
-     "\x94"
-     ""},
-    {"LessEqualGreater;",
-     "\xe2"
-     "\x8b"
-     "\x9a"
-     ""},
-    {"LessFullEqual;",
-     "\xe2"
-     "\x89"
-     "\xa6"
-     ""},
-    {"LessGreater;",
-     "\xe2"
-     "\x89"
-     "\xb6"
-     ""},
-    {"LessLess;",
-     "\xe2"
-     "\xaa"
-     "\xa1"
-     ""},
-    {"LessSlantEqual;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     ""},
-    {"LessTilde;",
-     "\xe2"
-     "\x89"
-     "\xb2"
-     ""},
-    {"Lfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x8f"
-     ""},
-    {"Ll;",
-     "\xe2"
-     "\x8b"
-     "\x98"
-     ""},
-    {"Lleftarrow;",
-     "\xe2"
-     "\x87"
-     "\x9a"
-     ""},
-    {"Lmidot;",
-     "\xc4"
-     "\xbf"
-     ""},
-    {"LongLeftArrow;",
-     "\xe2"
-     "\x9f"
-     "\xb5"
-     ""},
-    {"LongLeftRightArrow;",
-     "\xe2"
-     "\x9f"
-     "\xb7"
-     ""},
-    {"LongRightArrow;",
-     "\xe2"
-     "\x9f"
-     "\xb6"
-     ""},
-    {"Longleftarrow;",
-     "\xe2"
-     "\x9f"
-     "\xb8"
-     ""},
-    {"Longleftrightarrow;",
-     "\xe2"
-     "\x9f"
-     "\xba"
-     ""},
-    {"Longrightarrow;",
-     "\xe2"
-     "\x9f"
-     "\xb9"
-     ""},
-    {"Lopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x83"
-     ""},
-    {"LowerLeftArrow;",
-     "\xe2"
-     "\x86"
-     "\x99"
-     ""},
-    {"LowerRightArrow;",
-     "\xe2"
-     "\x86"
-     "\x98"
-     ""},
-    {"Lscr;",
-     "\xe2"
-     "\x84"
-     "\x92"
-     ""},
-    {"Lsh;",
-     "\xe2"
-     "\x86"
-     "\xb0"
-     ""},
-    {"Lstrok;",
-     "\xc5"
-     "\x81"
-     ""},
-    {"Lt;",
-     "\xe2"
-     "\x89"
-     "\xaa"
-     ""},
-    {"Map;",
-     "\xe2"
-     "\xa4"
-     "\x85"
-     ""},
-    {"Mcy;",
-     "\xd0"
-     "\x9c"
-     ""},
-    {"MediumSpace;",
-     "\xe2"
-     "\x81"
-     "\x9f"
-     ""},
-    {"Mellintrf;",
-     "\xe2"
-     "\x84"
-     "\xb3"
-     ""},
-    {"Mfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x90"
-     ""},
-    {"MinusPlus;",
-     "\xe2"
-     "\x88"
-     "\x93"
-     ""},
-    {"Mopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x84"
-     ""},
-    {"Mscr;",
-     "\xe2"
-     "\x84"
-     "\xb3"
-     ""},
-    {"Mu;",
-     "\xce"
-     "\x9c"
-     ""},
-    {"NJcy;",
-     "\xd0"
-     "\x8a"
-     ""},
-    {"Nacute;",
-     "\xc5"
-     "\x83"
-     ""},
-    {"Ncaron;",
-     "\xc5"
-     "\x87"
-     ""},
-    {"Ncedil;",
-     "\xc5"
-     "\x85"
-     ""},
-    {"Ncy;",
-     "\xd0"
-     "\x9d"
-     ""},
-    {"NegativeMediumSpace;",
-     "\xe2"
-     "\x80"
-     "\x8b"
-     ""},
-    {"NegativeThickSpace;",
-     "\xe2"
-     "\x80"
-     "\x8b"
-     ""},
-    {"NegativeThinSpace;",
-     "\xe2"
-     "\x80"
-     "\x8b"
-     ""},
-    {"NegativeVeryThinSpace;",
-     "\xe2"
-     "\x80"
-     "\x8b"
-     ""},
-    {"NestedGreaterGreater;",
-     "\xe2"
-     "\x89"
-     "\xab"
-     ""},
-    {"NestedLessLess;",
-     "\xe2"
-     "\x89"
-     "\xaa"
-     ""},
-    {"NewLine;",
-     "\x0a"
-     ""},
-    {"Nfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x91"
-     ""},
-    {"NoBreak;",
-     "\xe2"
-     "\x81"
-     "\xa0"
-     ""},
-    {"NonBreakingSpace;",
-     "\xc2"
-     "\xa0"
-     ""},
-    {"Nopf;",
-     "\xe2"
-     "\x84"
-     "\x95"
-     ""},
-    {"Not;",
-     "\xe2"
-     "\xab"
-     "\xac"
-     ""},
-    {"NotCongruent;",
-     "\xe2"
-     "\x89"
-     "\xa2"
-     ""},
-    {"NotCupCap;",
-     "\xe2"
-     "\x89"
-     "\xad"
-     ""},
-    {"NotDoubleVerticalBar;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"NotElement;",
-     "\xe2"
-     "\x88"
-     "\x89"
-     ""},
-    {"NotEqual;",
-     "\xe2"
-     "\x89"
-     "\xa0"
-     ""},
-    {"NotEqualTilde;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotExists;",
-     "\xe2"
-     "\x88"
-     "\x84"
-     ""},
-    {"NotGreater;",
-     "\xe2"
-     "\x89"
-     "\xaf"
-     ""},
-    {"NotGreaterEqual;",
-     "\xe2"
-     "\x89"
-     "\xb1"
-     ""},
-    {"NotGreaterFullEqual;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotGreaterGreater;",
-     "\xe2"
-     "\x89"
-     "\xab"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotGreaterLess;",
-     "\xe2"
-     "\x89"
-     "\xb9"
-     ""},
-    {"NotGreaterSlantEqual;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotGreaterTilde;",
-     "\xe2"
-     "\x89"
-     "\xb5"
-     ""},
-    {"NotHumpDownHump;",
-     "\xe2"
-     "\x89"
-     "\x8e"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotHumpEqual;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotLeftTriangle;",
-     "\xe2"
-     "\x8b"
-     "\xaa"
-     ""},
-    {"NotLeftTriangleBar;",
-     "\xe2"
-     "\xa7"
-     "\x8f"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotLeftTriangleEqual;",
-     "\xe2"
-     "\x8b"
-     "\xac"
-     ""},
-    {"NotLess;",
-     "\xe2"
-     "\x89"
-     "\xae"
-     ""},
-    {"NotLessEqual;",
-     "\xe2"
-     "\x89"
-     "\xb0"
-     ""},
-    {"NotLessGreater;",
-     "\xe2"
-     "\x89"
-     "\xb8"
-     ""},
-    {"NotLessLess;",
-     "\xe2"
-     "\x89"
-     "\xaa"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotLessSlantEqual;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotLessTilde;",
-     "\xe2"
-     "\x89"
-     "\xb4"
-     ""},
-    {"NotNestedGreaterGreater;",
-     "\xe2"
-     "\xaa"
-     "\xa2"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotNestedLessLess;",
-     "\xe2"
-     "\xaa"
-     "\xa1"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotPrecedes;",
-     "\xe2"
-     "\x8a"
-     "\x80"
-     ""},
-    {"NotPrecedesEqual;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotPrecedesSlantEqual;",
-     "\xe2"
-     "\x8b"
-     "\xa0"
-     ""},
-    {"NotReverseElement;",
-     "\xe2"
-     "\x88"
-     "\x8c"
-     ""},
-    {"NotRightTriangle;",
-     "\xe2"
-     "\x8b"
-     "\xab"
-     ""},
-    {"NotRightTriangleBar;",
-     "\xe2"
-     "\xa7"
-     "\x90"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotRightTriangleEqual;",
-     "\xe2"
-     "\x8b"
-     "\xad"
-     ""},
-    {"NotSquareSubset;",
-     "\xe2"
-     "\x8a"
-     "\x8f"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotSquareSubsetEqual;",
-     "\xe2"
-     "\x8b"
-     "\xa2"
-     ""},
-    {"NotSquareSuperset;",
-     "\xe2"
-     "\x8a"
-     "\x90"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotSquareSupersetEqual;",
-     "\xe2"
-     "\x8b"
-     "\xa3"
-     ""},
-    {"NotSubset;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NotSubsetEqual;",
-     "\xe2"
-     "\x8a"
-     "\x88"
-     ""},
-    {"NotSucceeds;",
-     "\xe2"
-     "\x8a"
-     "\x81"
-     ""},
-    {"NotSucceedsEqual;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotSucceedsSlantEqual;",
-     "\xe2"
-     "\x8b"
-     "\xa1"
-     ""},
-    {"NotSucceedsTilde;",
-     "\xe2"
-     "\x89"
-     "\xbf"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NotSuperset;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NotSupersetEqual;",
-     "\xe2"
-     "\x8a"
-     "\x89"
-     ""},
-    {"NotTilde;",
-     "\xe2"
-     "\x89"
-     "\x81"
-     ""},
-    {"NotTildeEqual;",
-     "\xe2"
-     "\x89"
-     "\x84"
-     ""},
-    {"NotTildeFullEqual;",
-     "\xe2"
-     "\x89"
-     "\x87"
-     ""},
-    {"NotTildeTilde;",
-     "\xe2"
-     "\x89"
-     "\x89"
-     ""},
-    {"NotVerticalBar;",
-     "\xe2"
-     "\x88"
-     "\xa4"
-     ""},
-    {"Nscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xa9"
-     ""},
-    {"Ntilde",
-     "\xc3"
-     "\x91"
-     ""},
-    {"Ntilde;",
-     "\xc3"
-     "\x91"
-     ""},
-    {"Nu;",
-     "\xce"
-     "\x9d"
-     ""},
-    {"OElig;",
-     "\xc5"
-     "\x92"
-     ""},
-    {"Oacute",
-     "\xc3"
-     "\x93"
-     ""},
-    {"Oacute;",
-     "\xc3"
-     "\x93"
-     ""},
-    {"Ocirc",
-     "\xc3"
-     "\x94"
-     ""},
-    {"Ocirc;",
-     "\xc3"
-     "\x94"
-     ""},
-    {"Ocy;",
-     "\xd0"
-     "\x9e"
-     ""},
-    {"Odblac;",
-     "\xc5"
-     "\x90"
-     ""},
-    {"Ofr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x92"
-     ""},
-    {"Ograve",
-     "\xc3"
-     "\x92"
-     ""},
-    {"Ograve;",
-     "\xc3"
-     "\x92"
-     ""},
-    {"Omacr;",
-     "\xc5"
-     "\x8c"
-     ""},
-    {"Omega;",
-     "\xce"
-     "\xa9"
-     ""},
-    {"Omicron;",
-     "\xce"
-     "\x9f"
-     ""},
-    {"Oopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x86"
-     ""},
-    {"OpenCurlyDoubleQuote;",
-     "\xe2"
-     "\x80"
-     "\x9c"
-     ""},
-    {"OpenCurlyQuote;",
-     "\xe2"
-     "\x80"
-     "\x98"
-     ""},
-    {"Or;",
-     "\xe2"
-     "\xa9"
-     "\x94"
-     ""},
-    {"Oscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xaa"
-     ""},
-    {"Oslash",
-     "\xc3"
-     "\x98"
-     ""},
-    {"Oslash;",
-     "\xc3"
-     "\x98"
-     ""},
-    {"Otilde",
-     "\xc3"
-     "\x95"
-     ""},
-    {"Otilde;",
-     "\xc3"
-     "\x95"
-     ""},
-    {"Otimes;",
-     "\xe2"
-     "\xa8"
-     "\xb7"
-     ""},
-    {"Ouml",
-     "\xc3"
-     "\x96"
-     ""},
-    {"Ouml;",
-     "\xc3"
-     "\x96"
-     ""},
-    {"OverBar;",
-     "\xe2"
-     "\x80"
-     "\xbe"
-     ""},
-    {"OverBrace;",
-     "\xe2"
-     "\x8f"
-     "\x9e"
-     ""},
-    {"OverBracket;",
-     "\xe2"
-     "\x8e"
-     "\xb4"
-     ""},
-    {"OverParenthesis;",
-     "\xe2"
-     "\x8f"
-     "\x9c"
-     ""},
-    {"PartialD;",
-     "\xe2"
-     "\x88"
-     "\x82"
-     ""},
-    {"Pcy;",
-     "\xd0"
-     "\x9f"
-     ""},
-    {"Pfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x93"
-     ""},
-    {"Phi;",
-     "\xce"
-     "\xa6"
-     ""},
-    {"Pi;",
-     "\xce"
-     "\xa0"
-     ""},
-    {"PlusMinus;",
-     "\xc2"
-     "\xb1"
-     ""},
-    {"Poincareplane;",
-     "\xe2"
-     "\x84"
-     "\x8c"
-     ""},
-    {"Popf;",
-     "\xe2"
-     "\x84"
-     "\x99"
-     ""},
-    {"Pr;",
-     "\xe2"
-     "\xaa"
-     "\xbb"
-     ""},
-    {"Precedes;",
-     "\xe2"
-     "\x89"
-     "\xba"
-     ""},
-    {"PrecedesEqual;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     ""},
-    {"PrecedesSlantEqual;",
-     "\xe2"
-     "\x89"
-     "\xbc"
-     ""},
-    {"PrecedesTilde;",
-     "\xe2"
-     "\x89"
-     "\xbe"
-     ""},
-    {"Prime;",
-     "\xe2"
-     "\x80"
-     "\xb3"
-     ""},
-    {"Product;",
-     "\xe2"
-     "\x88"
-     "\x8f"
-     ""},
-    {"Proportion;",
-     "\xe2"
-     "\x88"
-     "\xb7"
-     ""},
-    {"Proportional;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"Pscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xab"
-     ""},
-    {"Psi;",
-     "\xce"
-     "\xa8"
-     ""},
-    {"QUOT",
-     "\x22"
-     ""},
-    {"QUOT;",
-     "\x22"
-     ""},
-    {"Qfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x94"
-     ""},
-    {"Qopf;",
-     "\xe2"
-     "\x84"
-     "\x9a"
-     ""},
-    {"Qscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xac"
-     ""},
-    {"RBarr;",
-     "\xe2"
-     "\xa4"
-     "\x90"
-     ""},
-    {"REG",
-     "\xc2"
-     "\xae"
-     ""},
-    {"REG;",
-     "\xc2"
-     "\xae"
-     ""},
-    {"Racute;",
-     "\xc5"
-     "\x94"
-     ""},
-    {"Rang;",
-     "\xe2"
-     "\x9f"
-     "\xab"
-     ""},
-    {"Rarr;",
-     "\xe2"
-     "\x86"
-     "\xa0"
-     ""},
-    {"Rarrtl;",
-     "\xe2"
-     "\xa4"
-     "\x96"
-     ""},
-    {"Rcaron;",
-     "\xc5"
-     "\x98"
-     ""},
-    {"Rcedil;",
-     "\xc5"
-     "\x96"
-     ""},
-    {"Rcy;",
-     "\xd0"
-     "\xa0"
-     ""},
-    {"Re;",
-     "\xe2"
-     "\x84"
-     "\x9c"
-     ""},
-    {"ReverseElement;",
-     "\xe2"
-     "\x88"
-     "\x8b"
-     ""},
-    {"ReverseEquilibrium;",
-     "\xe2"
-     "\x87"
-     "\x8b"
-     ""},
-    {"ReverseUpEquilibrium;",
-     "\xe2"
-     "\xa5"
-     "\xaf"
-     ""},
-    {"Rfr;",
-     "\xe2"
-     "\x84"
-     "\x9c"
-     ""},
-    {"Rho;",
-     "\xce"
-     "\xa1"
-     ""},
-    {"RightAngleBracket;",
-     "\xe2"
-     "\x9f"
-     "\xa9"
-     ""},
-    {"RightArrow;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"RightArrowBar;",
-     "\xe2"
-     "\x87"
-     "\xa5"
-     ""},
-    {"RightArrowLeftArrow;",
-     "\xe2"
-     "\x87"
-     "\x84"
-     ""},
-    {"RightCeiling;",
-     "\xe2"
-     "\x8c"
-     "\x89"
-     ""},
-    {"RightDoubleBracket;",
-     "\xe2"
-     "\x9f"
-     "\xa7"
-     ""},
-    {"RightDownTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\x9d"
-     ""},
-    {"RightDownVector;",
-     "\xe2"
-     "\x87"
-     "\x82"
-     ""},
-    {"RightDownVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x95"
-     ""},
-    {"RightFloor;",
-     "\xe2"
-     "\x8c"
-     "\x8b"
-     ""},
-    {"RightTee;",
-     "\xe2"
-     "\x8a"
-     "\xa2"
-     ""},
-    {"RightTeeArrow;",
-     "\xe2"
-     "\x86"
-     "\xa6"
-     ""},
-    {"RightTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\x9b"
-     ""},
-    {"RightTriangle;",
-     "\xe2"
-     "\x8a"
-     "\xb3"
-     ""},
-    {"RightTriangleBar;",
-     "\xe2"
-     "\xa7"
-     "\x90"
-     ""},
-    {"RightTriangleEqual;",
-     "\xe2"
-     "\x8a"
-     "\xb5"
-     ""},
-    {"RightUpDownVector;",
-     "\xe2"
-     "\xa5"
-     "\x8f"
-     ""},
-    {"RightUpTeeVector;",
-     "\xe2"
-     "\xa5"
-     "\x9c"
-     ""},
-    {"RightUpVector;",
-     "\xe2"
-     "\x86"
-     "\xbe"
-     ""},
-    {"RightUpVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x94"
-     ""},
-    {"RightVector;",
-     "\xe2"
-     "\x87"
-     "\x80"
-     ""},
-    {"RightVectorBar;",
-     "\xe2"
-     "\xa5"
-     "\x93"
-     ""},
-    {"Rightarrow;",
-     "\xe2"
-     "\x87"
-     "\x92"
-     ""},
-    {"Ropf;",
-     "\xe2"
-     "\x84"
-     "\x9d"
-     ""},
-    {"RoundImplies;",
-     "\xe2"
-     "\xa5"
-     "\xb0"
-     ""},
-    {"Rrightarrow;",
-     "\xe2"
-     "\x87"
-     "\x9b"
-     ""},
-    {"Rscr;",
-     "\xe2"
-     "\x84"
-     "\x9b"
-     ""},
-    {"Rsh;",
-     "\xe2"
-     "\x86"
-     "\xb1"
-     ""},
-    {"RuleDelayed;",
-     "\xe2"
-     "\xa7"
-     "\xb4"
-     ""},
-    {"SHCHcy;",
-     "\xd0"
-     "\xa9"
-     ""},
-    {"SHcy;",
-     "\xd0"
-     "\xa8"
-     ""},
-    {"SOFTcy;",
-     "\xd0"
-     "\xac"
-     ""},
-    {"Sacute;",
-     "\xc5"
-     "\x9a"
-     ""},
-    {"Sc;",
-     "\xe2"
-     "\xaa"
-     "\xbc"
-     ""},
-    {"Scaron;",
-     "\xc5"
-     "\xa0"
-     ""},
-    {"Scedil;",
-     "\xc5"
-     "\x9e"
-     ""},
-    {"Scirc;",
-     "\xc5"
-     "\x9c"
-     ""},
-    {"Scy;",
-     "\xd0"
-     "\xa1"
-     ""},
-    {"Sfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x96"
-     ""},
-    {"ShortDownArrow;",
-     "\xe2"
-     "\x86"
-     "\x93"
-     ""},
-    {"ShortLeftArrow;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"ShortRightArrow;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"ShortUpArrow;",
-     "\xe2"
-     "\x86"
-     "\x91"
-     ""},
-    {"Sigma;",
-     "\xce"
-     "\xa3"
-     ""},
-    {"SmallCircle;",
-     "\xe2"
-     "\x88"
-     "\x98"
-     ""},
-    {"Sopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x8a"
-     ""},
-    {"Sqrt;",
-     "\xe2"
-     "\x88"
-     "\x9a"
-     ""},
-    {"Square;",
-     "\xe2"
-     "\x96"
-     "\xa1"
-     ""},
-    {"SquareIntersection;",
-     "\xe2"
-     "\x8a"
-     "\x93"
-     ""},
-    {"SquareSubset;",
-     "\xe2"
-     "\x8a"
-     "\x8f"
-     ""},
-    {"SquareSubsetEqual;",
-     "\xe2"
-     "\x8a"
-     "\x91"
-     ""},
-    {"SquareSuperset;",
-     "\xe2"
-     "\x8a"
-     "\x90"
-     ""},
-    {"SquareSupersetEqual;",
-     "\xe2"
-     "\x8a"
-     "\x92"
-     ""},
-    {"SquareUnion;",
-     "\xe2"
-     "\x8a"
-     "\x94"
-     ""},
-    {"Sscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xae"
-     ""},
-    {"Star;",
-     "\xe2"
-     "\x8b"
-     "\x86"
-     ""},
-    {"Sub;",
-     "\xe2"
-     "\x8b"
-     "\x90"
-     ""},
-    {"Subset;",
-     "\xe2"
-     "\x8b"
-     "\x90"
-     ""},
-    {"SubsetEqual;",
-     "\xe2"
-     "\x8a"
-     "\x86"
-     ""},
-    {"Succeeds;",
-     "\xe2"
-     "\x89"
-     "\xbb"
-     ""},
-    {"SucceedsEqual;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     ""},
-    {"SucceedsSlantEqual;",
-     "\xe2"
-     "\x89"
-     "\xbd"
-     ""},
-    {"SucceedsTilde;",
-     "\xe2"
-     "\x89"
-     "\xbf"
-     ""},
-    {"SuchThat;",
-     "\xe2"
-     "\x88"
-     "\x8b"
-     ""},
-    {"Sum;",
-     "\xe2"
-     "\x88"
-     "\x91"
-     ""},
-    {"Sup;",
-     "\xe2"
-     "\x8b"
-     "\x91"
-     ""},
-    {"Superset;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     ""},
-    {"SupersetEqual;",
-     "\xe2"
-     "\x8a"
-     "\x87"
-     ""},
-    {"Supset;",
-     "\xe2"
-     "\x8b"
-     "\x91"
-     ""},
-    {"THORN",
-     "\xc3"
-     "\x9e"
-     ""},
-    {"THORN;",
-     "\xc3"
-     "\x9e"
-     ""},
-    {"TRADE;",
-     "\xe2"
-     "\x84"
-     "\xa2"
-     ""},
-    {"TSHcy;",
-     "\xd0"
-     "\x8b"
-     ""},
-    {"TScy;",
-     "\xd0"
-     "\xa6"
-     ""},
-    {"Tab;",
-     "\x09"
-     ""},
-    {"Tau;",
-     "\xce"
-     "\xa4"
-     ""},
-    {"Tcaron;",
-     "\xc5"
-     "\xa4"
-     ""},
-    {"Tcedil;",
-     "\xc5"
-     "\xa2"
-     ""},
-    {"Tcy;",
-     "\xd0"
-     "\xa2"
-     ""},
-    {"Tfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x97"
-     ""},
-    {"Therefore;",
-     "\xe2"
-     "\x88"
-     "\xb4"
-     ""},
-    {"Theta;",
-     "\xce"
-     "\x98"
-     ""},
-    {"ThickSpace;",
-     "\xe2"
-     "\x81"
-     "\x9f"
-     "\xe2"
-     "\x80"
-     "\x8a"
-     ""},
-    {"ThinSpace;",
-     "\xe2"
-     "\x80"
-     "\x89"
-     ""},
-    {"Tilde;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     ""},
-    {"TildeEqual;",
-     "\xe2"
-     "\x89"
-     "\x83"
-     ""},
-    {"TildeFullEqual;",
-     "\xe2"
-     "\x89"
-     "\x85"
-     ""},
-    {"TildeTilde;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"Topf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x8b"
-     ""},
-    {"TripleDot;",
-     "\xe2"
-     "\x83"
-     "\x9b"
-     ""},
-    {"Tscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xaf"
-     ""},
-    {"Tstrok;",
-     "\xc5"
-     "\xa6"
-     ""},
-    {"Uacute",
-     "\xc3"
-     "\x9a"
-     ""},
-    {"Uacute;",
-     "\xc3"
-     "\x9a"
-     ""},
-    {"Uarr;",
-     "\xe2"
-     "\x86"
-     "\x9f"
-     ""},
-    {"Uarrocir;",
-     "\xe2"
-     "\xa5"
-     "\x89"
-     ""},
-    {"Ubrcy;",
-     "\xd0"
-     "\x8e"
-     ""},
-    {"Ubreve;",
-     "\xc5"
-     "\xac"
-     ""},
-    {"Ucirc",
-     "\xc3"
-     "\x9b"
-     ""},
-    {"Ucirc;",
-     "\xc3"
-     "\x9b"
-     ""},
-    {"Ucy;",
-     "\xd0"
-     "\xa3"
-     ""},
-    {"Udblac;",
-     "\xc5"
-     "\xb0"
-     ""},
-    {"Ufr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x98"
-     ""},
-    {"Ugrave",
-     "\xc3"
-     "\x99"
-     ""},
-    {"Ugrave;",
-     "\xc3"
-     "\x99"
-     ""},
-    {"Umacr;",
-     "\xc5"
-     "\xaa"
-     ""},
+    {"Lacute;", "\304\271"},
+    {"Lambda;", "\316\233"},
+    {"Lang;", "\342\237\252"},
+    {"Laplacetrf;", "\342\204\222"},
+    {"Larr;", "\342\206\236"},
+    {"Lcaron;", "\304\275"},
+    {"Lcedil;", "\304\273"},
+    {"Lcy;", "\320\233"},
+    {"LeftAngleBracket;", "\342\237\250"},
+    {"LeftArrow;", "\342\206\220"},
+    {"LeftArrowBar;", "\342\207\244"},
+    {"LeftArrowRightArrow;", "\342\207\206"},
+    {"LeftCeiling;", "\342\214\210"},
+    {"LeftDoubleBracket;", "\342\237\246"},
+    {"LeftDownTeeVector;", "\342\245\241"},
+    {"LeftDownVector;", "\342\207\203"},
+    {"LeftDownVectorBar;", "\342\245\231"},
+    {"LeftFloor;", "\342\214\212"},
+    {"LeftRightArrow;", "\342\206\224"},
+    {"LeftRightVector;", "\342\245\216"},
+    {"LeftTee;", "\342\212\243"},
+    {"LeftTeeArrow;", "\342\206\244"},
+    {"LeftTeeVector;", "\342\245\232"},
+    {"LeftTriangle;", "\342\212\262"},
+    {"LeftTriangleBar;", "\342\247\217"},
+    {"LeftTriangleEqual;", "\342\212\264"},
+    {"LeftUpDownVector;", "\342\245\221"},
+    {"LeftUpTeeVector;", "\342\245\240"},
+    {"LeftUpVector;", "\342\206\277"},
+    {"LeftUpVectorBar;", "\342\245\230"},
+    {"LeftVector;", "\342\206\274"},
+    {"LeftVectorBar;", "\342\245\222"},
+    {"Leftarrow;", "\342\207\220"},
+    {"Leftrightarrow;", "\342\207\224"},
+    {"LessEqualGreater;", "\342\213\232"},
+    {"LessFullEqual;", "\342\211\246"},
+    {"LessGreater;", "\342\211\266"},
+    {"LessLess;", "\342\252\241"},
+    {"LessSlantEqual;", "\342\251\275"},
+    {"LessTilde;", "\342\211\262"},
+    {"Lfr;", "\360\235\224\217"},
+    {"Ll;", "\342\213\230"},
+    {"Lleftarrow;", "\342\207\232"},
+    {"Lmidot;", "\304\277"},
+    {"LongLeftArrow;", "\342\237\265"},
+    {"LongLeftRightArrow;", "\342\237\267"},
+    {"LongRightArrow;", "\342\237\266"},
+    {"Longleftarrow;", "\342\237\270"},
+    {"Longleftrightarrow;", "\342\237\272"},
+    {"Longrightarrow;", "\342\237\271"},
+    {"Lopf;", "\360\235\225\203"},
+    {"LowerLeftArrow;", "\342\206\231"},
+    {"LowerRightArrow;", "\342\206\230"},
+    {"Lscr;", "\342\204\222"},
+    {"Lsh;", "\342\206\260"},
+    {"Lstrok;", "\305\201"},
+    {"Lt;", "\342\211\252"},
+    {"Map;", "\342\244\205"},
+    {"Mcy;", "\320\234"},
+    {"MediumSpace;", "\342\201\237"},
+    {"Mellintrf;", "\342\204\263"},
+    {"Mfr;", "\360\235\224\220"},
+    {"MinusPlus;", "\342\210\223"},
+    {"Mopf;", "\360\235\225\204"},
+    {"Mscr;", "\342\204\263"},
+    {"Mu;", "\316\234"},
+    {"NJcy;", "\320\212"},
+    {"Nacute;", "\305\203"},
+    {"Ncaron;", "\305\207"},
+    {"Ncedil;", "\305\205"},
+    {"Ncy;", "\320\235"},
+    {"NegativeMediumSpace;", "\342\200\213"},
+    {"NegativeThickSpace;", "\342\200\213"},
+    {"NegativeThinSpace;", "\342\200\213"},
+    {"NegativeVeryThinSpace;", "\342\200\213"},
+    {"NestedGreaterGreater;", "\342\211\253"},
+    {"NestedLessLess;", "\342\211\252"},
+    {"NewLine;", "\012"},
+    {"Nfr;", "\360\235\224\221"},
+    {"NoBreak;", "\342\201\240"},
+    {"NonBreakingSpace;", "\302\240"},
+    {"Nopf;", "\342\204\225"},
+    {"Not;", "\342\253\254"},
+    {"NotCongruent;", "\342\211\242"},
+    {"NotCupCap;", "\342\211\255"},
+    {"NotDoubleVerticalBar;", "\342\210\246"},
+    {"NotElement;", "\342\210\211"},
+    {"NotEqual;", "\342\211\240"},
+    {"NotEqualTilde;", "\342\211\202\314\270"},
+    {"NotExists;", "\342\210\204"},
+    {"NotGreater;", "\342\211\257"},
+    {"NotGreaterEqual;", "\342\211\261"},
+    {"NotGreaterFullEqual;", "\342\211\247\314\270"},
+    {"NotGreaterGreater;", "\342\211\253\314\270"},
+    {"NotGreaterLess;", "\342\211\271"},
+    {"NotGreaterSlantEqual;", "\342\251\276\314\270"},
+    {"NotGreaterTilde;", "\342\211\265"},
+    {"NotHumpDownHump;", "\342\211\216\314\270"},
+    {"NotHumpEqual;", "\342\211\217\314\270"},
+    {"NotLeftTriangle;", "\342\213\252"},
+    {"NotLeftTriangleBar;", "\342\247\217\314\270"},
+    {"NotLeftTriangleEqual;", "\342\213\254"},
+    {"NotLess;", "\342\211\256"},
+    {"NotLessEqual;", "\342\211\260"},
+    {"NotLessGreater;", "\342\211\270"},
+    {"NotLessLess;", "\342\211\252\314\270"},
+    {"NotLessSlantEqual;", "\342\251\275\314\270"},
+    {"NotLessTilde;", "\342\211\264"},
+    {"NotNestedGreaterGreater;", "\342\252\242\314\270"},
+    {"NotNestedLessLess;", "\342\252\241\314\270"},
+    {"NotPrecedes;", "\342\212\200"},
+    {"NotPrecedesEqual;", "\342\252\257\314\270"},
+    {"NotPrecedesSlantEqual;", "\342\213\240"},
+    {"NotReverseElement;", "\342\210\214"},
+    {"NotRightTriangle;", "\342\213\253"},
+    {"NotRightTriangleBar;", "\342\247\220\314\270"},
+    {"NotRightTriangleEqual;", "\342\213\255"},
+    {"NotSquareSubset;", "\342\212\217\314\270"},
+    {"NotSquareSubsetEqual;", "\342\213\242"},
+    {"NotSquareSuperset;", "\342\212\220\314\270"},
+    {"NotSquareSupersetEqual;", "\342\213\243"},
+    {"NotSubset;", "\342\212\202\342\203\222"},
+    {"NotSubsetEqual;", "\342\212\210"},
+    {"NotSucceeds;", "\342\212\201"},
+    {"NotSucceedsEqual;", "\342\252\260\314\270"},
+    {"NotSucceedsSlantEqual;", "\342\213\241"},
+    {"NotSucceedsTilde;", "\342\211\277\314\270"},
+    {"NotSuperset;", "\342\212\203\342\203\222"},
+    {"NotSupersetEqual;", "\342\212\211"},
+    {"NotTilde;", "\342\211\201"},
+    {"NotTildeEqual;", "\342\211\204"},
+    {"NotTildeFullEqual;", "\342\211\207"},
+    {"NotTildeTilde;", "\342\211\211"},
+    {"NotVerticalBar;", "\342\210\244"},
+    {"Nscr;", "\360\235\222\251"},
+    {"Ntilde", "\303\221"},
+    {"Ntilde;", "\303\221"},
+    {"Nu;", "\316\235"},
+    {"OElig;", "\305\222"},
+    {"Oacute", "\303\223"},
+    {"Oacute;", "\303\223"},
+    {"Ocirc", "\303\224"},
+    {"Ocirc;", "\303\224"},
+    {"Ocy;", "\320\236"},
+    {"Odblac;", "\305\220"},
+    {"Ofr;", "\360\235\224\222"},
+    {"Ograve", "\303\222"},
+    {"Ograve;", "\303\222"},
+    {"Omacr;", "\305\214"},
+    {"Omega;", "\316\251"},
+    {"Omicron;", "\316\237"},
+    {"Oopf;", "\360\235\225\206"},
+    {"OpenCurlyDoubleQuote;", "\342\200\234"},
+    {"OpenCurlyQuote;", "\342\200\230"},
+    {"Or;", "\342\251\224"},
+    {"Oscr;", "\360\235\222\252"},
+    {"Oslash", "\303\230"},
+    {"Oslash;", "\303\230"},
+    {"Otilde", "\303\225"},
+    {"Otilde;", "\303\225"},
+    {"Otimes;", "\342\250\267"},
+    {"Ouml", "\303\226"},
+    {"Ouml;", "\303\226"},
+    {"OverBar;", "\342\200\276"},
+    {"OverBrace;", "\342\217\236"},
+    {"OverBracket;", "\342\216\264"},
+    {"OverParenthesis;", "\342\217\234"},
+    {"PartialD;", "\342\210\202"},
+    {"Pcy;", "\320\237"},
+    {"Pfr;", "\360\235\224\223"},
+    {"Phi;", "\316\246"},
+    {"Pi;", "\316\240"},
+    {"PlusMinus;", "\302\261"},
+    {"Poincareplane;", "\342\204\214"},
+    {"Popf;", "\342\204\231"},
+    {"Pr;", "\342\252\273"},
+    {"Precedes;", "\342\211\272"},
+    {"PrecedesEqual;", "\342\252\257"},
+    {"PrecedesSlantEqual;", "\342\211\274"},
+    {"PrecedesTilde;", "\342\211\276"},
+    {"Prime;", "\342\200\263"},
+    {"Product;", "\342\210\217"},
+    {"Proportion;", "\342\210\267"},
+    {"Proportional;", "\342\210\235"},
+    {"Pscr;", "\360\235\222\253"},
+    {"Psi;", "\316\250"},
+    {"QUOT", "\042"},
+    {"QUOT;", "\042"},
+    {"Qfr;", "\360\235\224\224"},
+    {"Qopf;", "\342\204\232"},
+    {"Qscr;", "\360\235\222\254"},
+    {"RBarr;", "\342\244\220"},
+    {"REG", "\302\256"},
+    {"REG;", "\302\256"},
+    {"Racute;", "\305\224"},
+    {"Rang;", "\342\237\253"},
+    {"Rarr;", "\342\206\240"},
+    {"Rarrtl;", "\342\244\226"},
+    {"Rcaron;", "\305\230"},
+    {"Rcedil;", "\305\226"},
+    {"Rcy;", "\320\240"},
+    {"Re;", "\342\204\234"},
+    {"ReverseElement;", "\342\210\213"},
+    {"ReverseEquilibrium;", "\342\207\213"},
+    {"ReverseUpEquilibrium;", "\342\245\257"},
+    {"Rfr;", "\342\204\234"},
+    {"Rho;", "\316\241"},
+    {"RightAngleBracket;", "\342\237\251"},
+    {"RightArrow;", "\342\206\222"},
+    {"RightArrowBar;", "\342\207\245"},
+    {"RightArrowLeftArrow;", "\342\207\204"},
+    {"RightCeiling;", "\342\214\211"},
+    {"RightDoubleBracket;", "\342\237\247"},
+    {"RightDownTeeVector;", "\342\245\235"},
+    {"RightDownVector;", "\342\207\202"},
+    {"RightDownVectorBar;", "\342\245\225"},
+    {"RightFloor;", "\342\214\213"},
+    {"RightTee;", "\342\212\242"},
+    {"RightTeeArrow;", "\342\206\246"},
+    {"RightTeeVector;", "\342\245\233"},
+    {"RightTriangle;", "\342\212\263"},
+    {"RightTriangleBar;", "\342\247\220"},
+    {"RightTriangleEqual;", "\342\212\265"},
+    {"RightUpDownVector;", "\342\245\217"},
+    {"RightUpTeeVector;", "\342\245\234"},
+    {"RightUpVector;", "\342\206\276"},
+    {"RightUpVectorBar;", "\342\245\224"},
+    {"RightVector;", "\342\207\200"},
+    {"RightVectorBar;", "\342\245\223"},
+    {"Rightarrow;", "\342\207\222"},
+    {"Ropf;", "\342\204\235"},
+    {"RoundImplies;", "\342\245\260"},
+    {"Rrightarrow;", "\342\207\233"},
+    {"Rscr;", "\342\204\233"},
+    {"Rsh;", "\342\206\261"},
+    {"RuleDelayed;", "\342\247\264"},
+    {"SHCHcy;", "\320\251"},
+    {"SHcy;", "\320\250"},
+    {"SOFTcy;", "\320\254"},
+    {"Sacute;", "\305\232"},
+    {"Sc;", "\342\252\274"},
+    {"Scaron;", "\305\240"},
+    {"Scedil;", "\305\236"},
+    {"Scirc;", "\305\234"},
+    {"Scy;", "\320\241"},
+    {"Sfr;", "\360\235\224\226"},
+    {"ShortDownArrow;", "\342\206\223"},
+    {"ShortLeftArrow;", "\342\206\220"},
+    {"ShortRightArrow;", "\342\206\222"},
+    {"ShortUpArrow;", "\342\206\221"},
+    {"Sigma;", "\316\243"},
+    {"SmallCircle;", "\342\210\230"},
+    {"Sopf;", "\360\235\225\212"},
+    {"Sqrt;", "\342\210\232"},
+    {"Square;", "\342\226\241"},
+    {"SquareIntersection;", "\342\212\223"},
+    {"SquareSubset;", "\342\212\217"},
+    {"SquareSubsetEqual;", "\342\212\221"},
+    {"SquareSuperset;", "\342\212\220"},
+    {"SquareSupersetEqual;", "\342\212\222"},
+    {"SquareUnion;", "\342\212\224"},
+    {"Sscr;", "\360\235\222\256"},
+    {"Star;", "\342\213\206"},
+    {"Sub;", "\342\213\220"},
+    {"Subset;", "\342\213\220"},
+    {"SubsetEqual;", "\342\212\206"},
+    {"Succeeds;", "\342\211\273"},
+    {"SucceedsEqual;", "\342\252\260"},
+    {"SucceedsSlantEqual;", "\342\211\275"},
+    {"SucceedsTilde;", "\342\211\277"},
+    {"SuchThat;", "\342\210\213"},
+    {"Sum;", "\342\210\221"},
+    {"Sup;", "\342\213\221"},
+    {"Superset;", "\342\212\203"},
+    {"SupersetEqual;", "\342\212\207"},
+    {"Supset;", "\342\213\221"},
+    {"THORN", "\303\236"},
+    {"THORN;", "\303\236"},
+    {"TRADE;", "\342\204\242"},
+    {"TSHcy;", "\320\213"},
+    {"TScy;", "\320\246"},
+    {"Tab;", "\011"},
+    {"Tau;", "\316\244"},
+    {"Tcaron;", "\305\244"},
+    {"Tcedil;", "\305\242"},
+    {"Tcy;", "\320\242"},
+    {"Tfr;", "\360\235\224\227"},
+    {"Therefore;", "\342\210\264"},
+    {"Theta;", "\316\230"},
+    {"ThickSpace;", "\342\201\237\342\200\212"},
+    {"ThinSpace;", "\342\200\211"},
+    {"Tilde;", "\342\210\274"},
+    {"TildeEqual;", "\342\211\203"},
+    {"TildeFullEqual;", "\342\211\205"},
+    {"TildeTilde;", "\342\211\210"},
+    {"Topf;", "\360\235\225\213"},
+    {"TripleDot;", "\342\203\233"},
+    {"Tscr;", "\360\235\222\257"},
+    {"Tstrok;", "\305\246"},
+    {"Uacute", "\303\232"},
+    {"Uacute;", "\303\232"},
+    {"Uarr;", "\342\206\237"},
+    {"Uarrocir;", "\342\245\211"},
+    {"Ubrcy;", "\320\216"},
+    {"Ubreve;", "\305\254"},
+    {"Ucirc", "\303\233"},
+    {"Ucirc;", "\303\233"},
+    {"Ucy;", "\320\243"},
+    {"Udblac;", "\305\260"},
+    {"Ufr;", "\360\235\224\230"},
+    {"Ugrave", "\303\231"},
+    {"Ugrave;", "\303\231"},
+    {"Umacr;", "\305\252"},
     {"UnderBar;", "_"},
-    {"UnderBrace;",
-     "\xe2"
-     "\x8f"
-     "\x9f"
-     ""},
-    {"UnderBracket;",
-     "\xe2"
-     "\x8e"
-     "\xb5"
-     ""},
-    {"UnderParenthesis;",
-     "\xe2"
-     "\x8f"
-     "\x9d"
-     ""},
-    {"Union;",
-     "\xe2"
-     "\x8b"
-     "\x83"
-     ""},
-    {"UnionPlus;",
-     "\xe2"
-     "\x8a"
-     "\x8e"
-     ""},
-    {"Uogon;",
-     "\xc5"
-     "\xb2"
-     ""},
-    {"Uopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x8c"
-     ""},
-    {"UpArrow;",
-     "\xe2"
-     "\x86"
-     "\x91"
-     ""},
-    {"UpArrowBar;",
-     "\xe2"
-     "\xa4"
-     "\x92"
-     ""},
-    {"UpArrowDownArrow;",
-     "\xe2"
-     "\x87"
-     "\x85"
-     ""},
-    {"UpDownArrow;",
-     "\xe2"
-     "\x86"
-     "\x95"
-     ""},
-    {"UpEquilibrium;",
-     "\xe2"
-     "\xa5"
-     "\xae"
-     ""},
-    {"UpTee;",
-     "\xe2"
-     "\x8a"
-     "\xa5"
-     ""},
-    {"UpTeeArrow;",
-     "\xe2"
-     "\x86"
-     "\xa5"
-     ""},
-    {"Uparrow;",
-     "\xe2"
-     "\x87"
-     "\x91"
-     ""},
-    {"Updownarrow;",
-     "\xe2"
-     "\x87"
-     "\x95"
-     ""},
-    {"UpperLeftArrow;",
-     "\xe2"
-     "\x86"
-     "\x96"
-     ""},
-    {"UpperRightArrow;",
-     "\xe2"
-     "\x86"
-     "\x97"
-     ""},
-    {"Upsi;",
-     "\xcf"
-     "\x92"
-     ""},
-    {"Upsilon;",
-     "\xce"
-     "\xa5"
-     ""},
-    {"Uring;",
-     "\xc5"
-     "\xae"
-     ""},
-    {"Uscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb0"
-     ""},
-    {"Utilde;",
-     "\xc5"
-     "\xa8"
-     ""},
-    {"Uuml",
-     "\xc3"
-     "\x9c"
-     ""},
-    {"Uuml;",
-     "\xc3"
-     "\x9c"
-     ""},
-    {"VDash;",
-     "\xe2"
-     "\x8a"
-     "\xab"
-     ""},
-    {"Vbar;",
-     "\xe2"
-     "\xab"
-     "\xab"
-     ""},
-    {"Vcy;",
-     "\xd0"
-     "\x92"
-     ""},
-    {"Vdash;",
-     "\xe2"
-     "\x8a"
-     "\xa9"
-     ""},
-    {"Vdashl;",
-     "\xe2"
-     "\xab"
-     "\xa6"
-     ""},
-    {"Vee;",
-     "\xe2"
-     "\x8b"
-     "\x81"
-     ""},
-    {"Verbar;",
-     "\xe2"
-     "\x80"
-     "\x96"
-     ""},
-    {"Vert;",
-     "\xe2"
-     "\x80"
-     "\x96"
-     ""},
-    {"VerticalBar;",
-     "\xe2"
-     "\x88"
-     "\xa3"
-     ""},
+    {"UnderBrace;", "\342\217\237"},
+    {"UnderBracket;", "\342\216\265"},
+    {"UnderParenthesis;", "\342\217\235"},
+    {"Union;", "\342\213\203"},
+    {"UnionPlus;", "\342\212\216"},
+    {"Uogon;", "\305\262"},
+    {"Uopf;", "\360\235\225\214"},
+    {"UpArrow;", "\342\206\221"},
+    {"UpArrowBar;", "\342\244\222"},
+    {"UpArrowDownArrow;", "\342\207\205"},
+    {"UpDownArrow;", "\342\206\225"},
+    {"UpEquilibrium;", "\342\245\256"},
+    {"UpTee;", "\342\212\245"},
+    {"UpTeeArrow;", "\342\206\245"},
+    {"Uparrow;", "\342\207\221"},
+    {"Updownarrow;", "\342\207\225"},
+    {"UpperLeftArrow;", "\342\206\226"},
+    {"UpperRightArrow;", "\342\206\227"},
+    {"Upsi;", "\317\222"},
+    {"Upsilon;", "\316\245"},
+    {"Uring;", "\305\256"},
+    {"Uscr;", "\360\235\222\260"},
+    {"Utilde;", "\305\250"},
+    {"Uuml", "\303\234"},
+    {"Uuml;", "\303\234"},
+    {"VDash;", "\342\212\253"},
+    {"Vbar;", "\342\253\253"},
+    {"Vcy;", "\320\222"},
+    {"Vdash;", "\342\212\251"},
+    {"Vdashl;", "\342\253\246"},
+    {"Vee;", "\342\213\201"},
+    {"Verbar;", "\342\200\226"},
+    {"Vert;", "\342\200\226"},
+    {"VerticalBar;", "\342\210\243"},
     {"VerticalLine;", "|"},
-    {"VerticalSeparator;",
-     "\xe2"
-     "\x9d"
-     "\x98"
-     ""},
-    {"VerticalTilde;",
-     "\xe2"
-     "\x89"
-     "\x80"
-     ""},
-    {"VeryThinSpace;",
-     "\xe2"
-     "\x80"
-     "\x8a"
-     ""},
-    {"Vfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x99"
-     ""},
-    {"Vopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x8d"
-     ""},
-    {"Vscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb1"
-     ""},
-    {"Vvdash;",
-     "\xe2"
-     "\x8a"
-     "\xaa"
-     ""},
-    {"Wcirc;",
-     "\xc5"
-     "\xb4"
-     ""},
-    {"Wedge;",
-     "\xe2"
-     "\x8b"
-     "\x80"
-     ""},
-    {"Wfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x9a"
-     ""},
-    {"Wopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x8e"
-     ""},
-    {"Wscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb2"
-     ""},
-    {"Xfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x9b"
-     ""},
-    {"Xi;",
-     "\xce"
-     "\x9e"
-     ""},
-    {"Xopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x8f"
-     ""},
-    {"Xscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb3"
-     ""},
-    {"YAcy;",
-     "\xd0"
-     "\xaf"
-     ""},
-    {"YIcy;",
-     "\xd0"
-     "\x87"
-     ""},
-    {"YUcy;",
-     "\xd0"
-     "\xae"
-     ""},
-    {"Yacute",
-     "\xc3"
-     "\x9d"
-     ""},
-    {"Yacute;",
-     "\xc3"
-     "\x9d"
-     ""},
-    {"Ycirc;",
-     "\xc5"
-     "\xb6"
-     ""},
-    {"Ycy;",
-     "\xd0"
-     "\xab"
-     ""},
-    {"Yfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x9c"
-     ""},
-    {"Yopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x90"
-     ""},
-    {"Yscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb4"
-     ""},
-    {"Yuml;",
-     "\xc5"
-     "\xb8"
-     ""},
-    {"ZHcy;",
-     "\xd0"
-     "\x96"
-     ""},
-    {"Zacute;",
-     "\xc5"
-     "\xb9"
-     ""},
-    {"Zcaron;",
-     "\xc5"
-     "\xbd"
-     ""},
-    {"Zcy;",
-     "\xd0"
-     "\x97"
-     ""},
-    {"Zdot;",
-     "\xc5"
-     "\xbb"
-     ""},
-    {"ZeroWidthSpace;",
-     "\xe2"
-     "\x80"
-     "\x8b"
-     ""},
-    {"Zeta;",
-     "\xce"
-     "\x96"
-     ""},
-    {"Zfr;",
-     "\xe2"
-     "\x84"
-     "\xa8"
-     ""},
-    {"Zopf;",
-     "\xe2"
-     "\x84"
-     "\xa4"
-     ""},
-    {"Zscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb5"
-     ""},
-    {"aacute",
-     "\xc3"
-     "\xa1"
-     ""},
-    {"aacute;",
-     "\xc3"
-     "\xa1"
-     ""},
-    {"abreve;",
-     "\xc4"
-     "\x83"
-     ""},
-    {"ac;",
-     "\xe2"
-     "\x88"
-     "\xbe"
-     ""},
-    {"acE;",
-     "\xe2"
-     "\x88"
-     "\xbe"
-     "\xcc"
-     "\xb3"
-     ""},
-    {"acd;",
-     "\xe2"
-     "\x88"
-     "\xbf"
-     ""},
-    {"acirc",
-     "\xc3"
-     "\xa2"
-     ""},
-    {"acirc;",
-     "\xc3"
-     "\xa2"
-     ""},
-    {"acute",
-     "\xc2"
-     "\xb4"
-     ""},
-    {"acute;",
-     "\xc2"
-     "\xb4"
-     ""},
-    {"acy;",
-     "\xd0"
-     "\xb0"
-     ""},
-    {"aelig",
-     "\xc3"
-     "\xa6"
-     ""},
-    {"aelig;",
-     "\xc3"
-     "\xa6"
-     ""},
-    {"af;",
-     "\xe2"
-     "\x81"
-     "\xa1"
-     ""},
-    {"afr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x9e"
-     ""},
-    {"agrave",
-     "\xc3"
-     "\xa0"
-     ""},
-    {"agrave;",
-     "\xc3"
-     "\xa0"
-     ""},
-    {"alefsym;",
-     "\xe2"
-     "\x84"
-     "\xb5"
-     ""},
-    {"aleph;",
-     "\xe2"
-     "\x84"
-     "\xb5"
-     ""},
-    {"alpha;",
-     "\xce"
-     "\xb1"
-     ""},
-    {"amacr;",
-     "\xc4"
-     "\x81"
-     ""},
-    {"amalg;",
-     "\xe2"
-     "\xa8"
-     "\xbf"
-     ""},
+    {"VerticalSeparator;", "\342\235\230"},
+    {"VerticalTilde;", "\342\211\200"},
+    {"VeryThinSpace;", "\342\200\212"},
+    {"Vfr;", "\360\235\224\231"},
+    {"Vopf;", "\360\235\225\215"},
+    {"Vscr;", "\360\235\222\261"},
+    {"Vvdash;", "\342\212\252"},
+    {"Wcirc;", "\305\264"},
+    {"Wedge;", "\342\213\200"},
+    {"Wfr;", "\360\235\224\232"},
+    {"Wopf;", "\360\235\225\216"},
+    {"Wscr;", "\360\235\222\262"},
+    {"Xfr;", "\360\235\224\233"},
+    {"Xi;", "\316\236"},
+    {"Xopf;", "\360\235\225\217"},
+    {"Xscr;", "\360\235\222\263"},
+    {"YAcy;", "\320\257"},
+    {"YIcy;", "\320\207"},
+    {"YUcy;", "\320\256"},
+    {"Yacute", "\303\235"},
+    {"Yacute;", "\303\235"},
+    {"Ycirc;", "\305\266"},
+    {"Ycy;", "\320\253"},
+    {"Yfr;", "\360\235\224\234"},
+    {"Yopf;", "\360\235\225\220"},
+    {"Yscr;", "\360\235\222\264"},
+    {"Yuml;", "\305\270"},
+    {"ZHcy;", "\320\226"},
+    {"Zacute;", "\305\271"},
+    {"Zcaron;", "\305\275"},
+    {"Zcy;", "\320\227"},
+    {"Zdot;", "\305\273"},
+    {"ZeroWidthSpace;", "\342\200\213"},
+    {"Zeta;", "\316\226"},
+    {"Zfr;", "\342\204\250"},
+    {"Zopf;", "\342\204\244"},
+    {"Zscr;", "\360\235\222\265"},
+    {"aacute", "\303\241"},
+    {"aacute;", "\303\241"},
+    {"abreve;", "\304\203"},
+    {"ac;", "\342\210\276"},
+    {"acE;", "\342\210\276\314\263"},
+    {"acd;", "\342\210\277"},
+    {"acirc", "\303\242"},
+    {"acirc;", "\303\242"},
+    {"acute", "\302\264"},
+    {"acute;", "\302\264"},
+    {"acy;", "\320\260"},
+    {"aelig", "\303\246"},
+    {"aelig;", "\303\246"},
+    {"af;", "\342\201\241"},
+    {"afr;", "\360\235\224\236"},
+    {"agrave", "\303\240"},
+    {"agrave;", "\303\240"},
+    {"alefsym;", "\342\204\265"},
+    {"aleph;", "\342\204\265"},
+    {"alpha;", "\316\261"},
+    {"amacr;", "\304\201"},
+    {"amalg;", "\342\250\277"},
     {"amp", "&"},
     {"amp;", "&"},
-    {"and;",
-     "\xe2"
-     "\x88"
-     "\xa7"
-     ""},
-    {"andand;",
-     "\xe2"
-     "\xa9"
-     "\x95"
-     ""},
-    {"andd;",
-     "\xe2"
-     "\xa9"
-     "\x9c"
-     ""},
-    {"andslope;",
-     "\xe2"
-     "\xa9"
-     "\x98"
-     ""},
-    {"andv;",
-     "\xe2"
-     "\xa9"
-     "\x9a"
-     ""},
-    {"ang;",
-     "\xe2"
-     "\x88"
-     "\xa0"
-     ""},
-    {"ange;",
-     "\xe2"
-     "\xa6"
-     "\xa4"
-     ""},
-    {"angle;",
-     "\xe2"
-     "\x88"
-     "\xa0"
-     ""},
-    {"angmsd;",
-     "\xe2"
-     "\x88"
-     "\xa1"
-     ""},
-    {"angmsdaa;",
-     "\xe2"
-     "\xa6"
-     "\xa8"
-     ""},
-    {"angmsdab;",
-     "\xe2"
-     "\xa6"
-     "\xa9"
-     ""},
-    {"angmsdac;",
-     "\xe2"
-     "\xa6"
-     "\xaa"
-     ""},
-    {"angmsdad;",
-     "\xe2"
-     "\xa6"
-     "\xab"
-     ""},
-    {"angmsdae;",
-     "\xe2"
-     "\xa6"
-     "\xac"
-     ""},
-    {"angmsdaf;",
-     "\xe2"
-     "\xa6"
-     "\xad"
-     ""},
-    {"angmsdag;",
-     "\xe2"
-     "\xa6"
-     "\xae"
-     ""},
-    {"angmsdah;",
-     "\xe2"
-     "\xa6"
-     "\xaf"
-     ""},
-    {"angrt;",
-     "\xe2"
-     "\x88"
-     "\x9f"
-     ""},
-    {"angrtvb;",
-     "\xe2"
-     "\x8a"
-     "\xbe"
-     ""},
-    {"angrtvbd;",
-     "\xe2"
-     "\xa6"
-     "\x9d"
-     ""},
-    {"angsph;",
-     "\xe2"
-     "\x88"
-     "\xa2"
-     ""},
-    {"angst;",
-     "\xc3"
-     "\x85"
-     ""},
-    {"angzarr;",
-     "\xe2"
-     "\x8d"
-     "\xbc"
-     ""},
-    {"aogon;",
-     "\xc4"
-     "\x85"
-     ""},
-    {"aopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x92"
-     ""},
-    {"ap;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"apE;",
-     "\xe2"
-     "\xa9"
-     "\xb0"
-     ""},
-    {"apacir;",
-     "\xe2"
-     "\xa9"
-     "\xaf"
-     ""},
-    {"ape;",
-     "\xe2"
-     "\x89"
-     "\x8a"
-     ""},
-    {"apid;",
-     "\xe2"
-     "\x89"
-     "\x8b"
-     ""},
+    {"and;", "\342\210\247"},
+    {"andand;", "\342\251\225"},
+    {"andd;", "\342\251\234"},
+    {"andslope;", "\342\251\230"},
+    {"andv;", "\342\251\232"},
+    {"ang;", "\342\210\240"},
+    {"ange;", "\342\246\244"},
+    {"angle;", "\342\210\240"},
+    {"angmsd;", "\342\210\241"},
+    {"angmsdaa;", "\342\246\250"},
+    {"angmsdab;", "\342\246\251"},
+    {"angmsdac;", "\342\246\252"},
+    {"angmsdad;", "\342\246\253"},
+    {"angmsdae;", "\342\246\254"},
+    {"angmsdaf;", "\342\246\255"},
+    {"angmsdag;", "\342\246\256"},
+    {"angmsdah;", "\342\246\257"},
+    {"angrt;", "\342\210\237"},
+    {"angrtvb;", "\342\212\276"},
+    {"angrtvbd;", "\342\246\235"},
+    {"angsph;", "\342\210\242"},
+    {"angst;", "\303\205"},
+    {"angzarr;", "\342\215\274"},
+    {"aogon;", "\304\205"},
+    {"aopf;", "\360\235\225\222"},
+    {"ap;", "\342\211\210"},
+    {"apE;", "\342\251\260"},
+    {"apacir;", "\342\251\257"},
+    {"ape;", "\342\211\212"},
+    {"apid;", "\342\211\213"},
     {"apos;", "'"},
-    {"approx;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"approxeq;",
-     "\xe2"
-     "\x89"
-     "\x8a"
-     ""},
-    {"aring",
-     "\xc3"
-     "\xa5"
-     ""},
-    {"aring;",
-     "\xc3"
-     "\xa5"
-     ""},
-    {"ascr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb6"
-     ""},
+    {"approx;", "\342\211\210"},
+    {"approxeq;", "\342\211\212"},
+    {"aring", "\303\245"},
+    {"aring;", "\303\245"},
+    {"ascr;", "\360\235\222\266"},
     {"ast;", "*"},
-    {"asymp;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"asympeq;",
-     "\xe2"
-     "\x89"
-     "\x8d"
-     ""},
-    {"atilde",
-     "\xc3"
-     "\xa3"
-     ""},
-    {"atilde;",
-     "\xc3"
-     "\xa3"
-     ""},
-    {"auml",
-     "\xc3"
-     "\xa4"
-     ""},
-    {"auml;",
-     "\xc3"
-     "\xa4"
-     ""},
-    {"awconint;",
-     "\xe2"
-     "\x88"
-     "\xb3"
-     ""},
-    {"awint;",
-     "\xe2"
-     "\xa8"
-     "\x91"
-     ""},
-    {"bNot;",
-     "\xe2"
-     "\xab"
-     "\xad"
-     ""},
-    {"backcong;",
-     "\xe2"
-     "\x89"
-     "\x8c"
-     ""},
-    {"backepsilon;",
-     "\xcf"
-     "\xb6"
-     ""},
-    {"backprime;",
-     "\xe2"
-     "\x80"
-     "\xb5"
-     ""},
-    {"backsim;",
-     "\xe2"
-     "\x88"
-     "\xbd"
-     ""},
-    {"backsimeq;",
-     "\xe2"
-     "\x8b"
-     "\x8d"
-     ""},
-    {"barvee;",
-     "\xe2"
-     "\x8a"
-     "\xbd"
-     ""},
-    {"barwed;",
-     "\xe2"
-     "\x8c"
-     "\x85"
-     ""},
-    {"barwedge;",
-     "\xe2"
-     "\x8c"
-     "\x85"
-     ""},
-    {"bbrk;",
-     "\xe2"
-     "\x8e"
-     "\xb5"
-     ""},
-    {"bbrktbrk;",
-     "\xe2"
-     "\x8e"
-     "\xb6"
-     ""},
-    {"bcong;",
-     "\xe2"
-     "\x89"
-     "\x8c"
-     ""},
-    {"bcy;",
-     "\xd0"
-     "\xb1"
-     ""},
-    {"bdquo;",
-     "\xe2"
-     "\x80"
-     "\x9e"
-     ""},
-    {"becaus;",
-     "\xe2"
-     "\x88"
-     "\xb5"
-     ""},
-    {"because;",
-     "\xe2"
-     "\x88"
-     "\xb5"
-     ""},
-    {"bemptyv;",
-     "\xe2"
-     "\xa6"
-     "\xb0"
-     ""},
-    {"bepsi;",
-     "\xcf"
-     "\xb6"
-     ""},
-    {"bernou;",
-     "\xe2"
-     "\x84"
-     "\xac"
-     ""},
-    {"beta;",
-     "\xce"
-     "\xb2"
-     ""},
-    {"beth;",
-     "\xe2"
-     "\x84"
-     "\xb6"
-     ""},
-    {"between;",
-     "\xe2"
-     "\x89"
-     "\xac"
-     ""},
-    {"bfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x9f"
-     ""},
-    {"bigcap;",
-     "\xe2"
-     "\x8b"
-     "\x82"
-     ""},
-    {"bigcirc;",
-     "\xe2"
-     "\x97"
-     "\xaf"
-     ""},
-    {"bigcup;",
-     "\xe2"
-     "\x8b"
-     "\x83"
-     ""},
-    {"bigodot;",
-     "\xe2"
-     "\xa8"
-     "\x80"
-     ""},
-    {"bigoplus;",
-     "\xe2"
-     "\xa8"
-     "\x81"
-     ""},
-    {"bigotimes;",
-     "\xe2"
-     "\xa8"
-     "\x82"
-     ""},
-    {"bigsqcup;",
-     "\xe2"
-     "\xa8"
-     "\x86"
-     ""},
-    {"bigstar;",
-     "\xe2"
-     "\x98"
-     "\x85"
-     ""},
-    {"bigtriangledown;",
-     "\xe2"
-     "\x96"
-     "\xbd"
-     ""},
-    {"bigtriangleup;",
-     "\xe2"
-     "\x96"
-     "\xb3"
-     ""},
-    {"biguplus;",
-     "\xe2"
-     "\xa8"
-     "\x84"
-     ""},
-    {"bigvee;",
-     "\xe2"
-     "\x8b"
-     "\x81"
-     ""},
-    {"bigwedge;",
-     "\xe2"
-     "\x8b"
-     "\x80"
-     ""},
-    {"bkarow;",
-     "\xe2"
-     "\xa4"
-     "\x8d"
-     ""},
-    {"blacklozenge;",
-     "\xe2"
-     "\xa7"
-     "\xab"
-     ""},
-    {"blacksquare;",
-     "\xe2"
-     "\x96"
-     "\xaa"
-     ""},
-    {"blacktriangle;",
-     "\xe2"
-     "\x96"
-     "\xb4"
-     ""},
-    {"blacktriangledown;",
-     "\xe2"
-     "\x96"
-     "\xbe"
-     ""},
-    {"blacktriangleleft;",
-     "\xe2"
-     "\x97"
-     "\x82"
-     ""},
-    {"blacktriangleright;",
-     "\xe2"
-     "\x96"
-     "\xb8"
-     ""},
-    {"blank;",
-     "\xe2"
-     "\x90"
-     "\xa3"
-     ""},
-    {"blk12;",
-     "\xe2"
-     "\x96"
-     "\x92"
-     ""},
-    {"blk14;",
-     "\xe2"
-     "\x96"
-     "\x91"
-     ""},
-    {"blk34;",
-     "\xe2"
-     "\x96"
-     "\x93"
-     ""},
-    {"block;",
-     "\xe2"
-     "\x96"
-     "\x88"
-     ""},
-    {"bne;",
-     "=\xe2"
-     "\x83"
-     "\xa5"
-     ""},
-    {"bnequiv;",
-     "\xe2"
-     "\x89"
-     "\xa1"
-     "\xe2"
-     "\x83"
-     "\xa5"
-     ""},
-    {"bnot;",
-     "\xe2"
-     "\x8c"
-     "\x90"
-     ""},
-    {"bopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x93"
-     ""},
-    {"bot;",
-     "\xe2"
-     "\x8a"
-     "\xa5"
-     ""},
-    {"bottom;",
-     "\xe2"
-     "\x8a"
-     "\xa5"
-     ""},
-    {"bowtie;",
-     "\xe2"
-     "\x8b"
-     "\x88"
-     ""},
-    {"boxDL;",
-     "\xe2"
-     "\x95"
-     "\x97"
-     ""},
-    {"boxDR;",
-     "\xe2"
-     "\x95"
-     "\x94"
-     ""},
-    {"boxDl;",
-     "\xe2"
-     "\x95"
-     "\x96"
-     ""},
-    {"boxDr;",
-     "\xe2"
-     "\x95"
-     "\x93"
-     ""},
-    {"boxH;",
-     "\xe2"
-     "\x95"
-     "\x90"
-     ""},
-    {"boxHD;",
-     "\xe2"
-     "\x95"
-     "\xa6"
-     ""},
-    {"boxHU;",
-     "\xe2"
-     "\x95"
-     "\xa9"
-     ""},
-    {"boxHd;",
-     "\xe2"
-     "\x95"
-     "\xa4"
-     ""},
-    {"boxHu;",
-     "\xe2"
-     "\x95"
-     "\xa7"
-     ""},
-    {"boxUL;",
-     "\xe2"
-     "\x95"
-     "\x9d"
-     ""},
-    {"boxUR;",
-     "\xe2"
-     "\x95"
-     "\x9a"
-     ""},
-    {"boxUl;",
-     "\xe2"
-     "\x95"
-     "\x9c"
-     ""},
-    {"boxUr;",
-     "\xe2"
-     "\x95"
-     "\x99"
-     ""},
-    {"boxV;",
-     "\xe2"
-     "\x95"
-     "\x91"
-     ""},
-    {"boxVH;",
-     "\xe2"
-     "\x95"
-     "\xac"
-     ""},
-    {"boxVL;",
-     "\xe2"
-     "\x95"
-     "\xa3"
-     ""},
-    {"boxVR;",
-     "\xe2"
-     "\x95"
-     "\xa0"
-     ""},
-    {"boxVh;",
-     "\xe2"
-     "\x95"
-     "\xab"
-     ""},
-    {"boxVl;",
-     "\xe2"
-     "\x95"
-     "\xa2"
-     ""},
-    {"boxVr;",
-     "\xe2"
-     "\x95"
-     "\x9f"
-     ""},
-    {"boxbox;",
-     "\xe2"
-     "\xa7"
-     "\x89"
-     ""},
-    {"boxdL;",
-     "\xe2"
-     "\x95"
-     "\x95"
-     ""},
-    {"boxdR;",
-     "\xe2"
-     "\x95"
-     "\x92"
-     ""},
-    {"boxdl;",
-     "\xe2"
-     "\x94"
-     "\x90"
-     ""},
-    {"boxdr;",
-     "\xe2"
-     "\x94"
-     "\x8c"
-     ""},
-    {"boxh;",
-     "\xe2"
-     "\x94"
-     "\x80"
-     ""},
-    {"boxhD;",
-     "\xe2"
-     "\x95"
-     "\xa5"
-     ""},
-    {"boxhU;",
-     "\xe2"
-     "\x95"
-     "\xa8"
-     ""},
-    {"boxhd;",
-     "\xe2"
-     "\x94"
-     "\xac"
-     ""},
-    {"boxhu;",
-     "\xe2"
-     "\x94"
-     "\xb4"
-     ""},
-    {"boxminus;",
-     "\xe2"
-     "\x8a"
-     "\x9f"
-     ""},
-    {"boxplus;",
-     "\xe2"
-     "\x8a"
-     "\x9e"
-     ""},
-    {"boxtimes;",
-     "\xe2"
-     "\x8a"
-     "\xa0"
-     ""},
-    {"boxuL;",
-     "\xe2"
-     "\x95"
-     "\x9b"
-     ""},
-    {"boxuR;",
-     "\xe2"
-     "\x95"
-     "\x98"
-     ""},
-    {"boxul;",
-     "\xe2"
-     "\x94"
-     "\x98"
-     ""},
-    {"boxur;",
-     "\xe2"
-     "\x94"
-     "\x94"
-     ""},
-    {"boxv;",
-     "\xe2"
-     "\x94"
-     "\x82"
-     ""},
-    {"boxvH;",
-     "\xe2"
-     "\x95"
-     "\xaa"
-     ""},
-    {"boxvL;",
-     "\xe2"
-     "\x95"
-     "\xa1"
-     ""},
-    {"boxvR;",
-     "\xe2"
-     "\x95"
-     "\x9e"
-     ""},
-    {"boxvh;",
-     "\xe2"
-     "\x94"
-     "\xbc"
-     ""},
-    {"boxvl;",
-     "\xe2"
-     "\x94"
-     "\xa4"
-     ""},
-    {"boxvr;",
-     "\xe2"
-     "\x94"
-     "\x9c"
-     ""},
-    {"bprime;",
-     "\xe2"
-     "\x80"
-     "\xb5"
-     ""},
-    {"breve;",
-     "\xcb"
-     "\x98"
-     ""},
-    {"brvbar",
-     "\xc2"
-     "\xa6"
-     ""},
-    {"brvbar;",
-     "\xc2"
-     "\xa6"
-     ""},
-    {"bscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb7"
-     ""},
-    {"bsemi;",
-     "\xe2"
-     "\x81"
-     "\x8f"
-     ""},
-    {"bsim;",
-     "\xe2"
-     "\x88"
-     "\xbd"
-     ""},
-    {"bsime;",
-     "\xe2"
-     "\x8b"
-     "\x8d"
-     ""},
-    {"bsol;",
-     "\x5c"
-     ""},
-    {"bsolb;",
-     "\xe2"
-     "\xa7"
-     "\x85"
-     ""},
-    {"bsolhsub;",
-     "\xe2"
-     "\x9f"
-     "\x88"
-     ""},
-    {"bull;",
-     "\xe2"
-     "\x80"
-     "\xa2"
-     ""},
-    {"bullet;",
-     "\xe2"
-     "\x80"
-     "\xa2"
-     ""},
-    {"bump;",
-     "\xe2"
-     "\x89"
-     "\x8e"
-     ""},
-    {"bumpE;",
-     "\xe2"
-     "\xaa"
-     "\xae"
-     ""},
-    {"bumpe;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     ""},
-    {"bumpeq;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     ""},
-    {"cacute;",
-     "\xc4"
-     "\x87"
-     ""},
-    {"cap;",
-     "\xe2"
-     "\x88"
-     "\xa9"
-     ""},
-    {"capand;",
-     "\xe2"
-     "\xa9"
-     "\x84"
-     ""},
-    {"capbrcup;",
-     "\xe2"
-     "\xa9"
-     "\x89"
-     ""},
-    {"capcap;",
-     "\xe2"
-     "\xa9"
-     "\x8b"
-     ""},
-    {"capcup;",
-     "\xe2"
-     "\xa9"
-     "\x87"
-     ""},
-    {"capdot;",
-     "\xe2"
-     "\xa9"
-     "\x80"
-     ""},
-    {"caps;",
-     "\xe2"
-     "\x88"
-     "\xa9"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"caret;",
-     "\xe2"
-     "\x81"
-     "\x81"
-     ""},
-    {"caron;",
-     "\xcb"
-     "\x87"
-     ""},
-    {"ccaps;",
-     "\xe2"
-     "\xa9"
-     "\x8d"
-     ""},
-    {"ccaron;",
-     "\xc4"
-     "\x8d"
-     ""},
-    {"ccedil",
-     "\xc3"
-     "\xa7"
-     ""},
-    {"ccedil;",
-     "\xc3"
-     "\xa7"
-     ""},
-    {"ccirc;",
-     "\xc4"
-     "\x89"
-     ""},
-    {"ccups;",
-     "\xe2"
-     "\xa9"
-     "\x8c"
-     ""},
-    {"ccupssm;",
-     "\xe2"
-     "\xa9"
-     "\x90"
-     ""},
-    {"cdot;",
-     "\xc4"
-     "\x8b"
-     ""},
-    {"cedil",
-     "\xc2"
-     "\xb8"
-     ""},
-    {"cedil;",
-     "\xc2"
-     "\xb8"
-     ""},
-    {"cemptyv;",
-     "\xe2"
-     "\xa6"
-     "\xb2"
-     ""},
-    {"cent",
-     "\xc2"
-     "\xa2"
-     ""},
-    {"cent;",
-     "\xc2"
-     "\xa2"
-     ""},
-    {"centerdot;",
-     "\xc2"
-     "\xb7"
-     ""},
-    {"cfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa0"
-     ""},
-    {"chcy;",
-     "\xd1"
-     "\x87"
-     ""},
-    {"check;",
-     "\xe2"
-     "\x9c"
-     "\x93"
-     ""},
-    {"checkmark;",
-     "\xe2"
-     "\x9c"
-     "\x93"
-     ""},
-    {"chi;",
-     "\xcf"
-     "\x87"
-     ""},
-    {"cir;",
-     "\xe2"
-     "\x97"
-     "\x8b"
-     ""},
-    {"cirE;",
-     "\xe2"
-     "\xa7"
-     "\x83"
-     ""},
-    {"circ;",
-     "\xcb"
-     "\x86"
-     ""},
-    {"circeq;",
-     "\xe2"
-     "\x89"
-     "\x97"
-     ""},
-    {"circlearrowleft;",
-     "\xe2"
-     "\x86"
-     "\xba"
-     ""},
-    {"circlearrowright;",
-     "\xe2"
-     "\x86"
-     "\xbb"
-     ""},
-    {"circledR;",
-     "\xc2"
-     "\xae"
-     ""},
-    {"circledS;",
-     "\xe2"
-     "\x93"
-     "\x88"
-     ""},
-    {"circledast;",
-     "\xe2"
-     "\x8a"
-     "\x9b"
-     ""},
-    {"circledcirc;",
-     "\xe2"
-     "\x8a"
-     "\x9a"
-     ""},
-    {"circleddash;",
-     "\xe2"
-     "\x8a"
-     "\x9d"
-     ""},
-    {"cire;",
-     "\xe2"
-     "\x89"
-     "\x97"
-     ""},
-    {"cirfnint;",
-     "\xe2"
-     "\xa8"
-     "\x90"
-     ""},
-    {"cirmid;",
-     "\xe2"
-     "\xab"
-     "\xaf"
-     ""},
-    {"cirscir;",
-     "\xe2"
-     "\xa7"
-     "\x82"
-     ""},
-    {"clubs;",
-     "\xe2"
-     "\x99"
-     "\xa3"
-     ""},
-    {"clubsuit;",
-     "\xe2"
-     "\x99"
-     "\xa3"
-     ""},
+    {"asymp;", "\342\211\210"},
+    {"asympeq;", "\342\211\215"},
+    {"atilde", "\303\243"},
+    {"atilde;", "\303\243"},
+    {"auml", "\303\244"},
+    {"auml;", "\303\244"},
+    {"awconint;", "\342\210\263"},
+    {"awint;", "\342\250\221"},
+    {"bNot;", "\342\253\255"},
+    {"backcong;", "\342\211\214"},
+    {"backepsilon;", "\317\266"},
+    {"backprime;", "\342\200\265"},
+    {"backsim;", "\342\210\275"},
+    {"backsimeq;", "\342\213\215"},
+    {"barvee;", "\342\212\275"},
+    {"barwed;", "\342\214\205"},
+    {"barwedge;", "\342\214\205"},
+    {"bbrk;", "\342\216\265"},
+    {"bbrktbrk;", "\342\216\266"},
+    {"bcong;", "\342\211\214"},
+    {"bcy;", "\320\261"},
+    {"bdquo;", "\342\200\236"},
+    {"becaus;", "\342\210\265"},
+    {"because;", "\342\210\265"},
+    {"bemptyv;", "\342\246\260"},
+    {"bepsi;", "\317\266"},
+    {"bernou;", "\342\204\254"},
+    {"beta;", "\316\262"},
+    {"beth;", "\342\204\266"},
+    {"between;", "\342\211\254"},
+    {"bfr;", "\360\235\224\237"},
+    {"bigcap;", "\342\213\202"},
+    {"bigcirc;", "\342\227\257"},
+    {"bigcup;", "\342\213\203"},
+    {"bigodot;", "\342\250\200"},
+    {"bigoplus;", "\342\250\201"},
+    {"bigotimes;", "\342\250\202"},
+    {"bigsqcup;", "\342\250\206"},
+    {"bigstar;", "\342\230\205"},
+    {"bigtriangledown;", "\342\226\275"},
+    {"bigtriangleup;", "\342\226\263"},
+    {"biguplus;", "\342\250\204"},
+    {"bigvee;", "\342\213\201"},
+    {"bigwedge;", "\342\213\200"},
+    {"bkarow;", "\342\244\215"},
+    {"blacklozenge;", "\342\247\253"},
+    {"blacksquare;", "\342\226\252"},
+    {"blacktriangle;", "\342\226\264"},
+    {"blacktriangledown;", "\342\226\276"},
+    {"blacktriangleleft;", "\342\227\202"},
+    {"blacktriangleright;", "\342\226\270"},
+    {"blank;", "\342\220\243"},
+    {"blk12;", "\342\226\222"},
+    {"blk14;", "\342\226\221"},
+    {"blk34;", "\342\226\223"},
+    {"block;", "\342\226\210"},
+    {"bne;", "=\342\203\245"},
+    {"bnequiv;", "\342\211\241\342\203\245"},
+    {"bnot;", "\342\214\220"},
+    {"bopf;", "\360\235\225\223"},
+    {"bot;", "\342\212\245"},
+    {"bottom;", "\342\212\245"},
+    {"bowtie;", "\342\213\210"},
+    {"boxDL;", "\342\225\227"},
+    {"boxDR;", "\342\225\224"},
+    {"boxDl;", "\342\225\226"},
+    {"boxDr;", "\342\225\223"},
+    {"boxH;", "\342\225\220"},
+    {"boxHD;", "\342\225\246"},
+    {"boxHU;", "\342\225\251"},
+    {"boxHd;", "\342\225\244"},
+    {"boxHu;", "\342\225\247"},
+    {"boxUL;", "\342\225\235"},
+    {"boxUR;", "\342\225\232"},
+    {"boxUl;", "\342\225\234"},
+    {"boxUr;", "\342\225\231"},
+    {"boxV;", "\342\225\221"},
+    {"boxVH;", "\342\225\254"},
+    {"boxVL;", "\342\225\243"},
+    {"boxVR;", "\342\225\240"},
+    {"boxVh;", "\342\225\253"},
+    {"boxVl;", "\342\225\242"},
+    {"boxVr;", "\342\225\237"},
+    {"boxbox;", "\342\247\211"},
+    {"boxdL;", "\342\225\225"},
+    {"boxdR;", "\342\225\222"},
+    {"boxdl;", "\342\224\220"},
+    {"boxdr;", "\342\224\214"},
+    {"boxh;", "\342\224\200"},
+    {"boxhD;", "\342\225\245"},
+    {"boxhU;", "\342\225\250"},
+    {"boxhd;", "\342\224\254"},
+    {"boxhu;", "\342\224\264"},
+    {"boxminus;", "\342\212\237"},
+    {"boxplus;", "\342\212\236"},
+    {"boxtimes;", "\342\212\240"},
+    {"boxuL;", "\342\225\233"},
+    {"boxuR;", "\342\225\230"},
+    {"boxul;", "\342\224\230"},
+    {"boxur;", "\342\224\224"},
+    {"boxv;", "\342\224\202"},
+    {"boxvH;", "\342\225\252"},
+    {"boxvL;", "\342\225\241"},
+    {"boxvR;", "\342\225\236"},
+    {"boxvh;", "\342\224\274"},
+    {"boxvl;", "\342\224\244"},
+    {"boxvr;", "\342\224\234"},
+    {"bprime;", "\342\200\265"},
+    {"breve;", "\313\230"},
+    {"brvbar", "\302\246"},
+    {"brvbar;", "\302\246"},
+    {"bscr;", "\360\235\222\267"},
+    {"bsemi;", "\342\201\217"},
+    {"bsim;", "\342\210\275"},
+    {"bsime;", "\342\213\215"},
+    {"bsol;", "\134"},
+    {"bsolb;", "\342\247\205"},
+    {"bsolhsub;", "\342\237\210"},
+    {"bull;", "\342\200\242"},
+    {"bullet;", "\342\200\242"},
+    {"bump;", "\342\211\216"},
+    {"bumpE;", "\342\252\256"},
+    {"bumpe;", "\342\211\217"},
+    {"bumpeq;", "\342\211\217"},
+    {"cacute;", "\304\207"},
+    {"cap;", "\342\210\251"},
+    {"capand;", "\342\251\204"},
+    {"capbrcup;", "\342\251\211"},
+    {"capcap;", "\342\251\213"},
+    {"capcup;", "\342\251\207"},
+    {"capdot;", "\342\251\200"},
+    {"caps;", "\342\210\251\357\270\200"},
+    {"caret;", "\342\201\201"},
+    {"caron;", "\313\207"},
+    {"ccaps;", "\342\251\215"},
+    {"ccaron;", "\304\215"},
+    {"ccedil", "\303\247"},
+    {"ccedil;", "\303\247"},
+    {"ccirc;", "\304\211"},
+    {"ccups;", "\342\251\214"},
+    {"ccupssm;", "\342\251\220"},
+    {"cdot;", "\304\213"},
+    {"cedil", "\302\270"},
+    {"cedil;", "\302\270"},
+    {"cemptyv;", "\342\246\262"},
+    {"cent", "\302\242"},
+    {"cent;", "\302\242"},
+    {"centerdot;", "\302\267"},
+    {"cfr;", "\360\235\224\240"},
+    {"chcy;", "\321\207"},
+    {"check;", "\342\234\223"},
+    {"checkmark;", "\342\234\223"},
+    {"chi;", "\317\207"},
+    {"cir;", "\342\227\213"},
+    {"cirE;", "\342\247\203"},
+    {"circ;", "\313\206"},
+    {"circeq;", "\342\211\227"},
+    {"circlearrowleft;", "\342\206\272"},
+    {"circlearrowright;", "\342\206\273"},
+    {"circledR;", "\302\256"},
+    {"circledS;", "\342\223\210"},
+    {"circledast;", "\342\212\233"},
+    {"circledcirc;", "\342\212\232"},
+    {"circleddash;", "\342\212\235"},
+    {"cire;", "\342\211\227"},
+    {"cirfnint;", "\342\250\220"},
+    {"cirmid;", "\342\253\257"},
+    {"cirscir;", "\342\247\202"},
+    {"clubs;", "\342\231\243"},
+    {"clubsuit;", "\342\231\243"},
     {"colon;", ":"},
-    {"colone;",
-     "\xe2"
-     "\x89"
-     "\x94"
-     ""},
-    {"coloneq;",
-     "\xe2"
-     "\x89"
-     "\x94"
-     ""},
+    {"colone;", "\342\211\224"},
+    {"coloneq;", "\342\211\224"},
     {"comma;", ","},
     {"commat;", "@"},
-    {"comp;",
-     "\xe2"
-     "\x88"
-     "\x81"
-     ""},
-    {"compfn;",
-     "\xe2"
-     "\x88"
-     "\x98"
-     ""},
-    {"complement;",
-     "\xe2"
-     "\x88"
-     "\x81"
-     ""},
-    {"complexes;",
-     "\xe2"
-     "\x84"
-     "\x82"
-     ""},
-    {"cong;",
-     "\xe2"
-     "\x89"
-     "\x85"
-     ""},
-    {"congdot;",
-     "\xe2"
-     "\xa9"
-     "\xad"
-     ""},
-    {"conint;",
-     "\xe2"
-     "\x88"
-     "\xae"
-     ""},
-    {"copf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x94"
-     ""},
-    {"coprod;",
-     "\xe2"
-     "\x88"
-     "\x90"
-     ""},
-    {"copy",
-     "\xc2"
-     "\xa9"
-     ""},
-    {"copy;",
-     "\xc2"
-     "\xa9"
-     ""},
-    {"copysr;",
-     "\xe2"
-     "\x84"
-     "\x97"
-     ""},
-    {"crarr;",
-     "\xe2"
-     "\x86"
-     "\xb5"
-     ""},
-    {"cross;",
-     "\xe2"
-     "\x9c"
-     "\x97"
-     ""},
-    {"cscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb8"
-     ""},
-    {"csub;",
-     "\xe2"
-     "\xab"
-     "\x8f"
-     ""},
-    {"csube;",
-     "\xe2"
-     "\xab"
-     "\x91"
-     ""},
-    {"csup;",
-     "\xe2"
-     "\xab"
-     "\x90"
-     ""},
-    {"csupe;",
-     "\xe2"
-     "\xab"
-     "\x92"
-     ""},
-    {"ctdot;",
-     "\xe2"
-     "\x8b"
-     "\xaf"
-     ""},
-    {"cudarrl;",
-     "\xe2"
-     "\xa4"
-     "\xb8"
-     ""},
-    {"cudarrr;",
-     "\xe2"
-     "\xa4"
-     "\xb5"
-     ""},
-    {"cuepr;",
-     "\xe2"
-     "\x8b"
-     "\x9e"
-     ""},
-    {"cuesc;",
-     "\xe2"
-     "\x8b"
-     "\x9f"
-     ""},
-    {"cularr;",
-     "\xe2"
-     "\x86"
-     "\xb6"
-     ""},
-    {"cularrp;",
-     "\xe2"
-     "\xa4"
-     "\xbd"
-     ""},
-    {"cup;",
-     "\xe2"
-     "\x88"
-     "\xaa"
-     ""},
-    {"cupbrcap;",
-     "\xe2"
-     "\xa9"
-     "\x88"
-     ""},
-    {"cupcap;",
-     "\xe2"
-     "\xa9"
-     "\x86"
-     ""},
-    {"cupcup;",
-     "\xe2"
-     "\xa9"
-     "\x8a"
-     ""},
-    {"cupdot;",
-     "\xe2"
-     "\x8a"
-     "\x8d"
-     ""},
-    {"cupor;",
-     "\xe2"
-     "\xa9"
-     "\x85"
-     ""},
-    {"cups;",
-     "\xe2"
-     "\x88"
-     "\xaa"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"curarr;",
-     "\xe2"
-     "\x86"
-     "\xb7"
-     ""},
-    {"curarrm;",
-     "\xe2"
-     "\xa4"
-     "\xbc"
-     ""},
-    {"curlyeqprec;",
-     "\xe2"
-     "\x8b"
-     "\x9e"
-     ""},
-    {"curlyeqsucc;",
-     "\xe2"
-     "\x8b"
-     "\x9f"
-     ""},
-    {"curlyvee;",
-     "\xe2"
-     "\x8b"
-     "\x8e"
-     ""},
-    {"curlywedge;",
-     "\xe2"
-     "\x8b"
-     "\x8f"
-     ""},
-    {"curren",
-     "\xc2"
-     "\xa4"
-     ""},
-    {"curren;",
-     "\xc2"
-     "\xa4"
-     ""},
-    {"curvearrowleft;",
-     "\xe2"
-     "\x86"
-     "\xb6"
-     ""},
-    {"curvearrowright;",
-     "\xe2"
-     "\x86"
-     "\xb7"
-     ""},
-    {"cuvee;",
-     "\xe2"
-     "\x8b"
-     "\x8e"
-     ""},
-    {"cuwed;",
-     "\xe2"
-     "\x8b"
-     "\x8f"
-     ""},
-    {"cwconint;",
-     "\xe2"
-     "\x88"
-     "\xb2"
-     ""},
-    {"cwint;",
-     "\xe2"
-     "\x88"
-     "\xb1"
-     ""},
-    {"cylcty;",
-     "\xe2"
-     "\x8c"
-     "\xad"
-     ""},
-    {"dArr;",
-     "\xe2"
-     "\x87"
-     "\x93"
-     ""},
-    {"dHar;",
-     "\xe2"
-     "\xa5"
-     "\xa5"
-     ""},
-    {"dagger;",
-     "\xe2"
-     "\x80"
-     "\xa0"
-     ""},
-    {"daleth;",
-     "\xe2"
-     "\x84"
-     "\xb8"
-     ""},
-    {"darr;",
-     "\xe2"
-     "\x86"
-     "\x93"
-     ""},
-    {"dash;",
-     "\xe2"
-     "\x80"
-     "\x90"
-     ""},
-    {"dashv;",
-     "\xe2"
-     "\x8a"
-     "\xa3"
-     ""},
-    {"dbkarow;",
-     "\xe2"
-     "\xa4"
-     "\x8f"
-     ""},
-    {"dblac;",
-     "\xcb"
-     "\x9d"
-     ""},
-    {"dcaron;",
-     "\xc4"
-     "\x8f"
-     ""},
-    {"dcy;",
-     "\xd0"
-     "\xb4"
-     ""},
-    {"dd;",
-     "\xe2"
-     "\x85"
-     "\x86"
-     ""},
-    {"ddagger;",
-     "\xe2"
-     "\x80"
-     "\xa1"
-     ""},
-    {"ddarr;",
-     "\xe2"
-     "\x87"
-     "\x8a"
-     ""},
-    {"ddotseq;",
-     "\xe2"
-     "\xa9"
-     "\xb7"
-     ""},
-    {"deg",
-     "\xc2"
-     "\xb0"
-     ""},
-    {"deg;",
-     "\xc2"
-     "\xb0"
-     ""},
-    {"delta;",
-     "\xce"
-     "\xb4"
-     ""},
-    {"demptyv;",
-     "\xe2"
-     "\xa6"
-     "\xb1"
-     ""},
-    {"dfisht;",
-     "\xe2"
-     "\xa5"
-     "\xbf"
-     ""},
-    {"dfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa1"
-     ""},
-    {"dharl;",
-     "\xe2"
-     "\x87"
-     "\x83"
-     ""},
-    {"dharr;",
-     "\xe2"
-     "\x87"
-     "\x82"
-     ""},
-    {"diam;",
-     "\xe2"
-     "\x8b"
-     "\x84"
-     ""},
-    {"diamond;",
-     "\xe2"
-     "\x8b"
-     "\x84"
-     ""},
-    {"diamondsuit;",
-     "\xe2"
-     "\x99"
-     "\xa6"
-     ""},
-    {"diams;",
-     "\xe2"
-     "\x99"
-     "\xa6"
-     ""},
-    {"die;",
-     "\xc2"
-     "\xa8"
-     ""},
-    {"digamma;",
-     "\xcf"
-     "\x9d"
-     ""},
-    {"disin;",
-     "\xe2"
-     "\x8b"
-     "\xb2"
-     ""},
-    {"div;",
-     "\xc3"
-     "\xb7"
-     ""},
-    {"divide",
-     "\xc3"
-     "\xb7"
-     ""},
-    {"divide;",
-     "\xc3"
-     "\xb7"
-     ""},
-    {"divideontimes;",
-     "\xe2"
-     "\x8b"
-     "\x87"
-     ""},
-    {"divonx;",
-     "\xe2"
-     "\x8b"
-     "\x87"
-     ""},
-    {"djcy;",
-     "\xd1"
-     "\x92"
-     ""},
-    {"dlcorn;",
-     "\xe2"
-     "\x8c"
-     "\x9e"
-     ""},
-    {"dlcrop;",
-     "\xe2"
-     "\x8c"
-     "\x8d"
-     ""},
+    {"comp;", "\342\210\201"},
+    {"compfn;", "\342\210\230"},
+    {"complement;", "\342\210\201"},
+    {"complexes;", "\342\204\202"},
+    {"cong;", "\342\211\205"},
+    {"congdot;", "\342\251\255"},
+    {"conint;", "\342\210\256"},
+    {"copf;", "\360\235\225\224"},
+    {"coprod;", "\342\210\220"},
+    {"copy", "\302\251"},
+    {"copy;", "\302\251"},
+    {"copysr;", "\342\204\227"},
+    {"crarr;", "\342\206\265"},
+    {"cross;", "\342\234\227"},
+    {"cscr;", "\360\235\222\270"},
+    {"csub;", "\342\253\217"},
+    {"csube;", "\342\253\221"},
+    {"csup;", "\342\253\220"},
+    {"csupe;", "\342\253\222"},
+    {"ctdot;", "\342\213\257"},
+    {"cudarrl;", "\342\244\270"},
+    {"cudarrr;", "\342\244\265"},
+    {"cuepr;", "\342\213\236"},
+    {"cuesc;", "\342\213\237"},
+    {"cularr;", "\342\206\266"},
+    {"cularrp;", "\342\244\275"},
+    {"cup;", "\342\210\252"},
+    {"cupbrcap;", "\342\251\210"},
+    {"cupcap;", "\342\251\206"},
+    {"cupcup;", "\342\251\212"},
+    {"cupdot;", "\342\212\215"},
+    {"cupor;", "\342\251\205"},
+    {"cups;", "\342\210\252\357\270\200"},
+    {"curarr;", "\342\206\267"},
+    {"curarrm;", "\342\244\274"},
+    {"curlyeqprec;", "\342\213\236"},
+    {"curlyeqsucc;", "\342\213\237"},
+    {"curlyvee;", "\342\213\216"},
+    {"curlywedge;", "\342\213\217"},
+    {"curren", "\302\244"},
+    {"curren;", "\302\244"},
+    {"curvearrowleft;", "\342\206\266"},
+    {"curvearrowright;", "\342\206\267"},
+    {"cuvee;", "\342\213\216"},
+    {"cuwed;", "\342\213\217"},
+    {"cwconint;", "\342\210\262"},
+    {"cwint;", "\342\210\261"},
+    {"cylcty;", "\342\214\255"},
+    {"dArr;", "\342\207\223"},
+    {"dHar;", "\342\245\245"},
+    {"dagger;", "\342\200\240"},
+    {"daleth;", "\342\204\270"},
+    {"darr;", "\342\206\223"},
+    {"dash;", "\342\200\220"},
+    {"dashv;", "\342\212\243"},
+    {"dbkarow;", "\342\244\217"},
+    {"dblac;", "\313\235"},
+    {"dcaron;", "\304\217"},
+    {"dcy;", "\320\264"},
+    {"dd;", "\342\205\206"},
+    {"ddagger;", "\342\200\241"},
+    {"ddarr;", "\342\207\212"},
+    {"ddotseq;", "\342\251\267"},
+    {"deg", "\302\260"},
+    {"deg;", "\302\260"},
+    {"delta;", "\316\264"},
+    {"demptyv;", "\342\246\261"},
+    {"dfisht;", "\342\245\277"},
+    {"dfr;", "\360\235\224\241"},
+    {"dharl;", "\342\207\203"},
+    {"dharr;", "\342\207\202"},
+    {"diam;", "\342\213\204"},
+    {"diamond;", "\342\213\204"},
+    {"diamondsuit;", "\342\231\246"},
+    {"diams;", "\342\231\246"},
+    {"die;", "\302\250"},
+    {"digamma;", "\317\235"},
+    {"disin;", "\342\213\262"},
+    {"div;", "\303\267"},
+    {"divide", "\303\267"},
+    {"divide;", "\303\267"},
+    {"divideontimes;", "\342\213\207"},
+    {"divonx;", "\342\213\207"},
+    {"djcy;", "\321\222"},
+    {"dlcorn;", "\342\214\236"},
+    {"dlcrop;", "\342\214\215"},
     {"dollar;", "$"},
-    {"dopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x95"
-     ""},
-    {"dot;",
-     "\xcb"
-     "\x99"
-     ""},
-    {"doteq;",
-     "\xe2"
-     "\x89"
-     "\x90"
-     ""},
-    {"doteqdot;",
-     "\xe2"
-     "\x89"
-     "\x91"
-     ""},
-    {"dotminus;",
-     "\xe2"
-     "\x88"
-     "\xb8"
-     ""},
-    {"dotplus;",
-     "\xe2"
-     "\x88"
-     "\x94"
-     ""},
-    {"dotsquare;",
-     "\xe2"
-     "\x8a"
-     "\xa1"
-     ""},
-    {"doublebarwedge;",
-     "\xe2"
-     "\x8c"
-     "\x86"
-     ""},
-    {"downarrow;",
-     "\xe2"
-     "\x86"
-     "\x93"
-     ""},
-    {"downdownarrows;",
-     "\xe2"
-     "\x87"
-     "\x8a"
-     ""},
-    {"downharpoonleft;",
-     "\xe2"
-     "\x87"
-     "\x83"
-     ""},
-    {"downharpoonright;",
-     "\xe2"
-     "\x87"
-     "\x82"
-     ""},
-    {"drbkarow;",
-     "\xe2"
-     "\xa4"
-     "\x90"
-     ""},
-    {"drcorn;",
-     "\xe2"
-     "\x8c"
-     "\x9f"
-     ""},
-    {"drcrop;",
-     "\xe2"
-     "\x8c"
-     "\x8c"
-     ""},
-    {"dscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb9"
-     ""},
-    {"dscy;",
-     "\xd1"
-     "\x95"
-     ""},
-    {"dsol;",
-     "\xe2"
-     "\xa7"
-     "\xb6"
-     ""},
-    {"dstrok;",
-     "\xc4"
-     "\x91"
-     ""},
-    {"dtdot;",
-     "\xe2"
-     "\x8b"
-     "\xb1"
-     ""},
-    {"dtri;",
-     "\xe2"
-     "\x96"
-     "\xbf"
-     ""},
-    {"dtrif;",
-     "\xe2"
-     "\x96"
-     "\xbe"
-     ""},
-    {"duarr;",
-     "\xe2"
-     "\x87"
-     "\xb5"
-     ""},
-    {"duhar;",
-     "\xe2"
-     "\xa5"
-     "\xaf"
-     ""},
-    {"dwangle;",
-     "\xe2"
-     "\xa6"
-     "\xa6"
-     ""},
-    {"dzcy;",
-     "\xd1"
-     "\x9f"
-     ""},
-    {"dzigrarr;",
-     "\xe2"
-     "\x9f"
-     "\xbf"
-     ""},
-    {"eDDot;",
-     "\xe2"
-     "\xa9"
-     "\xb7"
-     ""},
-    {"eDot;",
-     "\xe2"
-     "\x89"
-     "\x91"
-     ""},
-    {"eacute",
-     "\xc3"
-     "\xa9"
-     ""},
-    {"eacute;",
-     "\xc3"
-     "\xa9"
-     ""},
-    {"easter;",
-     "\xe2"
-     "\xa9"
-     "\xae"
-     ""},
-    {"ecaron;",
-     "\xc4"
-     "\x9b"
-     ""},
-    {"ecir;",
-     "\xe2"
-     "\x89"
-     "\x96"
-     ""},
-    {"ecirc",
-     "\xc3"
-     "\xaa"
-     ""},
-    {"ecirc;",
-     "\xc3"
-     "\xaa"
-     ""},
-    {"ecolon;",
-     "\xe2"
-     "\x89"
-     "\x95"
-     ""},
-    {"ecy;",
-     "\xd1"
-     "\x8d"
-     ""},
-    {"edot;",
-     "\xc4"
-     "\x97"
-     ""},
-    {"ee;",
-     "\xe2"
-     "\x85"
-     "\x87"
-     ""},
-    {"efDot;",
-     "\xe2"
-     "\x89"
-     "\x92"
-     ""},
-    {"efr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa2"
-     ""},
-    {"eg;",
-     "\xe2"
-     "\xaa"
-     "\x9a"
-     ""},
-    {"egrave",
-     "\xc3"
-     "\xa8"
-     ""},
-    {"egrave;",
-     "\xc3"
-     "\xa8"
-     ""},
-    {"egs;",
-     "\xe2"
-     "\xaa"
-     "\x96"
-     ""},
-    {"egsdot;",
-     "\xe2"
-     "\xaa"
-     "\x98"
-     ""},
-    {"el;",
-     "\xe2"
-     "\xaa"
-     "\x99"
-     ""},
-    {"elinters;",
-     "\xe2"
-     "\x8f"
-     "\xa7"
-     ""},
-    {"ell;",
-     "\xe2"
-     "\x84"
-     "\x93"
-     ""},
-    {"els;",
-     "\xe2"
-     "\xaa"
-     "\x95"
-     ""},
-    {"elsdot;",
-     "\xe2"
-     "\xaa"
-     "\x97"
-     ""},
-    {"emacr;",
-     "\xc4"
-     "\x93"
-     ""},
-    {"empty;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"emptyset;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"emptyv;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"emsp13;",
-     "\xe2"
-     "\x80"
-     "\x84"
-     ""},
-    {"emsp14;",
-     "\xe2"
-     "\x80"
-     "\x85"
-     ""},
-    {"emsp;",
-     "\xe2"
-     "\x80"
-     "\x83"
-     ""},
-    {"eng;",
-     "\xc5"
-     "\x8b"
-     ""},
-    {"ensp;",
-     "\xe2"
-     "\x80"
-     "\x82"
-     ""},
-    {"eogon;",
-     "\xc4"
-     "\x99"
-     ""},
-    {"eopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x96"
-     ""},
-    {"epar;",
-     "\xe2"
-     "\x8b"
-     "\x95"
-     ""},
-    {"eparsl;",
-     "\xe2"
-     "\xa7"
-     "\xa3"
-     ""},
-    {"eplus;",
-     "\xe2"
-     "\xa9"
-     "\xb1"
-     ""},
-    {"epsi;",
-     "\xce"
-     "\xb5"
-     ""},
-    {"epsilon;",
-     "\xce"
-     "\xb5"
-     ""},
-    {"epsiv;",
-     "\xcf"
-     "\xb5"
-     ""},
-    {"eqcirc;",
-     "\xe2"
-     "\x89"
-     "\x96"
-     ""},
-    {"eqcolon;",
-     "\xe2"
-     "\x89"
-     "\x95"
-     ""},
-    {"eqsim;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     ""},
-    {"eqslantgtr;",
-     "\xe2"
-     "\xaa"
-     "\x96"
-     ""},
-    {"eqslantless;",
-     "\xe2"
-     "\xaa"
-     "\x95"
-     ""},
+    {"dopf;", "\360\235\225\225"},
+    {"dot;", "\313\231"},
+    {"doteq;", "\342\211\220"},
+    {"doteqdot;", "\342\211\221"},
+    {"dotminus;", "\342\210\270"},
+    {"dotplus;", "\342\210\224"},
+    {"dotsquare;", "\342\212\241"},
+    {"doublebarwedge;", "\342\214\206"},
+    {"downarrow;", "\342\206\223"},
+    {"downdownarrows;", "\342\207\212"},
+    {"downharpoonleft;", "\342\207\203"},
+    {"downharpoonright;", "\342\207\202"},
+    {"drbkarow;", "\342\244\220"},
+    {"drcorn;", "\342\214\237"},
+    {"drcrop;", "\342\214\214"},
+    {"dscr;", "\360\235\222\271"},
+    {"dscy;", "\321\225"},
+    {"dsol;", "\342\247\266"},
+    {"dstrok;", "\304\221"},
+    {"dtdot;", "\342\213\261"},
+    {"dtri;", "\342\226\277"},
+    {"dtrif;", "\342\226\276"},
+    {"duarr;", "\342\207\265"},
+    {"duhar;", "\342\245\257"},
+    {"dwangle;", "\342\246\246"},
+    {"dzcy;", "\321\237"},
+    {"dzigrarr;", "\342\237\277"},
+    {"eDDot;", "\342\251\267"},
+    {"eDot;", "\342\211\221"},
+    {"eacute", "\303\251"},
+    {"eacute;", "\303\251"},
+    {"easter;", "\342\251\256"},
+    {"ecaron;", "\304\233"},
+    {"ecir;", "\342\211\226"},
+    {"ecirc", "\303\252"},
+    {"ecirc;", "\303\252"},
+    {"ecolon;", "\342\211\225"},
+    {"ecy;", "\321\215"},
+    {"edot;", "\304\227"},
+    {"ee;", "\342\205\207"},
+    {"efDot;", "\342\211\222"},
+    {"efr;", "\360\235\224\242"},
+    {"eg;", "\342\252\232"},
+    {"egrave", "\303\250"},
+    {"egrave;", "\303\250"},
+    {"egs;", "\342\252\226"},
+    {"egsdot;", "\342\252\230"},
+    {"el;", "\342\252\231"},
+    {"elinters;", "\342\217\247"},
+    {"ell;", "\342\204\223"},
+    {"els;", "\342\252\225"},
+    {"elsdot;", "\342\252\227"},
+    {"emacr;", "\304\223"},
+    {"empty;", "\342\210\205"},
+    {"emptyset;", "\342\210\205"},
+    {"emptyv;", "\342\210\205"},
+    {"emsp13;", "\342\200\204"},
+    {"emsp14;", "\342\200\205"},
+    {"emsp;", "\342\200\203"},
+    {"eng;", "\305\213"},
+    {"ensp;", "\342\200\202"},
+    {"eogon;", "\304\231"},
+    {"eopf;", "\360\235\225\226"},
+    {"epar;", "\342\213\225"},
+    {"eparsl;", "\342\247\243"},
+    {"eplus;", "\342\251\261"},
+    {"epsi;", "\316\265"},
+    {"epsilon;", "\316\265"},
+    {"epsiv;", "\317\265"},
+    {"eqcirc;", "\342\211\226"},
+    {"eqcolon;", "\342\211\225"},
+    {"eqsim;", "\342\211\202"},
+    {"eqslantgtr;", "\342\252\226"},
+    {"eqslantless;", "\342\252\225"},
     {"equals;", "="},
-    {"equest;",
-     "\xe2"
-     "\x89"
-     "\x9f"
-     ""},
-    {"equiv;",
-     "\xe2"
-     "\x89"
-     "\xa1"
-     ""},
-    {"equivDD;",
-     "\xe2"
-     "\xa9"
-     "\xb8"
-     ""},
-    {"eqvparsl;",
-     "\xe2"
-     "\xa7"
-     "\xa5"
-     ""},
-    {"erDot;",
-     "\xe2"
-     "\x89"
-     "\x93"
-     ""},
-    {"erarr;",
-     "\xe2"
-     "\xa5"
-     "\xb1"
-     ""},
-    {"escr;",
-     "\xe2"
-     "\x84"
-     "\xaf"
-     ""},
-    {"esdot;",
-     "\xe2"
-     "\x89"
-     "\x90"
-     ""},
-    {"esim;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     ""},
-    {"eta;",
-     "\xce"
-     "\xb7"
-     ""},
-    {"eth",
-     "\xc3"
-     "\xb0"
-     ""},
-    {"eth;",
-     "\xc3"
-     "\xb0"
-     ""},
-    {"euml",
-     "\xc3"
-     "\xab"
-     ""},
-    {"euml;",
-     "\xc3"
-     "\xab"
-     ""},
-    {"euro;",
-     "\xe2"
-     "\x82"
-     "\xac"
-     ""},
+    {"equest;", "\342\211\237"},
+    {"equiv;", "\342\211\241"},
+    {"equivDD;", "\342\251\270"},
+    {"eqvparsl;", "\342\247\245"},
+    {"erDot;", "\342\211\223"},
+    {"erarr;", "\342\245\261"},
+    {"escr;", "\342\204\257"},
+    {"esdot;", "\342\211\220"},
+    {"esim;", "\342\211\202"},
+    {"eta;", "\316\267"},
+    {"eth", "\303\260"},
+    {"eth;", "\303\260"},
+    {"euml", "\303\253"},
+    {"euml;", "\303\253"},
+    {"euro;", "\342\202\254"},
     {"excl;", "!"},
-    {"exist;",
-     "\xe2"
-     "\x88"
-     "\x83"
-     ""},
-    {"expectation;",
-     "\xe2"
-     "\x84"
-     "\xb0"
-     ""},
-    {"exponentiale;",
-     "\xe2"
-     "\x85"
-     "\x87"
-     ""},
-    {"fallingdotseq;",
-     "\xe2"
-     "\x89"
-     "\x92"
-     ""},
-    {"fcy;",
-     "\xd1"
-     "\x84"
-     ""},
-    {"female;",
-     "\xe2"
-     "\x99"
-     "\x80"
-     ""},
-    {"ffilig;",
-     "\xef"
-     "\xac"
-     "\x83"
-     ""},
-    {"fflig;",
-     "\xef"
-     "\xac"
-     "\x80"
-     ""},
-    {"ffllig;",
-     "\xef"
-     "\xac"
-     "\x84"
-     ""},
-    {"ffr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa3"
-     ""},
-    {"filig;",
-     "\xef"
-     "\xac"
-     "\x81"
-     ""},
+    {"exist;", "\342\210\203"},
+    {"expectation;", "\342\204\260"},
+    {"exponentiale;", "\342\205\207"},
+    {"fallingdotseq;", "\342\211\222"},
+    {"fcy;", "\321\204"},
+    {"female;", "\342\231\200"},
+    {"ffilig;", "\357\254\203"},
+    {"fflig;", "\357\254\200"},
+    {"ffllig;", "\357\254\204"},
+    {"ffr;", "\360\235\224\243"},
+    {"filig;", "\357\254\201"},
     {"fjlig;", "fj"},
-    {"flat;",
-     "\xe2"
-     "\x99"
-     "\xad"
-     ""},
-    {"fllig;",
-     "\xef"
-     "\xac"
-     "\x82"
-     ""},
-    {"fltns;",
-     "\xe2"
-     "\x96"
-     "\xb1"
-     ""},
-    {"fnof;",
-     "\xc6"
-     "\x92"
-     ""},
-    {"fopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x97"
-     ""},
-    {"forall;",
-     "\xe2"
-     "\x88"
-     "\x80"
-     ""},
-    {"fork;",
-     "\xe2"
-     "\x8b"
-     "\x94"
-     ""},
-    {"forkv;",
-     "\xe2"
-     "\xab"
-     "\x99"
-     ""},
-    {"fpartint;",
-     "\xe2"
-     "\xa8"
-     "\x8d"
-     ""},
-    {"frac12",
-     "\xc2"
-     "\xbd"
-     ""},
-    {"frac12;",
-     "\xc2"
-     "\xbd"
-     ""},
-    {"frac13;",
-     "\xe2"
-     "\x85"
-     "\x93"
-     ""},
-    {"frac14",
-     "\xc2"
-     "\xbc"
-     ""},
-    {"frac14;",
-     "\xc2"
-     "\xbc"
-     ""},
-    {"frac15;",
-     "\xe2"
-     "\x85"
-     "\x95"
-     ""},
-    {"frac16;",
-     "\xe2"
-     "\x85"
-     "\x99"
-     ""},
-    {"frac18;",
-     "\xe2"
-     "\x85"
-     "\x9b"
-     ""},
-    {"frac23;",
-     "\xe2"
-     "\x85"
-     "\x94"
-     ""},
-    {"frac25;",
-     "\xe2"
-     "\x85"
-     "\x96"
-     ""},
-    {"frac34",
-     "\xc2"
-     "\xbe"
-     ""},
-    {"frac34;",
-     "\xc2"
-     "\xbe"
-     ""},
-    {"frac35;",
-     "\xe2"
-     "\x85"
-     "\x97"
-     ""},
-    {"frac38;",
-     "\xe2"
-     "\x85"
-     "\x9c"
-     ""},
-    {"frac45;",
-     "\xe2"
-     "\x85"
-     "\x98"
-     ""},
-    {"frac56;",
-     "\xe2"
-     "\x85"
-     "\x9a"
-     ""},
-    {"frac58;",
-     "\xe2"
-     "\x85"
-     "\x9d"
-     ""},
-    {"frac78;",
-     "\xe2"
-     "\x85"
-     "\x9e"
-     ""},
-    {"frasl;",
-     "\xe2"
-     "\x81"
-     "\x84"
-     ""},
-    {"frown;",
-     "\xe2"
-     "\x8c"
-     "\xa2"
-     ""},
-    {"fscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbb"
-     ""},
-    {"gE;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     ""},
-    {"gEl;",
-     "\xe2"
-     "\xaa"
-     "\x8c"
-     ""},
-    {"gacute;",
-     "\xc7"
-     "\xb5"
-     ""},
-    {"gamma;",
-     "\xce"
-     "\xb3"
-     ""},
-    {"gammad;",
-     "\xcf"
-     "\x9d"
-     ""},
-    {"gap;",
-     "\xe2"
-     "\xaa"
-     "\x86"
-     ""},
-    {"gbreve;",
-     "\xc4"
-     "\x9f"
-     ""},
-    {"gcirc;",
-     "\xc4"
-     "\x9d"
-     ""},
-    {"gcy;",
-     "\xd0"
-     "\xb3"
-     ""},
-    {"gdot;",
-     "\xc4"
-     "\xa1"
-     ""},
-    {"ge;",
-     "\xe2"
-     "\x89"
-     "\xa5"
-     ""},
-    {"gel;",
-     "\xe2"
-     "\x8b"
-     "\x9b"
-     ""},
-    {"geq;",
-     "\xe2"
-     "\x89"
-     "\xa5"
-     ""},
-    {"geqq;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     ""},
-    {"geqslant;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     ""},
-    {"ges;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     ""},
-    {"gescc;",
-     "\xe2"
-     "\xaa"
-     "\xa9"
-     ""},
-    {"gesdot;",
-     "\xe2"
-     "\xaa"
-     "\x80"
-     ""},
-    {"gesdoto;",
-     "\xe2"
-     "\xaa"
-     "\x82"
-     ""},
-    {"gesdotol;",
-     "\xe2"
-     "\xaa"
-     "\x84"
-     ""},
-    {"gesl;",
-     "\xe2"
-     "\x8b"
-     "\x9b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"gesles;",
-     "\xe2"
-     "\xaa"
-     "\x94"
-     ""},
-    {"gfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa4"
-     ""},
-    {"gg;",
-     "\xe2"
-     "\x89"
-     "\xab"
-     ""},
-    {"ggg;",
-     "\xe2"
-     "\x8b"
-     "\x99"
-     ""},
-    {"gimel;",
-     "\xe2"
-     "\x84"
-     "\xb7"
-     ""},
-    {"gjcy;",
-     "\xd1"
-     "\x93"
-     ""},
-    {"gl;",
-     "\xe2"
-     "\x89"
-     "\xb7"
-     ""},
-    {"glE;",
-     "\xe2"
-     "\xaa"
-     "\x92"
-     ""},
-    {"gla;",
-     "\xe2"
-     "\xaa"
-     "\xa5"
-     ""},
-    {"glj;",
-     "\xe2"
-     "\xaa"
-     "\xa4"
-     ""},
-    {"gnE;",
-     "\xe2"
-     "\x89"
-     "\xa9"
-     ""},
-    {"gnap;",
-     "\xe2"
-     "\xaa"
-     "\x8a"
-     ""},
-    {"gnapprox;",
-     "\xe2"
-     "\xaa"
-     "\x8a"
-     ""},
-    {"gne;",
-     "\xe2"
-     "\xaa"
-     "\x88"
-     ""},
-    {"gneq;",
-     "\xe2"
-     "\xaa"
-     "\x88"
-     ""},
-    {"gneqq;",
-     "\xe2"
-     "\x89"
-     "\xa9"
-     ""},
-    {"gnsim;",
-     "\xe2"
-     "\x8b"
-     "\xa7"
-     ""},
-    {"gopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x98"
-     ""},
+    {"flat;", "\342\231\255"},
+    {"fllig;", "\357\254\202"},
+    {"fltns;", "\342\226\261"},
+    {"fnof;", "\306\222"},
+    {"fopf;", "\360\235\225\227"},
+    {"forall;", "\342\210\200"},
+    {"fork;", "\342\213\224"},
+    {"forkv;", "\342\253\231"},
+    {"fpartint;", "\342\250\215"},
+    {"frac12", "\302\275"},
+    {"frac12;", "\302\275"},
+    {"frac13;", "\342\205\223"},
+    {"frac14", "\302\274"},
+    {"frac14;", "\302\274"},
+    {"frac15;", "\342\205\225"},
+    {"frac16;", "\342\205\231"},
+    {"frac18;", "\342\205\233"},
+    {"frac23;", "\342\205\224"},
+    {"frac25;", "\342\205\226"},
+    {"frac34", "\302\276"},
+    {"frac34;", "\302\276"},
+    {"frac35;", "\342\205\227"},
+    {"frac38;", "\342\205\234"},
+    {"frac45;", "\342\205\230"},
+    {"frac56;", "\342\205\232"},
+    {"frac58;", "\342\205\235"},
+    {"frac78;", "\342\205\236"},
+    {"frasl;", "\342\201\204"},
+    {"frown;", "\342\214\242"},
+    {"fscr;", "\360\235\222\273"},
+    {"gE;", "\342\211\247"},
+    {"gEl;", "\342\252\214"},
+    {"gacute;", "\307\265"},
+    {"gamma;", "\316\263"},
+    {"gammad;", "\317\235"},
+    {"gap;", "\342\252\206"},
+    {"gbreve;", "\304\237"},
+    {"gcirc;", "\304\235"},
+    {"gcy;", "\320\263"},
+    {"gdot;", "\304\241"},
+    {"ge;", "\342\211\245"},
+    {"gel;", "\342\213\233"},
+    {"geq;", "\342\211\245"},
+    {"geqq;", "\342\211\247"},
+    {"geqslant;", "\342\251\276"},
+    {"ges;", "\342\251\276"},
+    {"gescc;", "\342\252\251"},
+    {"gesdot;", "\342\252\200"},
+    {"gesdoto;", "\342\252\202"},
+    {"gesdotol;", "\342\252\204"},
+    {"gesl;", "\342\213\233\357\270\200"},
+    {"gesles;", "\342\252\224"},
+    {"gfr;", "\360\235\224\244"},
+    {"gg;", "\342\211\253"},
+    {"ggg;", "\342\213\231"},
+    {"gimel;", "\342\204\267"},
+    {"gjcy;", "\321\223"},
+    {"gl;", "\342\211\267"},
+    {"glE;", "\342\252\222"},
+    {"gla;", "\342\252\245"},
+    {"glj;", "\342\252\244"},
+    {"gnE;", "\342\211\251"},
+    {"gnap;", "\342\252\212"},
+    {"gnapprox;", "\342\252\212"},
+    {"gne;", "\342\252\210"},
+    {"gneq;", "\342\252\210"},
+    {"gneqq;", "\342\211\251"},
+    {"gnsim;", "\342\213\247"},
+    {"gopf;", "\360\235\225\230"},
     {"grave;", "`"},
-    {"gscr;",
-     "\xe2"
-     "\x84"
-     "\x8a"
-     ""},
-    {"gsim;",
-     "\xe2"
-     "\x89"
-     "\xb3"
-     ""},
-    {"gsime;",
-     "\xe2"
-     "\xaa"
-     "\x8e"
-     ""},
-    {"gsiml;",
-     "\xe2"
-     "\xaa"
-     "\x90"
-     ""},
+    {"gscr;", "\342\204\212"},
+    {"gsim;", "\342\211\263"},
+    {"gsime;", "\342\252\216"},
+    {"gsiml;", "\342\252\220"},
     {"gt", ">"},
     {"gt;", ">"},
-    {"gtcc;",
-     "\xe2"
-     "\xaa"
-     "\xa7"
-     ""},
-    {"gtcir;",
-     "\xe2"
-     "\xa9"
-     "\xba"
-     ""},
-    {"gtdot;",
-     "\xe2"
-     "\x8b"
-     "\x97"
-     ""},
-    {"gtlPar;",
-     "\xe2"
-     "\xa6"
-     "\x95"
-     ""},
-    {"gtquest;",
-     "\xe2"
-     "\xa9"
-     "\xbc"
-     ""},
-    {"gtrapprox;",
-     "\xe2"
-     "\xaa"
-     "\x86"
-     ""},
-    {"gtrarr;",
-     "\xe2"
-     "\xa5"
-     "\xb8"
-     ""},
-    {"gtrdot;",
-     "\xe2"
-     "\x8b"
-     "\x97"
-     ""},
-    {"gtreqless;",
-     "\xe2"
-     "\x8b"
-     "\x9b"
-     ""},
-    {"gtreqqless;",
-     "\xe2"
-     "\xaa"
-     "\x8c"
-     ""},
-    {"gtrless;",
-     "\xe2"
-     "\x89"
-     "\xb7"
-     ""},
-    {"gtrsim;",
-     "\xe2"
-     "\x89"
-     "\xb3"
-     ""},
-    {"gvertneqq;",
-     "\xe2"
-     "\x89"
-     "\xa9"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"gvnE;",
-     "\xe2"
-     "\x89"
-     "\xa9"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"hArr;",
-     "\xe2"
-     "\x87"
-     "\x94"
-     ""},
-    {"hairsp;",
-     "\xe2"
-     "\x80"
-     "\x8a"
-     ""},
-    {"half;",
-     "\xc2"
-     "\xbd"
-     ""},
-    {"hamilt;",
-     "\xe2"
-     "\x84"
-     "\x8b"
-     ""},
-    {"hardcy;",
-     "\xd1"
-     "\x8a"
-     ""},
-    {"harr;",
-     "\xe2"
-     "\x86"
-     "\x94"
-     ""},
-    {"harrcir;",
-     "\xe2"
-     "\xa5"
-     "\x88"
-     ""},
-    {"harrw;",
-     "\xe2"
-     "\x86"
-     "\xad"
-     ""},
-    {"hbar;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
-    {"hcirc;",
-     "\xc4"
-     "\xa5"
-     ""},
-    {"hearts;",
-     "\xe2"
-     "\x99"
-     "\xa5"
-     ""},
-    {"heartsuit;",
-     "\xe2"
-     "\x99"
-     "\xa5"
-     ""},
-    {"hellip;",
-     "\xe2"
-     "\x80"
-     "\xa6"
-     ""},
-    {"hercon;",
-     "\xe2"
-     "\x8a"
-     "\xb9"
-     ""},
-    {"hfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa5"
-     ""},
-    {"hksearow;",
-     "\xe2"
-     "\xa4"
-     "\xa5"
-     ""},
-    {"hkswarow;",
-     "\xe2"
-     "\xa4"
-     "\xa6"
-     ""},
-    {"hoarr;",
-     "\xe2"
-     "\x87"
-     "\xbf"
-     ""},
-    {"homtht;",
-     "\xe2"
-     "\x88"
-     "\xbb"
-     ""},
-    {"hookleftarrow;",
-     "\xe2"
-     "\x86"
-     "\xa9"
-     ""},
-    {"hookrightarrow;",
-     "\xe2"
-     "\x86"
-     "\xaa"
-     ""},
-    {"hopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x99"
-     ""},
-    {"horbar;",
-     "\xe2"
-     "\x80"
-     "\x95"
-     ""},
-    {"hscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbd"
-     ""},
-    {"hslash;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
-    {"hstrok;",
-     "\xc4"
-     "\xa7"
-     ""},
-    {"hybull;",
-     "\xe2"
-     "\x81"
-     "\x83"
-     ""},
-    {"hyphen;",
-     "\xe2"
-     "\x80"
-     "\x90"
-     ""},
-    {"iacute",
-     "\xc3"
-     "\xad"
-     ""},
-    {"iacute;",
-     "\xc3"
-     "\xad"
-     ""},
-    {"ic;",
-     "\xe2"
-     "\x81"
-     "\xa3"
-     ""},
-    {"icirc",
-     "\xc3"
-     "\xae"
-     ""},
-    {"icirc;",
-     "\xc3"
-     "\xae"
-     ""},
-    {"icy;",
-     "\xd0"
-     "\xb8"
-     ""},
-    {"iecy;",
-     "\xd0"
-     "\xb5"
-     ""},
-    {"iexcl",
-     "\xc2"
-     "\xa1"
-     ""},
-    {"iexcl;",
-     "\xc2"
-     "\xa1"
-     ""},
-    {"iff;",
-     "\xe2"
-     "\x87"
-     "\x94"
-     ""},
-    {"ifr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa6"
-     ""},
-    {"igrave",
-     "\xc3"
-     "\xac"
-     ""},
-    {"igrave;",
-     "\xc3"
-     "\xac"
-     ""},
-    {"ii;",
-     "\xe2"
-     "\x85"
-     "\x88"
-     ""},
-    {"iiiint;",
-     "\xe2"
-     "\xa8"
-     "\x8c"
-     ""},
-    {"iiint;",
-     "\xe2"
-     "\x88"
-     "\xad"
-     ""},
-    {"iinfin;",
-     "\xe2"
-     "\xa7"
-     "\x9c"
-     ""},
-    {"iiota;",
-     "\xe2"
-     "\x84"
-     "\xa9"
-     ""},
-    {"ijlig;",
-     "\xc4"
-     "\xb3"
-     ""},
-    {"imacr;",
-     "\xc4"
-     "\xab"
-     ""},
-    {"image;",
-     "\xe2"
-     "\x84"
-     "\x91"
-     ""},
-    {"imagline;",
-     "\xe2"
-     "\x84"
-     "\x90"
-     ""},
-    {"imagpart;",
-     "\xe2"
-     "\x84"
-     "\x91"
-     ""},
-    {"imath;",
-     "\xc4"
-     "\xb1"
-     ""},
-    {"imof;",
-     "\xe2"
-     "\x8a"
-     "\xb7"
-     ""},
-    {"imped;",
-     "\xc6"
-     "\xb5"
-     ""},
-    {"in;",
-     "\xe2"
-     "\x88"
-     "\x88"
-     ""},
-    {"incare;",
-     "\xe2"
-     "\x84"
-     "\x85"
-     ""},
-    {"infin;",
-     "\xe2"
-     "\x88"
-     "\x9e"
-     ""},
-    {"infintie;",
-     "\xe2"
-     "\xa7"
-     "\x9d"
-     ""},
-    {"inodot;",
-     "\xc4"
-     "\xb1"
-     ""},
-    {"int;",
-     "\xe2"
-     "\x88"
-     "\xab"
-     ""},
-    {"intcal;",
-     "\xe2"
-     "\x8a"
-     "\xba"
-     ""},
-    {"integers;",
-     "\xe2"
-     "\x84"
-     "\xa4"
-     ""},
-    {"intercal;",
-     "\xe2"
-     "\x8a"
-     "\xba"
-     ""},
-    {"intlarhk;",
-     "\xe2"
-     "\xa8"
-     "\x97"
-     ""},
-    {"intprod;",
-     "\xe2"
-     "\xa8"
-     "\xbc"
-     ""},
-    {"iocy;",
-     "\xd1"
-     "\x91"
-     ""},
-    {"iogon;",
-     "\xc4"
-     "\xaf"
-     ""},
-    {"iopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9a"
-     ""},
-    {"iota;",
-     "\xce"
-     "\xb9"
-     ""},
-    {"iprod;",
-     "\xe2"
-     "\xa8"
-     "\xbc"
-     ""},
-    {"iquest",
-     "\xc2"
-     "\xbf"
-     ""},
-    {"iquest;",
-     "\xc2"
-     "\xbf"
-     ""},
-    {"iscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbe"
-     ""},
-    {"isin;",
-     "\xe2"
-     "\x88"
-     "\x88"
-     ""},
-    {"isinE;",
-     "\xe2"
-     "\x8b"
-     "\xb9"
-     ""},
-    {"isindot;",
-     "\xe2"
-     "\x8b"
-     "\xb5"
-     ""},
-    {"isins;",
-     "\xe2"
-     "\x8b"
-     "\xb4"
-     ""},
-    {"isinsv;",
-     "\xe2"
-     "\x8b"
-     "\xb3"
-     ""},
-    {"isinv;",
-     "\xe2"
-     "\x88"
-     "\x88"
-     ""},
-    {"it;",
-     "\xe2"
-     "\x81"
-     "\xa2"
-     ""},
-    {"itilde;",
-     "\xc4"
-     "\xa9"
-     ""},
-    {"iukcy;",
-     "\xd1"
-     "\x96"
-     ""},
-    {"iuml",
-     "\xc3"
-     "\xaf"
-     ""},
-    {"iuml;",
-     "\xc3"
-     "\xaf"
-     ""},
-    {"jcirc;",
-     "\xc4"
-     "\xb5"
-     ""},
-    {"jcy;",
-     "\xd0"
-     "\xb9"
-     ""},
-    {"jfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa7"
-     ""},
-    {"jmath;",
-     "\xc8"
-     "\xb7"
-     ""},
-    {"jopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9b"
-     ""},
-    {"jscr;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbf"
-     ""},
-    {"jsercy;",
-     "\xd1"
-     "\x98"
-     ""},
-    {"jukcy;",
-     "\xd1"
-     "\x94"
-     ""},
-    {"kappa;",
-     "\xce"
-     "\xba"
-     ""},
-    {"kappav;",
-     "\xcf"
-     "\xb0"
-     ""},
-    {"kcedil;",
-     "\xc4"
-     "\xb7"
-     ""},
-    {"kcy;",
-     "\xd0"
-     "\xba"
-     ""},
-    {"kfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa8"
-     ""},
-    {"kgreen;",
-     "\xc4"
-     "\xb8"
-     ""},
-    {"khcy;",
-     "\xd1"
-     "\x85"
-     ""},
-    {"kjcy;",
-     "\xd1"
-     "\x9c"
-     ""},
-    {"kopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9c"
-     ""},
-    {"kscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x80"
-     ""},
-    {"lAarr;",
-     "\xe2"
-     "\x87"
-     "\x9a"
-     ""},
-    {"lArr;",
-     "\xe2"
-     "\x87"
-     "\x90"
-     ""},
-    {"lAtail;",
-     "\xe2"
-     "\xa4"
-     "\x9b"
-     ""},
-    {"lBarr;",
-     "\xe2"
-     "\xa4"
-     "\x8e"
-     ""},
-    {"lE;",
-     "\xe2"
-     "\x89"
-     "\xa6"
-     ""},
-    {"lEg;",
-     "\xe2"
-     "\xaa"
-     "\x8b"
-     ""},
-    {"lHar;",
-     "\xe2"
-     "\xa5"
-     "\xa2"
-     ""},
-    {"lacute;",
-     "\xc4"
-     "\xba"
-     ""},
-    {"laemptyv;",
-     "\xe2"
-     "\xa6"
-     "\xb4"
-     ""},
-    {"lagran;",
-     "\xe2"
-     "\x84"
-     "\x92"
-     ""},
-    {"lambda;",
-     "\xce"
-     "\xbb"
-     ""},
-    {"lang;",
-     "\xe2"
-     "\x9f"
-     "\xa8"
-     ""},
-    {"langd;",
-     "\xe2"
-     "\xa6"
-     "\x91"
-     ""},
-    {"langle;",
-     "\xe2"
-     "\x9f"
-     "\xa8"
-     ""},
-    {"lap;",
-     "\xe2"
-     "\xaa"
-     "\x85"
-     ""},
-    {"laquo",
-     "\xc2"
-     "\xab"
-     ""},
-    {"laquo;",
-     "\xc2"
-     "\xab"
-     ""},
-    {"larr;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"larrb;",
-     "\xe2"
-     "\x87"
-     "\xa4"
-     ""},
-    {"larrbfs;",
-     "\xe2"
-     "\xa4"
-     "\x9f"
-     ""},
-    {"larrfs;",
-     "\xe2"
-     "\xa4"
-     "\x9d"
-     ""},
-    {"larrhk;",
-     "\xe2"
-     "\x86"
-     "\xa9"
-     ""},
-    {"larrlp;",
-     "\xe2"
-     "\x86"
-     "\xab"
-     ""},
-    {"larrpl;",
-     "\xe2"
-     "\xa4"
-     "\xb9"
-     ""},
-    {"larrsim;",
-     "\xe2"
-     "\xa5"
-     "\xb3"
-     ""},
-    {"larrtl;",
-     "\xe2"
-     "\x86"
-     "\xa2"
-     ""},
-    {"lat;",
-     "\xe2"
-     "\xaa"
-     "\xab"
-     ""},
-    {"latail;",
-     "\xe2"
-     "\xa4"
-     "\x99"
-     ""},
-    {"late;",
-     "\xe2"
-     "\xaa"
-     "\xad"
-     ""},
-    {"lates;",
-     "\xe2"
-     "\xaa"
-     "\xad"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"lbarr;",
-     "\xe2"
-     "\xa4"
-     "\x8c"
-     ""},
-    {"lbbrk;",
-     "\xe2"
-     "\x9d"
-     "\xb2"
-     ""},
+    {"gtcc;", "\342\252\247"},
+    {"gtcir;", "\342\251\272"},
+    {"gtdot;", "\342\213\227"},
+    {"gtlPar;", "\342\246\225"},
+    {"gtquest;", "\342\251\274"},
+    {"gtrapprox;", "\342\252\206"},
+    {"gtrarr;", "\342\245\270"},
+    {"gtrdot;", "\342\213\227"},
+    {"gtreqless;", "\342\213\233"},
+    {"gtreqqless;", "\342\252\214"},
+    {"gtrless;", "\342\211\267"},
+    {"gtrsim;", "\342\211\263"},
+    {"gvertneqq;", "\342\211\251\357\270\200"},
+    {"gvnE;", "\342\211\251\357\270\200"},
+    {"hArr;", "\342\207\224"},
+    {"hairsp;", "\342\200\212"},
+    {"half;", "\302\275"},
+    {"hamilt;", "\342\204\213"},
+    {"hardcy;", "\321\212"},
+    {"harr;", "\342\206\224"},
+    {"harrcir;", "\342\245\210"},
+    {"harrw;", "\342\206\255"},
+    {"hbar;", "\342\204\217"},
+    {"hcirc;", "\304\245"},
+    {"hearts;", "\342\231\245"},
+    {"heartsuit;", "\342\231\245"},
+    {"hellip;", "\342\200\246"},
+    {"hercon;", "\342\212\271"},
+    {"hfr;", "\360\235\224\245"},
+    {"hksearow;", "\342\244\245"},
+    {"hkswarow;", "\342\244\246"},
+    {"hoarr;", "\342\207\277"},
+    {"homtht;", "\342\210\273"},
+    {"hookleftarrow;", "\342\206\251"},
+    {"hookrightarrow;", "\342\206\252"},
+    {"hopf;", "\360\235\225\231"},
+    {"horbar;", "\342\200\225"},
+    {"hscr;", "\360\235\222\275"},
+    {"hslash;", "\342\204\217"},
+    {"hstrok;", "\304\247"},
+    {"hybull;", "\342\201\203"},
+    {"hyphen;", "\342\200\220"},
+    {"iacute", "\303\255"},
+    {"iacute;", "\303\255"},
+    {"ic;", "\342\201\243"},
+    {"icirc", "\303\256"},
+    {"icirc;", "\303\256"},
+    {"icy;", "\320\270"},
+    {"iecy;", "\320\265"},
+    {"iexcl", "\302\241"},
+    {"iexcl;", "\302\241"},
+    {"iff;", "\342\207\224"},
+    {"ifr;", "\360\235\224\246"},
+    {"igrave", "\303\254"},
+    {"igrave;", "\303\254"},
+    {"ii;", "\342\205\210"},
+    {"iiiint;", "\342\250\214"},
+    {"iiint;", "\342\210\255"},
+    {"iinfin;", "\342\247\234"},
+    {"iiota;", "\342\204\251"},
+    {"ijlig;", "\304\263"},
+    {"imacr;", "\304\253"},
+    {"image;", "\342\204\221"},
+    {"imagline;", "\342\204\220"},
+    {"imagpart;", "\342\204\221"},
+    {"imath;", "\304\261"},
+    {"imof;", "\342\212\267"},
+    {"imped;", "\306\265"},
+    {"in;", "\342\210\210"},
+    {"incare;", "\342\204\205"},
+    {"infin;", "\342\210\236"},
+    {"infintie;", "\342\247\235"},
+    {"inodot;", "\304\261"},
+    {"int;", "\342\210\253"},
+    {"intcal;", "\342\212\272"},
+    {"integers;", "\342\204\244"},
+    {"intercal;", "\342\212\272"},
+    {"intlarhk;", "\342\250\227"},
+    {"intprod;", "\342\250\274"},
+    {"iocy;", "\321\221"},
+    {"iogon;", "\304\257"},
+    {"iopf;", "\360\235\225\232"},
+    {"iota;", "\316\271"},
+    {"iprod;", "\342\250\274"},
+    {"iquest", "\302\277"},
+    {"iquest;", "\302\277"},
+    {"iscr;", "\360\235\222\276"},
+    {"isin;", "\342\210\210"},
+    {"isinE;", "\342\213\271"},
+    {"isindot;", "\342\213\265"},
+    {"isins;", "\342\213\264"},
+    {"isinsv;", "\342\213\263"},
+    {"isinv;", "\342\210\210"},
+    {"it;", "\342\201\242"},
+    {"itilde;", "\304\251"},
+    {"iukcy;", "\321\226"},
+    {"iuml", "\303\257"},
+    {"iuml;", "\303\257"},
+    {"jcirc;", "\304\265"},
+    {"jcy;", "\320\271"},
+    {"jfr;", "\360\235\224\247"},
+    {"jmath;", "\310\267"},
+    {"jopf;", "\360\235\225\233"},
+    {"jscr;", "\360\235\222\277"},
+    {"jsercy;", "\321\230"},
+    {"jukcy;", "\321\224"},
+    {"kappa;", "\316\272"},
+    {"kappav;", "\317\260"},
+    {"kcedil;", "\304\267"},
+    {"kcy;", "\320\272"},
+    {"kfr;", "\360\235\224\250"},
+    {"kgreen;", "\304\270"},
+    {"khcy;", "\321\205"},
+    {"kjcy;", "\321\234"},
+    {"kopf;", "\360\235\225\234"},
+    {"kscr;", "\360\235\223\200"},
+    {"lAarr;", "\342\207\232"},
+    {"lArr;", "\342\207\220"},
+    {"lAtail;", "\342\244\233"},
+    {"lBarr;", "\342\244\216"},
+    {"lE;", "\342\211\246"},
+    {"lEg;", "\342\252\213"},
+    {"lHar;", "\342\245\242"},
+    {"lacute;", "\304\272"},
+    {"laemptyv;", "\342\246\264"},
+    {"lagran;", "\342\204\222"},
+    {"lambda;", "\316\273"},
+    {"lang;", "\342\237\250"},
+    {"langd;", "\342\246\221"},
+    {"langle;", "\342\237\250"},
+    {"lap;", "\342\252\205"},
+    {"laquo", "\302\253"},
+    {"laquo;", "\302\253"},
+    {"larr;", "\342\206\220"},
+    {"larrb;", "\342\207\244"},
+    {"larrbfs;", "\342\244\237"},
+    {"larrfs;", "\342\244\235"},
+    {"larrhk;", "\342\206\251"},
+    {"larrlp;", "\342\206\253"},
+    {"larrpl;", "\342\244\271"},
+    {"larrsim;", "\342\245\263"},
+    {"larrtl;", "\342\206\242"},
+    {"lat;", "\342\252\253"},
+    {"latail;", "\342\244\231"},
+    {"late;", "\342\252\255"},
+    {"lates;", "\342\252\255\357\270\200"},
+    {"lbarr;", "\342\244\214"},
+    {"lbbrk;", "\342\235\262"},
     {"lbrace;", "{"},
     {"lbrack;", "["},
-    {"lbrke;",
-     "\xe2"
-     "\xa6"
-     "\x8b"
-     ""},
-    {"lbrksld;",
-     "\xe2"
-     "\xa6"
-     "\x8f"
-     ""},
-    {"lbrkslu;",
-     "\xe2"
-     "\xa6"
-     "\x8d"
-     ""},
-    {"lcaron;",
-     "\xc4"
-     "\xbe"
-     ""},
-    {"lcedil;",
-     "\xc4"
-     "\xbc"
-     ""},
-    {"lceil;",
-     "\xe2"
-     "\x8c"
-     "\x88"
-     ""},
+    {"lbrke;", "\342\246\213"},
+    {"lbrksld;", "\342\246\217"},
+    {"lbrkslu;", "\342\246\215"},
+    {"lcaron;", "\304\276"},
+    {"lcedil;", "\304\274"},
+    {"lceil;", "\342\214\210"},
     {"lcub;", "{"},
-    {"lcy;",
-     "\xd0"
-     "\xbb"
-     ""},
-    {"ldca;",
-     "\xe2"
-     "\xa4"
-     "\xb6"
-     ""},
-    {"ldquo;",
-     "\xe2"
-     "\x80"
-     "\x9c"
-     ""},
-    {"ldquor;",
-     "\xe2"
-     "\x80"
-     "\x9e"
-     ""},
-    {"ldrdhar;",
-     "\xe2"
-     "\xa5"
-     "\xa7"
-     ""},
-    {"ldrushar;",
-     "\xe2"
-     "\xa5"
-     "\x8b"
-     ""},
-    {"ldsh;",
-     "\xe2"
-     "\x86"
-     "\xb2"
-     ""},
-    {"le;",
-     "\xe2"
-     "\x89"
-     "\xa4"
-     ""},
-    {"leftarrow;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"leftarrowtail;",
-     "\xe2"
-     "\x86"
-     "\xa2"
-     ""},
-    {"leftharpoondown;",
-     "\xe2"
-     "\x86"
-     "\xbd"
-     ""},
-    {"leftharpoonup;",
-     "\xe2"
-     "\x86"
-     "\xbc"
-     ""},
-    {"leftleftarrows;",
-     "\xe2"
-     "\x87"
-     "\x87"
-     ""},
-    {"leftrightarrow;",
-     "\xe2"
-     "\x86"
-     "\x94"
-     ""},
-    {"leftrightarrows;",
-     "\xe2"
-     "\x87"
-     "\x86"
-     ""},
-    {"leftrightharpoons;",
-     "\xe2"
-     "\x87"
-     "\x8b"
-     ""},
-    {"leftrightsquigarrow;",
-     "\xe2"
-     "\x86"
-     "\xad"
-     ""},
-    {"leftthreetimes;",
-     "\xe2"
-     "\x8b"
-     "\x8b"
-     ""},
-    {"leg;",
-     "\xe2"
-     "\x8b"
-     "\x9a"
-     ""},
-    {"leq;",
-     "\xe2"
-     "\x89"
-     "\xa4"
-     ""},
-    {"leqq;",
-     "\xe2"
-     "\x89"
-     "\xa6"
-     ""},
-    {"leqslant;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     ""},
-    {"les;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     ""},
-    {"lescc;",
-     "\xe2"
-     "\xaa"
-     "\xa8"
-     ""},
-    {"lesdot;",
-     "\xe2"
-     "\xa9"
-     "\xbf"
-     ""},
-    {"lesdoto;",
-     "\xe2"
-     "\xaa"
-     "\x81"
-     ""},
-    {"lesdotor;",
-     "\xe2"
-     "\xaa"
-     "\x83"
-     ""},
-    {"lesg;",
-     "\xe2"
-     "\x8b"
-     "\x9a"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"lesges;",
-     "\xe2"
-     "\xaa"
-     "\x93"
-     ""},
-    {"lessapprox;",
-     "\xe2"
-     "\xaa"
-     "\x85"
-     ""},
-    {"lessdot;",
-     "\xe2"
-     "\x8b"
-     "\x96"
-     ""},
-    {"lesseqgtr;",
-     "\xe2"
-     "\x8b"
-     "\x9a"
-     ""},
-    {"lesseqqgtr;",
-     "\xe2"
-     "\xaa"
-     "\x8b"
-     ""},
-    {"lessgtr;",
-     "\xe2"
-     "\x89"
-     "\xb6"
-     ""},
-    {"lesssim;",
-     "\xe2"
-     "\x89"
-     "\xb2"
-     ""},
-    {"lfisht;",
-     "\xe2"
-     "\xa5"
-     "\xbc"
-     ""},
-    {"lfloor;",
-     "\xe2"
-     "\x8c"
-     "\x8a"
-     ""},
-    {"lfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa9"
-     ""},
-    {"lg;",
-     "\xe2"
-     "\x89"
-     "\xb6"
-     ""},
-    {"lgE;",
-     "\xe2"
-     "\xaa"
-     "\x91"
-     ""},
-    {"lhard;",
-     "\xe2"
-     "\x86"
-     "\xbd"
-     ""},
-    {"lharu;",
-     "\xe2"
-     "\x86"
-     "\xbc"
-     ""},
-    {"lharul;",
-     "\xe2"
-     "\xa5"
-     "\xaa"
-     ""},
-    {"lhblk;",
-     "\xe2"
-     "\x96"
-     "\x84"
-     ""},
-    {"ljcy;",
-     "\xd1"
-     "\x99"
-     ""},
-    {"ll;",
-     "\xe2"
-     "\x89"
-     "\xaa"
-     ""},
-    {"llarr;",
-     "\xe2"
-     "\x87"
-     "\x87"
-     ""},
-    {"llcorner;",
-     "\xe2"
-     "\x8c"
-     "\x9e"
-     ""},
-    {"llhard;",
-     "\xe2"
-     "\xa5"
-     "\xab"
-     ""},
-    {"lltri;",
-     "\xe2"
-     "\x97"
-     "\xba"
-     ""},
-    {"lmidot;",
-     "\xc5"
-     "\x80"
-     ""},
-    {"lmoust;",
-     "\xe2"
-     "\x8e"
-     "\xb0"
-     ""},
-    {"lmoustache;",
-     "\xe2"
-     "\x8e"
-     "\xb0"
-     ""},
-    {"lnE;",
-     "\xe2"
-     "\x89"
-     "\xa8"
-     ""},
-    {"lnap;",
-     "\xe2"
-     "\xaa"
-     "\x89"
-     ""},
-    {"lnapprox;",
-     "\xe2"
-     "\xaa"
-     "\x89"
-     ""},
-    {"lne;",
-     "\xe2"
-     "\xaa"
-     "\x87"
-     ""},
-    {"lneq;",
-     "\xe2"
-     "\xaa"
-     "\x87"
-     ""},
-    {"lneqq;",
-     "\xe2"
-     "\x89"
-     "\xa8"
-     ""},
-    {"lnsim;",
-     "\xe2"
-     "\x8b"
-     "\xa6"
-     ""},
-    {"loang;",
-     "\xe2"
-     "\x9f"
-     "\xac"
-     ""},
-    {"loarr;",
-     "\xe2"
-     "\x87"
-     "\xbd"
-     ""},
-    {"lobrk;",
-     "\xe2"
-     "\x9f"
-     "\xa6"
-     ""},
-    {"longleftarrow;",
-     "\xe2"
-     "\x9f"
-     "\xb5"
-     ""},
-    {"longleftrightarrow;",
-     "\xe2"
-     "\x9f"
-     "\xb7"
-     ""},
-    {"longmapsto;",
-     "\xe2"
-     "\x9f"
-     "\xbc"
-     ""},
-    {"longrightarrow;",
-     "\xe2"
-     "\x9f"
-     "\xb6"
-     ""},
-    {"looparrowleft;",
-     "\xe2"
-     "\x86"
-     "\xab"
-     ""},
-    {"looparrowright;",
-     "\xe2"
-     "\x86"
-     "\xac"
-     ""},
-    {"lopar;",
-     "\xe2"
-     "\xa6"
-     "\x85"
-     ""},
-    {"lopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9d"
-     ""},
-    {"loplus;",
-     "\xe2"
-     "\xa8"
-     "\xad"
-     ""},
-    {"lotimes;",
-     "\xe2"
-     "\xa8"
-     "\xb4"
-     ""},
-    {"lowast;",
-     "\xe2"
-     "\x88"
-     "\x97"
-     ""},
+    {"lcy;", "\320\273"},
+    {"ldca;", "\342\244\266"},
+    {"ldquo;", "\342\200\234"},
+    {"ldquor;", "\342\200\236"},
+    {"ldrdhar;", "\342\245\247"},
+    {"ldrushar;", "\342\245\213"},
+    {"ldsh;", "\342\206\262"},
+    {"le;", "\342\211\244"},
+    {"leftarrow;", "\342\206\220"},
+    {"leftarrowtail;", "\342\206\242"},
+    {"leftharpoondown;", "\342\206\275"},
+    {"leftharpoonup;", "\342\206\274"},
+    {"leftleftarrows;", "\342\207\207"},
+    {"leftrightarrow;", "\342\206\224"},
+    {"leftrightarrows;", "\342\207\206"},
+    {"leftrightharpoons;", "\342\207\213"},
+    {"leftrightsquigarrow;", "\342\206\255"},
+    {"leftthreetimes;", "\342\213\213"},
+    {"leg;", "\342\213\232"},
+    {"leq;", "\342\211\244"},
+    {"leqq;", "\342\211\246"},
+    {"leqslant;", "\342\251\275"},
+    {"les;", "\342\251\275"},
+    {"lescc;", "\342\252\250"},
+    {"lesdot;", "\342\251\277"},
+    {"lesdoto;", "\342\252\201"},
+    {"lesdotor;", "\342\252\203"},
+    {"lesg;", "\342\213\232\357\270\200"},
+    {"lesges;", "\342\252\223"},
+    {"lessapprox;", "\342\252\205"},
+    {"lessdot;", "\342\213\226"},
+    {"lesseqgtr;", "\342\213\232"},
+    {"lesseqqgtr;", "\342\252\213"},
+    {"lessgtr;", "\342\211\266"},
+    {"lesssim;", "\342\211\262"},
+    {"lfisht;", "\342\245\274"},
+    {"lfloor;", "\342\214\212"},
+    {"lfr;", "\360\235\224\251"},
+    {"lg;", "\342\211\266"},
+    {"lgE;", "\342\252\221"},
+    {"lhard;", "\342\206\275"},
+    {"lharu;", "\342\206\274"},
+    {"lharul;", "\342\245\252"},
+    {"lhblk;", "\342\226\204"},
+    {"ljcy;", "\321\231"},
+    {"ll;", "\342\211\252"},
+    {"llarr;", "\342\207\207"},
+    {"llcorner;", "\342\214\236"},
+    {"llhard;", "\342\245\253"},
+    {"lltri;", "\342\227\272"},
+    {"lmidot;", "\305\200"},
+    {"lmoust;", "\342\216\260"},
+    {"lmoustache;", "\342\216\260"},
+    {"lnE;", "\342\211\250"},
+    {"lnap;", "\342\252\211"},
+    {"lnapprox;", "\342\252\211"},
+    {"lne;", "\342\252\207"},
+    {"lneq;", "\342\252\207"},
+    {"lneqq;", "\342\211\250"},
+    {"lnsim;", "\342\213\246"},
+    {"loang;", "\342\237\254"},
+    {"loarr;", "\342\207\275"},
+    {"lobrk;", "\342\237\246"},
+    {"longleftarrow;", "\342\237\265"},
+    {"longleftrightarrow;", "\342\237\267"},
+    {"longmapsto;", "\342\237\274"},
+    {"longrightarrow;", "\342\237\266"},
+    {"looparrowleft;", "\342\206\253"},
+    {"looparrowright;", "\342\206\254"},
+    {"lopar;", "\342\246\205"},
+    {"lopf;", "\360\235\225\235"},
+    {"loplus;", "\342\250\255"},
+    {"lotimes;", "\342\250\264"},
+    {"lowast;", "\342\210\227"},
     {"lowbar;", "_"},
-    {"loz;",
-     "\xe2"
-     "\x97"
-     "\x8a"
-     ""},
-    {"lozenge;",
-     "\xe2"
-     "\x97"
-     "\x8a"
-     ""},
-    {"lozf;",
-     "\xe2"
-     "\xa7"
-     "\xab"
-     ""},
+    {"loz;", "\342\227\212"},
+    {"lozenge;", "\342\227\212"},
+    {"lozf;", "\342\247\253"},
     {"lpar;", "("},
-    {"lparlt;",
-     "\xe2"
-     "\xa6"
-     "\x93"
-     ""},
-    {"lrarr;",
-     "\xe2"
-     "\x87"
-     "\x86"
-     ""},
-    {"lrcorner;",
-     "\xe2"
-     "\x8c"
-     "\x9f"
-     ""},
-    {"lrhar;",
-     "\xe2"
-     "\x87"
-     "\x8b"
-     ""},
-    {"lrhard;",
-     "\xe2"
-     "\xa5"
-     "\xad"
-     ""},
-    {"lrm;",
-     "\xe2"
-     "\x80"
-     "\x8e"
-     ""},
-    {"lrtri;",
-     "\xe2"
-     "\x8a"
-     "\xbf"
-     ""},
-    {"lsaquo;",
-     "\xe2"
-     "\x80"
-     "\xb9"
-     ""},
-    {"lscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x81"
-     ""},
-    {"lsh;",
-     "\xe2"
-     "\x86"
-     "\xb0"
-     ""},
-    {"lsim;",
-     "\xe2"
-     "\x89"
-     "\xb2"
-     ""},
-    {"lsime;",
-     "\xe2"
-     "\xaa"
-     "\x8d"
-     ""},
-    {"lsimg;",
-     "\xe2"
-     "\xaa"
-     "\x8f"
-     ""},
+    {"lparlt;", "\342\246\223"},
+    {"lrarr;", "\342\207\206"},
+    {"lrcorner;", "\342\214\237"},
+    {"lrhar;", "\342\207\213"},
+    {"lrhard;", "\342\245\255"},
+    {"lrm;", "\342\200\216"},
+    {"lrtri;", "\342\212\277"},
+    {"lsaquo;", "\342\200\271"},
+    {"lscr;", "\360\235\223\201"},
+    {"lsh;", "\342\206\260"},
+    {"lsim;", "\342\211\262"},
+    {"lsime;", "\342\252\215"},
+    {"lsimg;", "\342\252\217"},
     {"lsqb;", "["},
-    {"lsquo;",
-     "\xe2"
-     "\x80"
-     "\x98"
-     ""},
-    {"lsquor;",
-     "\xe2"
-     "\x80"
-     "\x9a"
-     ""},
-    {"lstrok;",
-     "\xc5"
-     "\x82"
-     ""},
+    {"lsquo;", "\342\200\230"},
+    {"lsquor;", "\342\200\232"},
+    {"lstrok;", "\305\202"},
     {"lt", "<"},
     {"lt;", "<"},
-    {"ltcc;",
-     "\xe2"
-     "\xaa"
-     "\xa6"
-     ""},
-    {"ltcir;",
-     "\xe2"
-     "\xa9"
-     "\xb9"
-     ""},
-    {"ltdot;",
-     "\xe2"
-     "\x8b"
-     "\x96"
-     ""},
-    {"lthree;",
-     "\xe2"
-     "\x8b"
-     "\x8b"
-     ""},
-    {"ltimes;",
-     "\xe2"
-     "\x8b"
-     "\x89"
-     ""},
-    {"ltlarr;",
-     "\xe2"
-     "\xa5"
-     "\xb6"
-     ""},
-    {"ltquest;",
-     "\xe2"
-     "\xa9"
-     "\xbb"
-     ""},
-    {"ltrPar;",
-     "\xe2"
-     "\xa6"
-     "\x96"
-     ""},
-    {"ltri;",
-     "\xe2"
-     "\x97"
-     "\x83"
-     ""},
-    {"ltrie;",
-     "\xe2"
-     "\x8a"
-     "\xb4"
-     ""},
-    {"ltrif;",
-     "\xe2"
-     "\x97"
-     "\x82"
-     ""},
-    {"lurdshar;",
-     "\xe2"
-     "\xa5"
-     "\x8a"
-     ""},
-    {"luruhar;",
-     "\xe2"
-     "\xa5"
-     "\xa6"
-     ""},
-    {"lvertneqq;",
-     "\xe2"
-     "\x89"
-     "\xa8"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"lvnE;",
-     "\xe2"
-     "\x89"
-     "\xa8"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"mDDot;",
-     "\xe2"
-     "\x88"
-     "\xba"
-     ""},
-    {"macr",
-     "\xc2"
-     "\xaf"
-     ""},
-    {"macr;",
-     "\xc2"
-     "\xaf"
-     ""},
-    {"male;",
-     "\xe2"
-     "\x99"
-     "\x82"
-     ""},
-    {"malt;",
-     "\xe2"
-     "\x9c"
-     "\xa0"
-     ""},
-    {"maltese;",
-     "\xe2"
-     "\x9c"
-     "\xa0"
-     ""},
-    {"map;",
-     "\xe2"
-     "\x86"
-     "\xa6"
-     ""},
-    {"mapsto;",
-     "\xe2"
-     "\x86"
-     "\xa6"
-     ""},
-    {"mapstodown;",
-     "\xe2"
-     "\x86"
-     "\xa7"
-     ""},
-    {"mapstoleft;",
-     "\xe2"
-     "\x86"
-     "\xa4"
-     ""},
-    {"mapstoup;",
-     "\xe2"
-     "\x86"
-     "\xa5"
-     ""},
-    {"marker;",
-     "\xe2"
-     "\x96"
-     "\xae"
-     ""},
-    {"mcomma;",
-     "\xe2"
-     "\xa8"
-     "\xa9"
-     ""},
-    {"mcy;",
-     "\xd0"
-     "\xbc"
-     ""},
-    {"mdash;",
-     "\xe2"
-     "\x80"
-     "\x94"
-     ""},
-    {"measuredangle;",
-     "\xe2"
-     "\x88"
-     "\xa1"
-     ""},
-    {"mfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xaa"
-     ""},
-    {"mho;",
-     "\xe2"
-     "\x84"
-     "\xa7"
-     ""},
-    {"micro",
-     "\xc2"
-     "\xb5"
-     ""},
-    {"micro;",
-     "\xc2"
-     "\xb5"
-     ""},
-    {"mid;",
-     "\xe2"
-     "\x88"
-     "\xa3"
-     ""},
+    {"ltcc;", "\342\252\246"},
+    {"ltcir;", "\342\251\271"},
+    {"ltdot;", "\342\213\226"},
+    {"lthree;", "\342\213\213"},
+    {"ltimes;", "\342\213\211"},
+    {"ltlarr;", "\342\245\266"},
+    {"ltquest;", "\342\251\273"},
+    {"ltrPar;", "\342\246\226"},
+    {"ltri;", "\342\227\203"},
+    {"ltrie;", "\342\212\264"},
+    {"ltrif;", "\342\227\202"},
+    {"lurdshar;", "\342\245\212"},
+    {"luruhar;", "\342\245\246"},
+    {"lvertneqq;", "\342\211\250\357\270\200"},
+    {"lvnE;", "\342\211\250\357\270\200"},
+    {"mDDot;", "\342\210\272"},
+    {"macr", "\302\257"},
+    {"macr;", "\302\257"},
+    {"male;", "\342\231\202"},
+    {"malt;", "\342\234\240"},
+    {"maltese;", "\342\234\240"},
+    {"map;", "\342\206\246"},
+    {"mapsto;", "\342\206\246"},
+    {"mapstodown;", "\342\206\247"},
+    {"mapstoleft;", "\342\206\244"},
+    {"mapstoup;", "\342\206\245"},
+    {"marker;", "\342\226\256"},
+    {"mcomma;", "\342\250\251"},
+    {"mcy;", "\320\274"},
+    {"mdash;", "\342\200\224"},
+    {"measuredangle;", "\342\210\241"},
+    {"mfr;", "\360\235\224\252"},
+    {"mho;", "\342\204\247"},
+    {"micro", "\302\265"},
+    {"micro;", "\302\265"},
+    {"mid;", "\342\210\243"},
     {"midast;", "*"},
-    {"midcir;",
-     "\xe2"
-     "\xab"
-     "\xb0"
-     ""},
-    {"middot",
-     "\xc2"
-     "\xb7"
-     ""},
-    {"middot;",
-     "\xc2"
-     "\xb7"
-     ""},
-    {"minus;",
-     "\xe2"
-     "\x88"
-     "\x92"
-     ""},
-    {"minusb;",
-     "\xe2"
-     "\x8a"
-     "\x9f"
-     ""},
-    {"minusd;",
-     "\xe2"
-     "\x88"
-     "\xb8"
-     ""},
-    {"minusdu;",
-     "\xe2"
-     "\xa8"
-     "\xaa"
-     ""},
-    {"mlcp;",
-     "\xe2"
-     "\xab"
-     "\x9b"
-     ""},
-    {"mldr;",
-     "\xe2"
-     "\x80"
-     "\xa6"
-     ""},
-    {"mnplus;",
-     "\xe2"
-     "\x88"
-     "\x93"
-     ""},
-    {"models;",
-     "\xe2"
-     "\x8a"
-     "\xa7"
-     ""},
-    {"mopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9e"
-     ""},
-    {"mp;",
-     "\xe2"
-     "\x88"
-     "\x93"
-     ""},
-    {"mscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x82"
-     ""},
-    {"mstpos;",
-     "\xe2"
-     "\x88"
-     "\xbe"
-     ""},
-    {"mu;",
-     "\xce"
-     "\xbc"
-     ""},
-    {"multimap;",
-     "\xe2"
-     "\x8a"
-     "\xb8"
-     ""},
-    {"mumap;",
-     "\xe2"
-     "\x8a"
-     "\xb8"
-     ""},
-    {"nGg;",
-     "\xe2"
-     "\x8b"
-     "\x99"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nGt;",
-     "\xe2"
-     "\x89"
-     "\xab"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nGtv;",
-     "\xe2"
-     "\x89"
-     "\xab"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nLeftarrow;",
-     "\xe2"
-     "\x87"
-     "\x8d"
-     ""},
-    {"nLeftrightarrow;",
-     "\xe2"
-     "\x87"
-     "\x8e"
-     ""},
-    {"nLl;",
-     "\xe2"
-     "\x8b"
-     "\x98"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nLt;",
-     "\xe2"
-     "\x89"
-     "\xaa"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nLtv;",
-     "\xe2"
-     "\x89"
-     "\xaa"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nRightarrow;",
-     "\xe2"
-     "\x87"
-     "\x8f"
-     ""},
-    {"nVDash;",
-     "\xe2"
-     "\x8a"
-     "\xaf"
-     ""},
-    {"nVdash;",
-     "\xe2"
-     "\x8a"
-     "\xae"
-     ""},
-    {"nabla;",
-     "\xe2"
-     "\x88"
-     "\x87"
-     ""},
-    {"nacute;",
-     "\xc5"
-     "\x84"
-     ""},
-    {"nang;",
-     "\xe2"
-     "\x88"
-     "\xa0"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nap;",
-     "\xe2"
-     "\x89"
-     "\x89"
-     ""},
-    {"napE;",
-     "\xe2"
-     "\xa9"
-     "\xb0"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"napid;",
-     "\xe2"
-     "\x89"
-     "\x8b"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"napos;",
-     "\xc5"
-     "\x89"
-     ""},
-    {"napprox;",
-     "\xe2"
-     "\x89"
-     "\x89"
-     ""},
-    {"natur;",
-     "\xe2"
-     "\x99"
-     "\xae"
-     ""},
-    {"natural;",
-     "\xe2"
-     "\x99"
-     "\xae"
-     ""},
-    {"naturals;",
-     "\xe2"
-     "\x84"
-     "\x95"
-     ""},
-    {"nbsp",
-     "\xc2"
-     "\xa0"
-     ""},
-    {"nbsp;",
-     "\xc2"
-     "\xa0"
-     ""},
-    {"nbump;",
-     "\xe2"
-     "\x89"
-     "\x8e"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nbumpe;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"ncap;",
-     "\xe2"
-     "\xa9"
-     "\x83"
-     ""},
-    {"ncaron;",
-     "\xc5"
-     "\x88"
-     ""},
-    {"ncedil;",
-     "\xc5"
-     "\x86"
-     ""},
-    {"ncong;",
-     "\xe2"
-     "\x89"
-     "\x87"
-     ""},
-    {"ncongdot;",
-     "\xe2"
-     "\xa9"
-     "\xad"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"ncup;",
-     "\xe2"
-     "\xa9"
-     "\x82"
-     ""},
-    {"ncy;",
-     "\xd0"
-     "\xbd"
-     ""},
-    {"ndash;",
-     "\xe2"
-     "\x80"
-     "\x93"
-     ""},
-    {"ne;",
-     "\xe2"
-     "\x89"
-     "\xa0"
-     ""},
-    {"neArr;",
-     "\xe2"
-     "\x87"
-     "\x97"
-     ""},
-    {"nearhk;",
-     "\xe2"
-     "\xa4"
-     "\xa4"
-     ""},
-    {"nearr;",
-     "\xe2"
-     "\x86"
-     "\x97"
-     ""},
-    {"nearrow;",
-     "\xe2"
-     "\x86"
-     "\x97"
-     ""},
-    {"nedot;",
-     "\xe2"
-     "\x89"
-     "\x90"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nequiv;",
-     "\xe2"
-     "\x89"
-     "\xa2"
-     ""},
-    {"nesear;",
-     "\xe2"
-     "\xa4"
-     "\xa8"
-     ""},
-    {"nesim;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nexist;",
-     "\xe2"
-     "\x88"
-     "\x84"
-     ""},
-    {"nexists;",
-     "\xe2"
-     "\x88"
-     "\x84"
-     ""},
-    {"nfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xab"
-     ""},
-    {"ngE;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nge;",
-     "\xe2"
-     "\x89"
-     "\xb1"
-     ""},
-    {"ngeq;",
-     "\xe2"
-     "\x89"
-     "\xb1"
-     ""},
-    {"ngeqq;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"ngeqslant;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nges;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"ngsim;",
-     "\xe2"
-     "\x89"
-     "\xb5"
-     ""},
-    {"ngt;",
-     "\xe2"
-     "\x89"
-     "\xaf"
-     ""},
-    {"ngtr;",
-     "\xe2"
-     "\x89"
-     "\xaf"
-     ""},
-    {"nhArr;",
-     "\xe2"
-     "\x87"
-     "\x8e"
-     ""},
-    {"nharr;",
-     "\xe2"
-     "\x86"
-     "\xae"
-     ""},
-    {"nhpar;",
-     "\xe2"
-     "\xab"
-     "\xb2"
-     ""},
-    {"ni;",
-     "\xe2"
-     "\x88"
-     "\x8b"
-     ""},
-    {"nis;",
-     "\xe2"
-     "\x8b"
-     "\xbc"
-     ""},
-    {"nisd;",
-     "\xe2"
-     "\x8b"
-     "\xba"
-     ""},
-    {"niv;",
-     "\xe2"
-     "\x88"
-     "\x8b"
-     ""},
-    {"njcy;",
-     "\xd1"
-     "\x9a"
-     ""},
-    {"nlArr;",
-     "\xe2"
-     "\x87"
-     "\x8d"
-     ""},
-    {"nlE;",
-     "\xe2"
-     "\x89"
-     "\xa6"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nlarr;",
-     "\xe2"
-     "\x86"
-     "\x9a"
-     ""},
-    {"nldr;",
-     "\xe2"
-     "\x80"
-     "\xa5"
-     ""},
-    {"nle;",
-     "\xe2"
-     "\x89"
-     "\xb0"
-     ""},
-    {"nleftarrow;",
-     "\xe2"
-     "\x86"
-     "\x9a"
-     ""},
-    {"nleftrightarrow;",
-     "\xe2"
-     "\x86"
-     "\xae"
-     ""},
-    {"nleq;",
-     "\xe2"
-     "\x89"
-     "\xb0"
-     ""},
-    {"nleqq;",
-     "\xe2"
-     "\x89"
-     "\xa6"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nleqslant;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nles;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nless;",
-     "\xe2"
-     "\x89"
-     "\xae"
-     ""},
-    {"nlsim;",
-     "\xe2"
-     "\x89"
-     "\xb4"
-     ""},
-    {"nlt;",
-     "\xe2"
-     "\x89"
-     "\xae"
-     ""},
-    {"nltri;",
-     "\xe2"
-     "\x8b"
-     "\xaa"
-     ""},
-    {"nltrie;",
-     "\xe2"
-     "\x8b"
-     "\xac"
-     ""},
-    {"nmid;",
-     "\xe2"
-     "\x88"
-     "\xa4"
-     ""},
-    {"nopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9f"
-     ""},
-    {"not",
-     "\xc2"
-     "\xac"
-     ""},
-    {"not;",
-     "\xc2"
-     "\xac"
-     ""},
-    {"notin;",
-     "\xe2"
-     "\x88"
-     "\x89"
-     ""},
-    {"notinE;",
-     "\xe2"
-     "\x8b"
-     "\xb9"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"notindot;",
-     "\xe2"
-     "\x8b"
-     "\xb5"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"notinva;",
-     "\xe2"
-     "\x88"
-     "\x89"
-     ""},
-    {"notinvb;",
-     "\xe2"
-     "\x8b"
-     "\xb7"
-     ""},
-    {"notinvc;",
-     "\xe2"
-     "\x8b"
-     "\xb6"
-     ""},
-    {"notni;",
-     "\xe2"
-     "\x88"
-     "\x8c"
-     ""},
-    {"notniva;",
-     "\xe2"
-     "\x88"
-     "\x8c"
-     ""},
-    {"notnivb;",
-     "\xe2"
-     "\x8b"
-     "\xbe"
-     ""},
-    {"notnivc;",
-     "\xe2"
-     "\x8b"
-     "\xbd"
-     ""},
-    {"npar;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"nparallel;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"nparsl;",
-     "\xe2"
-     "\xab"
-     "\xbd"
-     "\xe2"
-     "\x83"
-     "\xa5"
-     ""},
-    {"npart;",
-     "\xe2"
-     "\x88"
-     "\x82"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"npolint;",
-     "\xe2"
-     "\xa8"
-     "\x94"
-     ""},
-    {"npr;",
-     "\xe2"
-     "\x8a"
-     "\x80"
-     ""},
-    {"nprcue;",
-     "\xe2"
-     "\x8b"
-     "\xa0"
-     ""},
-    {"npre;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nprec;",
-     "\xe2"
-     "\x8a"
-     "\x80"
-     ""},
-    {"npreceq;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nrArr;",
-     "\xe2"
-     "\x87"
-     "\x8f"
-     ""},
-    {"nrarr;",
-     "\xe2"
-     "\x86"
-     "\x9b"
-     ""},
-    {"nrarrc;",
-     "\xe2"
-     "\xa4"
-     "\xb3"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nrarrw;",
-     "\xe2"
-     "\x86"
-     "\x9d"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nrightarrow;",
-     "\xe2"
-     "\x86"
-     "\x9b"
-     ""},
-    {"nrtri;",
-     "\xe2"
-     "\x8b"
-     "\xab"
-     ""},
-    {"nrtrie;",
-     "\xe2"
-     "\x8b"
-     "\xad"
-     ""},
-    {"nsc;",
-     "\xe2"
-     "\x8a"
-     "\x81"
-     ""},
-    {"nsccue;",
-     "\xe2"
-     "\x8b"
-     "\xa1"
-     ""},
-    {"nsce;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x83"
-     ""},
-    {"nshortmid;",
-     "\xe2"
-     "\x88"
-     "\xa4"
-     ""},
-    {"nshortparallel;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"nsim;",
-     "\xe2"
-     "\x89"
-     "\x81"
-     ""},
-    {"nsime;",
-     "\xe2"
-     "\x89"
-     "\x84"
-     ""},
-    {"nsimeq;",
-     "\xe2"
-     "\x89"
-     "\x84"
-     ""},
-    {"nsmid;",
-     "\xe2"
-     "\x88"
-     "\xa4"
-     ""},
-    {"nspar;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"nsqsube;",
-     "\xe2"
-     "\x8b"
-     "\xa2"
-     ""},
-    {"nsqsupe;",
-     "\xe2"
-     "\x8b"
-     "\xa3"
-     ""},
-    {"nsub;",
-     "\xe2"
-     "\x8a"
-     "\x84"
-     ""},
-    {"nsubE;",
-     "\xe2"
-     "\xab"
-     "\x85"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nsube;",
-     "\xe2"
-     "\x8a"
-     "\x88"
-     ""},
-    {"nsubset;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nsubseteq;",
-     "\xe2"
-     "\x8a"
-     "\x88"
-     ""},
-    {"nsubseteqq;",
-     "\xe2"
-     "\xab"
-     "\x85"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nsucc;",
-     "\xe2"
-     "\x8a"
-     "\x81"
-     ""},
-    {"nsucceq;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nsup;",
-     "\xe2"
-     "\x8a"
-     "\x85"
-     ""},
-    {"nsupE;",
-     "\xe2"
-     "\xab"
-     "\x86"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"nsupe;",
-     "\xe2"
-     "\x8a"
-     "\x89"
-     ""},
-    {"nsupset;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nsupseteq;",
-     "\xe2"
-     "\x8a"
-     "\x89"
-     ""},
-    {"nsupseteqq;",
-     "\xe2"
-     "\xab"
-     "\x86"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"ntgl;",
-     "\xe2"
-     "\x89"
-     "\xb9"
-     ""},
-    {"ntilde",
-     "\xc3"
-     "\xb1"
-     ""},
-    {"ntilde;",
-     "\xc3"
-     "\xb1"
-     ""},
-    {"ntlg;",
-     "\xe2"
-     "\x89"
-     "\xb8"
-     ""},
-    {"ntriangleleft;",
-     "\xe2"
-     "\x8b"
-     "\xaa"
-     ""},
-    {"ntrianglelefteq;",
-     "\xe2"
-     "\x8b"
-     "\xac"
-     ""},
-    {"ntriangleright;",
-     "\xe2"
-     "\x8b"
-     "\xab"
-     ""},
-    {"ntrianglerighteq;",
-     "\xe2"
-     "\x8b"
-     "\xad"
-     ""},
-    {"nu;",
-     "\xce"
-     "\xbd"
-     ""},
+    {"midcir;", "\342\253\260"},
+    {"middot", "\302\267"},
+    {"middot;", "\302\267"},
+    {"minus;", "\342\210\222"},
+    {"minusb;", "\342\212\237"},
+    {"minusd;", "\342\210\270"},
+    {"minusdu;", "\342\250\252"},
+    {"mlcp;", "\342\253\233"},
+    {"mldr;", "\342\200\246"},
+    {"mnplus;", "\342\210\223"},
+    {"models;", "\342\212\247"},
+    {"mopf;", "\360\235\225\236"},
+    {"mp;", "\342\210\223"},
+    {"mscr;", "\360\235\223\202"},
+    {"mstpos;", "\342\210\276"},
+    {"mu;", "\316\274"},
+    {"multimap;", "\342\212\270"},
+    {"mumap;", "\342\212\270"},
+    {"nGg;", "\342\213\231\314\270"},
+    {"nGt;", "\342\211\253\342\203\222"},
+    {"nGtv;", "\342\211\253\314\270"},
+    {"nLeftarrow;", "\342\207\215"},
+    {"nLeftrightarrow;", "\342\207\216"},
+    {"nLl;", "\342\213\230\314\270"},
+    {"nLt;", "\342\211\252\342\203\222"},
+    {"nLtv;", "\342\211\252\314\270"},
+    {"nRightarrow;", "\342\207\217"},
+    {"nVDash;", "\342\212\257"},
+    {"nVdash;", "\342\212\256"},
+    {"nabla;", "\342\210\207"},
+    {"nacute;", "\305\204"},
+    {"nang;", "\342\210\240\342\203\222"},
+    {"nap;", "\342\211\211"},
+    {"napE;", "\342\251\260\314\270"},
+    {"napid;", "\342\211\213\314\270"},
+    {"napos;", "\305\211"},
+    {"napprox;", "\342\211\211"},
+    {"natur;", "\342\231\256"},
+    {"natural;", "\342\231\256"},
+    {"naturals;", "\342\204\225"},
+    {"nbsp", "\302\240"},
+    {"nbsp;", "\302\240"},
+    {"nbump;", "\342\211\216\314\270"},
+    {"nbumpe;", "\342\211\217\314\270"},
+    {"ncap;", "\342\251\203"},
+    {"ncaron;", "\305\210"},
+    {"ncedil;", "\305\206"},
+    {"ncong;", "\342\211\207"},
+    {"ncongdot;", "\342\251\255\314\270"},
+    {"ncup;", "\342\251\202"},
+    {"ncy;", "\320\275"},
+    {"ndash;", "\342\200\223"},
+    {"ne;", "\342\211\240"},
+    {"neArr;", "\342\207\227"},
+    {"nearhk;", "\342\244\244"},
+    {"nearr;", "\342\206\227"},
+    {"nearrow;", "\342\206\227"},
+    {"nedot;", "\342\211\220\314\270"},
+    {"nequiv;", "\342\211\242"},
+    {"nesear;", "\342\244\250"},
+    {"nesim;", "\342\211\202\314\270"},
+    {"nexist;", "\342\210\204"},
+    {"nexists;", "\342\210\204"},
+    {"nfr;", "\360\235\224\253"},
+    {"ngE;", "\342\211\247\314\270"},
+    {"nge;", "\342\211\261"},
+    {"ngeq;", "\342\211\261"},
+    {"ngeqq;", "\342\211\247\314\270"},
+    {"ngeqslant;", "\342\251\276\314\270"},
+    {"nges;", "\342\251\276\314\270"},
+    {"ngsim;", "\342\211\265"},
+    {"ngt;", "\342\211\257"},
+    {"ngtr;", "\342\211\257"},
+    {"nhArr;", "\342\207\216"},
+    {"nharr;", "\342\206\256"},
+    {"nhpar;", "\342\253\262"},
+    {"ni;", "\342\210\213"},
+    {"nis;", "\342\213\274"},
+    {"nisd;", "\342\213\272"},
+    {"niv;", "\342\210\213"},
+    {"njcy;", "\321\232"},
+    {"nlArr;", "\342\207\215"},
+    {"nlE;", "\342\211\246\314\270"},
+    {"nlarr;", "\342\206\232"},
+    {"nldr;", "\342\200\245"},
+    {"nle;", "\342\211\260"},
+    {"nleftarrow;", "\342\206\232"},
+    {"nleftrightarrow;", "\342\206\256"},
+    {"nleq;", "\342\211\260"},
+    {"nleqq;", "\342\211\246\314\270"},
+    {"nleqslant;", "\342\251\275\314\270"},
+    {"nles;", "\342\251\275\314\270"},
+    {"nless;", "\342\211\256"},
+    {"nlsim;", "\342\211\264"},
+    {"nlt;", "\342\211\256"},
+    {"nltri;", "\342\213\252"},
+    {"nltrie;", "\342\213\254"},
+    {"nmid;", "\342\210\244"},
+    {"nopf;", "\360\235\225\237"},
+    {"not", "\302\254"},
+    {"not;", "\302\254"},
+    {"notin;", "\342\210\211"},
+    {"notinE;", "\342\213\271\314\270"},
+    {"notindot;", "\342\213\265\314\270"},
+    {"notinva;", "\342\210\211"},
+    {"notinvb;", "\342\213\267"},
+    {"notinvc;", "\342\213\266"},
+    {"notni;", "\342\210\214"},
+    {"notniva;", "\342\210\214"},
+    {"notnivb;", "\342\213\276"},
+    {"notnivc;", "\342\213\275"},
+    {"npar;", "\342\210\246"},
+    {"nparallel;", "\342\210\246"},
+    {"nparsl;", "\342\253\275\342\203\245"},
+    {"npart;", "\342\210\202\314\270"},
+    {"npolint;", "\342\250\224"},
+    {"npr;", "\342\212\200"},
+    {"nprcue;", "\342\213\240"},
+    {"npre;", "\342\252\257\314\270"},
+    {"nprec;", "\342\212\200"},
+    {"npreceq;", "\342\252\257\314\270"},
+    {"nrArr;", "\342\207\217"},
+    {"nrarr;", "\342\206\233"},
+    {"nrarrc;", "\342\244\263\314\270"},
+    {"nrarrw;", "\342\206\235\314\270"},
+    {"nrightarrow;", "\342\206\233"},
+    {"nrtri;", "\342\213\253"},
+    {"nrtrie;", "\342\213\255"},
+    {"nsc;", "\342\212\201"},
+    {"nsccue;", "\342\213\241"},
+    {"nsce;", "\342\252\260\314\270"},
+    {"nscr;", "\360\235\223\203"},
+    {"nshortmid;", "\342\210\244"},
+    {"nshortparallel;", "\342\210\246"},
+    {"nsim;", "\342\211\201"},
+    {"nsime;", "\342\211\204"},
+    {"nsimeq;", "\342\211\204"},
+    {"nsmid;", "\342\210\244"},
+    {"nspar;", "\342\210\246"},
+    {"nsqsube;", "\342\213\242"},
+    {"nsqsupe;", "\342\213\243"},
+    {"nsub;", "\342\212\204"},
+    {"nsubE;", "\342\253\205\314\270"},
+    {"nsube;", "\342\212\210"},
+    {"nsubset;", "\342\212\202\342\203\222"},
+    {"nsubseteq;", "\342\212\210"},
+    {"nsubseteqq;", "\342\253\205\314\270"},
+    {"nsucc;", "\342\212\201"},
+    {"nsucceq;", "\342\252\260\314\270"},
+    {"nsup;", "\342\212\205"},
+    {"nsupE;", "\342\253\206\314\270"},
+    {"nsupe;", "\342\212\211"},
+    {"nsupset;", "\342\212\203\342\203\222"},
+    {"nsupseteq;", "\342\212\211"},
+    {"nsupseteqq;", "\342\253\206\314\270"},
+    {"ntgl;", "\342\211\271"},
+    {"ntilde", "\303\261"},
+    {"ntilde;", "\303\261"},
+    {"ntlg;", "\342\211\270"},
+    {"ntriangleleft;", "\342\213\252"},
+    {"ntrianglelefteq;", "\342\213\254"},
+    {"ntriangleright;", "\342\213\253"},
+    {"ntrianglerighteq;", "\342\213\255"},
+    {"nu;", "\316\275"},
     {"num;", "#"},
-    {"numero;",
-     "\xe2"
-     "\x84"
-     "\x96"
-     ""},
-    {"numsp;",
-     "\xe2"
-     "\x80"
-     "\x87"
-     ""},
-    {"nvDash;",
-     "\xe2"
-     "\x8a"
-     "\xad"
-     ""},
-    {"nvHarr;",
-     "\xe2"
-     "\xa4"
-     "\x84"
-     ""},
-    {"nvap;",
-     "\xe2"
-     "\x89"
-     "\x8d"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nvdash;",
-     "\xe2"
-     "\x8a"
-     "\xac"
-     ""},
-    {"nvge;",
-     "\xe2"
-     "\x89"
-     "\xa5"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nvgt;",
-     ">\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nvinfin;",
-     "\xe2"
-     "\xa7"
-     "\x9e"
-     ""},
-    {"nvlArr;",
-     "\xe2"
-     "\xa4"
-     "\x82"
-     ""},
-    {"nvle;",
-     "\xe2"
-     "\x89"
-     "\xa4"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nvlt;",
-     "<\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nvltrie;",
-     "\xe2"
-     "\x8a"
-     "\xb4"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nvrArr;",
-     "\xe2"
-     "\xa4"
-     "\x83"
-     ""},
-    {"nvrtrie;",
-     "\xe2"
-     "\x8a"
-     "\xb5"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nvsim;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"nwArr;",
-     "\xe2"
-     "\x87"
-     "\x96"
-     ""},
-    {"nwarhk;",
-     "\xe2"
-     "\xa4"
-     "\xa3"
-     ""},
-    {"nwarr;",
-     "\xe2"
-     "\x86"
-     "\x96"
-     ""},
-    {"nwarrow;",
-     "\xe2"
-     "\x86"
-     "\x96"
-     ""},
-    {"nwnear;",
-     "\xe2"
-     "\xa4"
-     "\xa7"
-     ""},
-    {"oS;",
-     "\xe2"
-     "\x93"
-     "\x88"
-     ""},
-    {"oacute",
-     "\xc3"
-     "\xb3"
-     ""},
-    {"oacute;",
-     "\xc3"
-     "\xb3"
-     ""},
-    {"oast;",
-     "\xe2"
-     "\x8a"
-     "\x9b"
-     ""},
-    {"ocir;",
-     "\xe2"
-     "\x8a"
-     "\x9a"
-     ""},
-    {"ocirc",
-     "\xc3"
-     "\xb4"
-     ""},
-    {"ocirc;",
-     "\xc3"
-     "\xb4"
-     ""},
-    {"ocy;",
-     "\xd0"
-     "\xbe"
-     ""},
-    {"odash;",
-     "\xe2"
-     "\x8a"
-     "\x9d"
-     ""},
-    {"odblac;",
-     "\xc5"
-     "\x91"
-     ""},
-    {"odiv;",
-     "\xe2"
-     "\xa8"
-     "\xb8"
-     ""},
-    {"odot;",
-     "\xe2"
-     "\x8a"
-     "\x99"
-     ""},
-    {"odsold;",
-     "\xe2"
-     "\xa6"
-     "\xbc"
-     ""},
-    {"oelig;",
-     "\xc5"
-     "\x93"
-     ""},
-    {"ofcir;",
-     "\xe2"
-     "\xa6"
-     "\xbf"
-     ""},
-    {"ofr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xac"
-     ""},
-    {"ogon;",
-     "\xcb"
-     "\x9b"
-     ""},
-    {"ograve",
-     "\xc3"
-     "\xb2"
-     ""},
-    {"ograve;",
-     "\xc3"
-     "\xb2"
-     ""},
-    {"ogt;",
-     "\xe2"
-     "\xa7"
-     "\x81"
-     ""},
-    {"ohbar;",
-     "\xe2"
-     "\xa6"
-     "\xb5"
-     ""},
-    {"ohm;",
-     "\xce"
-     "\xa9"
-     ""},
-    {"oint;",
-     "\xe2"
-     "\x88"
-     "\xae"
-     ""},
-    {"olarr;",
-     "\xe2"
-     "\x86"
-     "\xba"
-     ""},
-    {"olcir;",
-     "\xe2"
-     "\xa6"
-     "\xbe"
-     ""},
-    {"olcross;",
-     "\xe2"
-     "\xa6"
-     "\xbb"
-     ""},
-    {"oline;",
-     "\xe2"
-     "\x80"
-     "\xbe"
-     ""},
-    {"olt;",
-     "\xe2"
-     "\xa7"
-     "\x80"
-     ""},
-    {"omacr;",
-     "\xc5"
-     "\x8d"
-     ""},
-    {"omega;",
-     "\xcf"
-     "\x89"
-     ""},
-    {"omicron;",
-     "\xce"
-     "\xbf"
-     ""},
-    {"omid;",
-     "\xe2"
-     "\xa6"
-     "\xb6"
-     ""},
-    {"ominus;",
-     "\xe2"
-     "\x8a"
-     "\x96"
-     ""},
-    {"oopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa0"
-     ""},
-    {"opar;",
-     "\xe2"
-     "\xa6"
-     "\xb7"
-     ""},
-    {"operp;",
-     "\xe2"
-     "\xa6"
-     "\xb9"
-     ""},
-    {"oplus;",
-     "\xe2"
-     "\x8a"
-     "\x95"
-     ""},
-    {"or;",
-     "\xe2"
-     "\x88"
-     "\xa8"
-     ""},
-    {"orarr;",
-     "\xe2"
-     "\x86"
-     "\xbb"
-     ""},
-    {"ord;",
-     "\xe2"
-     "\xa9"
-     "\x9d"
-     ""},
-    {"order;",
-     "\xe2"
-     "\x84"
-     "\xb4"
-     ""},
-    {"orderof;",
-     "\xe2"
-     "\x84"
-     "\xb4"
-     ""},
-    {"ordf",
-     "\xc2"
-     "\xaa"
-     ""},
-    {"ordf;",
-     "\xc2"
-     "\xaa"
-     ""},
-    {"ordm",
-     "\xc2"
-     "\xba"
-     ""},
-    {"ordm;",
-     "\xc2"
-     "\xba"
-     ""},
-    {"origof;",
-     "\xe2"
-     "\x8a"
-     "\xb6"
-     ""},
-    {"oror;",
-     "\xe2"
-     "\xa9"
-     "\x96"
-     ""},
-    {"orslope;",
-     "\xe2"
-     "\xa9"
-     "\x97"
-     ""},
-    {"orv;",
-     "\xe2"
-     "\xa9"
-     "\x9b"
-     ""},
-    {"oscr;",
-     "\xe2"
-     "\x84"
-     "\xb4"
-     ""},
-    {"oslash",
-     "\xc3"
-     "\xb8"
-     ""},
-    {"oslash;",
-     "\xc3"
-     "\xb8"
-     ""},
-    {"osol;",
-     "\xe2"
-     "\x8a"
-     "\x98"
-     ""},
-    {"otilde",
-     "\xc3"
-     "\xb5"
-     ""},
-    {"otilde;",
-     "\xc3"
-     "\xb5"
-     ""},
-    {"otimes;",
-     "\xe2"
-     "\x8a"
-     "\x97"
-     ""},
-    {"otimesas;",
-     "\xe2"
-     "\xa8"
-     "\xb6"
-     ""},
-    {"ouml",
-     "\xc3"
-     "\xb6"
-     ""},
-    {"ouml;",
-     "\xc3"
-     "\xb6"
-     ""},
-    {"ovbar;",
-     "\xe2"
-     "\x8c"
-     "\xbd"
-     ""},
-    {"par;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"para",
-     "\xc2"
-     "\xb6"
-     ""},
-    {"para;",
-     "\xc2"
-     "\xb6"
-     ""},
-    {"parallel;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"parsim;",
-     "\xe2"
-     "\xab"
-     "\xb3"
-     ""},
-    {"parsl;",
-     "\xe2"
-     "\xab"
-     "\xbd"
-     ""},
-    {"part;",
-     "\xe2"
-     "\x88"
-     "\x82"
-     ""},
-    {"pcy;",
-     "\xd0"
-     "\xbf"
-     ""},
+    {"numero;", "\342\204\226"},
+    {"numsp;", "\342\200\207"},
+    {"nvDash;", "\342\212\255"},
+    {"nvHarr;", "\342\244\204"},
+    {"nvap;", "\342\211\215\342\203\222"},
+    {"nvdash;", "\342\212\254"},
+    {"nvge;", "\342\211\245\342\203\222"},
+    {"nvgt;", ">\342\203\222"},
+    {"nvinfin;", "\342\247\236"},
+    {"nvlArr;", "\342\244\202"},
+    {"nvle;", "\342\211\244\342\203\222"},
+    {"nvlt;", "<\342\203\222"},
+    {"nvltrie;", "\342\212\264\342\203\222"},
+    {"nvrArr;", "\342\244\203"},
+    {"nvrtrie;", "\342\212\265\342\203\222"},
+    {"nvsim;", "\342\210\274\342\203\222"},
+    {"nwArr;", "\342\207\226"},
+    {"nwarhk;", "\342\244\243"},
+    {"nwarr;", "\342\206\226"},
+    {"nwarrow;", "\342\206\226"},
+    {"nwnear;", "\342\244\247"},
+    {"oS;", "\342\223\210"},
+    {"oacute", "\303\263"},
+    {"oacute;", "\303\263"},
+    {"oast;", "\342\212\233"},
+    {"ocir;", "\342\212\232"},
+    {"ocirc", "\303\264"},
+    {"ocirc;", "\303\264"},
+    {"ocy;", "\320\276"},
+    {"odash;", "\342\212\235"},
+    {"odblac;", "\305\221"},
+    {"odiv;", "\342\250\270"},
+    {"odot;", "\342\212\231"},
+    {"odsold;", "\342\246\274"},
+    {"oelig;", "\305\223"},
+    {"ofcir;", "\342\246\277"},
+    {"ofr;", "\360\235\224\254"},
+    {"ogon;", "\313\233"},
+    {"ograve", "\303\262"},
+    {"ograve;", "\303\262"},
+    {"ogt;", "\342\247\201"},
+    {"ohbar;", "\342\246\265"},
+    {"ohm;", "\316\251"},
+    {"oint;", "\342\210\256"},
+    {"olarr;", "\342\206\272"},
+    {"olcir;", "\342\246\276"},
+    {"olcross;", "\342\246\273"},
+    {"oline;", "\342\200\276"},
+    {"olt;", "\342\247\200"},
+    {"omacr;", "\305\215"},
+    {"omega;", "\317\211"},
+    {"omicron;", "\316\277"},
+    {"omid;", "\342\246\266"},
+    {"ominus;", "\342\212\226"},
+    {"oopf;", "\360\235\225\240"},
+    {"opar;", "\342\246\267"},
+    {"operp;", "\342\246\271"},
+    {"oplus;", "\342\212\225"},
+    {"or;", "\342\210\250"},
+    {"orarr;", "\342\206\273"},
+    {"ord;", "\342\251\235"},
+    {"order;", "\342\204\264"},
+    {"orderof;", "\342\204\264"},
+    {"ordf", "\302\252"},
+    {"ordf;", "\302\252"},
+    {"ordm", "\302\272"},
+    {"ordm;", "\302\272"},
+    {"origof;", "\342\212\266"},
+    {"oror;", "\342\251\226"},
+    {"orslope;", "\342\251\227"},
+    {"orv;", "\342\251\233"},
+    {"oscr;", "\342\204\264"},
+    {"oslash", "\303\270"},
+    {"oslash;", "\303\270"},
+    {"osol;", "\342\212\230"},
+    {"otilde", "\303\265"},
+    {"otilde;", "\303\265"},
+    {"otimes;", "\342\212\227"},
+    {"otimesas;", "\342\250\266"},
+    {"ouml", "\303\266"},
+    {"ouml;", "\303\266"},
+    {"ovbar;", "\342\214\275"},
+    {"par;", "\342\210\245"},
+    {"para", "\302\266"},
+    {"para;", "\302\266"},
+    {"parallel;", "\342\210\245"},
+    {"parsim;", "\342\253\263"},
+    {"parsl;", "\342\253\275"},
+    {"part;", "\342\210\202"},
+    {"pcy;", "\320\277"},
     {"percnt;", "%"},
     {"period;", "."},
-    {"permil;",
-     "\xe2"
-     "\x80"
-     "\xb0"
-     ""},
-    {"perp;",
-     "\xe2"
-     "\x8a"
-     "\xa5"
-     ""},
-    {"pertenk;",
-     "\xe2"
-     "\x80"
-     "\xb1"
-     ""},
-    {"pfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xad"
-     ""},
-    {"phi;",
-     "\xcf"
-     "\x86"
-     ""},
-    {"phiv;",
-     "\xcf"
-     "\x95"
-     ""},
-    {"phmmat;",
-     "\xe2"
-     "\x84"
-     "\xb3"
-     ""},
-    {"phone;",
-     "\xe2"
-     "\x98"
-     "\x8e"
-     ""},
-    {"pi;",
-     "\xcf"
-     "\x80"
-     ""},
-    {"pitchfork;",
-     "\xe2"
-     "\x8b"
-     "\x94"
-     ""},
-    {"piv;",
-     "\xcf"
-     "\x96"
-     ""},
-    {"planck;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
-    {"planckh;",
-     "\xe2"
-     "\x84"
-     "\x8e"
-     ""},
-    {"plankv;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
+    {"permil;", "\342\200\260"},
+    {"perp;", "\342\212\245"},
+    {"pertenk;", "\342\200\261"},
+    {"pfr;", "\360\235\224\255"},
+    {"phi;", "\317\206"},
+    {"phiv;", "\317\225"},
+    {"phmmat;", "\342\204\263"},
+    {"phone;", "\342\230\216"},
+    {"pi;", "\317\200"},
+    {"pitchfork;", "\342\213\224"},
+    {"piv;", "\317\226"},
+    {"planck;", "\342\204\217"},
+    {"planckh;", "\342\204\216"},
+    {"plankv;", "\342\204\217"},
     {"plus;", "+"},
-    {"plusacir;",
-     "\xe2"
-     "\xa8"
-     "\xa3"
-     ""},
-    {"plusb;",
-     "\xe2"
-     "\x8a"
-     "\x9e"
-     ""},
-    {"pluscir;",
-     "\xe2"
-     "\xa8"
-     "\xa2"
-     ""},
-    {"plusdo;",
-     "\xe2"
-     "\x88"
-     "\x94"
-     ""},
-    {"plusdu;",
-     "\xe2"
-     "\xa8"
-     "\xa5"
-     ""},
-    {"pluse;",
-     "\xe2"
-     "\xa9"
-     "\xb2"
-     ""},
-    {"plusmn",
-     "\xc2"
-     "\xb1"
-     ""},
-    {"plusmn;",
-     "\xc2"
-     "\xb1"
-     ""},
-    {"plussim;",
-     "\xe2"
-     "\xa8"
-     "\xa6"
-     ""},
-    {"plustwo;",
-     "\xe2"
-     "\xa8"
-     "\xa7"
-     ""},
-    {"pm;",
-     "\xc2"
-     "\xb1"
-     ""},
-    {"pointint;",
-     "\xe2"
-     "\xa8"
-     "\x95"
-     ""},
-    {"popf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa1"
-     ""},
-    {"pound",
-     "\xc2"
-     "\xa3"
-     ""},
-    {"pound;",
-     "\xc2"
-     "\xa3"
-     ""},
-    {"pr;",
-     "\xe2"
-     "\x89"
-     "\xba"
-     ""},
-    {"prE;",
-     "\xe2"
-     "\xaa"
-     "\xb3"
-     ""},
-    {"prap;",
-     "\xe2"
-     "\xaa"
-     "\xb7"
-     ""},
-    {"prcue;",
-     "\xe2"
-     "\x89"
-     "\xbc"
-     ""},
-    {"pre;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     ""},
-    {"prec;",
-     "\xe2"
-     "\x89"
-     "\xba"
-     ""},
-    {"precapprox;",
-     "\xe2"
-     "\xaa"
-     "\xb7"
-     ""},
-    {"preccurlyeq;",
-     "\xe2"
-     "\x89"
-     "\xbc"
-     ""},
-    {"preceq;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     ""},
-    {"precnapprox;",
-     "\xe2"
-     "\xaa"
-     "\xb9"
-     ""},
-    {"precneqq;",
-     "\xe2"
-     "\xaa"
-     "\xb5"
-     ""},
-    {"precnsim;",
-     "\xe2"
-     "\x8b"
-     "\xa8"
-     ""},
-    {"precsim;",
-     "\xe2"
-     "\x89"
-     "\xbe"
-     ""},
-    {"prime;",
-     "\xe2"
-     "\x80"
-     "\xb2"
-     ""},
-    {"primes;",
-     "\xe2"
-     "\x84"
-     "\x99"
-     ""},
-    {"prnE;",
-     "\xe2"
-     "\xaa"
-     "\xb5"
-     ""},
-    {"prnap;",
-     "\xe2"
-     "\xaa"
-     "\xb9"
-     ""},
-    {"prnsim;",
-     "\xe2"
-     "\x8b"
-     "\xa8"
-     ""},
-    {"prod;",
-     "\xe2"
-     "\x88"
-     "\x8f"
-     ""},
-    {"profalar;",
-     "\xe2"
-     "\x8c"
-     "\xae"
-     ""},
-    {"profline;",
-     "\xe2"
-     "\x8c"
-     "\x92"
-     ""},
-    {"profsurf;",
-     "\xe2"
-     "\x8c"
-     "\x93"
-     ""},
-    {"prop;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"propto;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"prsim;",
-     "\xe2"
-     "\x89"
-     "\xbe"
-     ""},
-    {"prurel;",
-     "\xe2"
-     "\x8a"
-     "\xb0"
-     ""},
-    {"pscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x85"
-     ""},
-    {"psi;",
-     "\xcf"
-     "\x88"
-     ""},
-    {"puncsp;",
-     "\xe2"
-     "\x80"
-     "\x88"
-     ""},
-    {"qfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xae"
-     ""},
-    {"qint;",
-     "\xe2"
-     "\xa8"
-     "\x8c"
-     ""},
-    {"qopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa2"
-     ""},
-    {"qprime;",
-     "\xe2"
-     "\x81"
-     "\x97"
-     ""},
-    {"qscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x86"
-     ""},
-    {"quaternions;",
-     "\xe2"
-     "\x84"
-     "\x8d"
-     ""},
-    {"quatint;",
-     "\xe2"
-     "\xa8"
-     "\x96"
-     ""},
-    {"quest;",
-     "\x3f"
-     ""},
-    {"questeq;",
-     "\xe2"
-     "\x89"
-     "\x9f"
-     ""},
-    {"quot",
-     "\x22"
-     ""},
-    {"quot;",
-     "\x22"
-     ""},
-    {"rAarr;",
-     "\xe2"
-     "\x87"
-     "\x9b"
-     ""},
-    {"rArr;",
-     "\xe2"
-     "\x87"
-     "\x92"
-     ""},
-    {"rAtail;",
-     "\xe2"
-     "\xa4"
-     "\x9c"
-     ""},
-    {"rBarr;",
-     "\xe2"
-     "\xa4"
-     "\x8f"
-     ""},
-    {"rHar;",
-     "\xe2"
-     "\xa5"
-     "\xa4"
-     ""},
-    {"race;",
-     "\xe2"
-     "\x88"
-     "\xbd"
-     "\xcc"
-     "\xb1"
-     ""},
-    {"racute;",
-     "\xc5"
-     "\x95"
-     ""},
-    {"radic;",
-     "\xe2"
-     "\x88"
-     "\x9a"
-     ""},
-    {"raemptyv;",
-     "\xe2"
-     "\xa6"
-     "\xb3"
-     ""},
-    {"rang;",
-     "\xe2"
-     "\x9f"
-     "\xa9"
-     ""},
-    {"rangd;",
-     "\xe2"
-     "\xa6"
-     "\x92"
-     ""},
-    {"range;",
-     "\xe2"
-     "\xa6"
-     "\xa5"
-     ""},
-    {"rangle;",
-     "\xe2"
-     "\x9f"
-     "\xa9"
-     ""},
-    {"raquo",
-     "\xc2"
-     "\xbb"
-     ""},
-    {"raquo;",
-     "\xc2"
-     "\xbb"
-     ""},
-    {"rarr;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"rarrap;",
-     "\xe2"
-     "\xa5"
-     "\xb5"
-     ""},
-    {"rarrb;",
-     "\xe2"
-     "\x87"
-     "\xa5"
-     ""},
-    {"rarrbfs;",
-     "\xe2"
-     "\xa4"
-     "\xa0"
-     ""},
-    {"rarrc;",
-     "\xe2"
-     "\xa4"
-     "\xb3"
-     ""},
-    {"rarrfs;",
-     "\xe2"
-     "\xa4"
-     "\x9e"
-     ""},
-    {"rarrhk;",
-     "\xe2"
-     "\x86"
-     "\xaa"
-     ""},
-    {"rarrlp;",
-     "\xe2"
-     "\x86"
-     "\xac"
-     ""},
-    {"rarrpl;",
-     "\xe2"
-     "\xa5"
-     "\x85"
-     ""},
-    {"rarrsim;",
-     "\xe2"
-     "\xa5"
-     "\xb4"
-     ""},
-    {"rarrtl;",
-     "\xe2"
-     "\x86"
-     "\xa3"
-     ""},
-    {"rarrw;",
-     "\xe2"
-     "\x86"
-     "\x9d"
-     ""},
-    {"ratail;",
-     "\xe2"
-     "\xa4"
-     "\x9a"
-     ""},
-    {"ratio;",
-     "\xe2"
-     "\x88"
-     "\xb6"
-     ""},
-    {"rationals;",
-     "\xe2"
-     "\x84"
-     "\x9a"
-     ""},
-    {"rbarr;",
-     "\xe2"
-     "\xa4"
-     "\x8d"
-     ""},
-    {"rbbrk;",
-     "\xe2"
-     "\x9d"
-     "\xb3"
-     ""},
+    {"plusacir;", "\342\250\243"},
+    {"plusb;", "\342\212\236"},
+    {"pluscir;", "\342\250\242"},
+    {"plusdo;", "\342\210\224"},
+    {"plusdu;", "\342\250\245"},
+    {"pluse;", "\342\251\262"},
+    {"plusmn", "\302\261"},
+    {"plusmn;", "\302\261"},
+    {"plussim;", "\342\250\246"},
+    {"plustwo;", "\342\250\247"},
+    {"pm;", "\302\261"},
+    {"pointint;", "\342\250\225"},
+    {"popf;", "\360\235\225\241"},
+    {"pound", "\302\243"},
+    {"pound;", "\302\243"},
+    {"pr;", "\342\211\272"},
+    {"prE;", "\342\252\263"},
+    {"prap;", "\342\252\267"},
+    {"prcue;", "\342\211\274"},
+    {"pre;", "\342\252\257"},
+    {"prec;", "\342\211\272"},
+    {"precapprox;", "\342\252\267"},
+    {"preccurlyeq;", "\342\211\274"},
+    {"preceq;", "\342\252\257"},
+    {"precnapprox;", "\342\252\271"},
+    {"precneqq;", "\342\252\265"},
+    {"precnsim;", "\342\213\250"},
+    {"precsim;", "\342\211\276"},
+    {"prime;", "\342\200\262"},
+    {"primes;", "\342\204\231"},
+    {"prnE;", "\342\252\265"},
+    {"prnap;", "\342\252\271"},
+    {"prnsim;", "\342\213\250"},
+    {"prod;", "\342\210\217"},
+    {"profalar;", "\342\214\256"},
+    {"profline;", "\342\214\222"},
+    {"profsurf;", "\342\214\223"},
+    {"prop;", "\342\210\235"},
+    {"propto;", "\342\210\235"},
+    {"prsim;", "\342\211\276"},
+    {"prurel;", "\342\212\260"},
+    {"pscr;", "\360\235\223\205"},
+    {"psi;", "\317\210"},
+    {"puncsp;", "\342\200\210"},
+    {"qfr;", "\360\235\224\256"},
+    {"qint;", "\342\250\214"},
+    {"qopf;", "\360\235\225\242"},
+    {"qprime;", "\342\201\227"},
+    {"qscr;", "\360\235\223\206"},
+    {"quaternions;", "\342\204\215"},
+    {"quatint;", "\342\250\226"},
+    {"quest;", "\077"},
+    {"questeq;", "\342\211\237"},
+    {"quot", "\042"},
+    {"quot;", "\042"},
+    {"rAarr;", "\342\207\233"},
+    {"rArr;", "\342\207\222"},
+    {"rAtail;", "\342\244\234"},
+    {"rBarr;", "\342\244\217"},
+    {"rHar;", "\342\245\244"},
+    {"race;", "\342\210\275\314\261"},
+    {"racute;", "\305\225"},
+    {"radic;", "\342\210\232"},
+    {"raemptyv;", "\342\246\263"},
+    {"rang;", "\342\237\251"},
+    {"rangd;", "\342\246\222"},
+    {"range;", "\342\246\245"},
+    {"rangle;", "\342\237\251"},
+    {"raquo", "\302\273"},
+    {"raquo;", "\302\273"},
+    {"rarr;", "\342\206\222"},
+    {"rarrap;", "\342\245\265"},
+    {"rarrb;", "\342\207\245"},
+    {"rarrbfs;", "\342\244\240"},
+    {"rarrc;", "\342\244\263"},
+    {"rarrfs;", "\342\244\236"},
+    {"rarrhk;", "\342\206\252"},
+    {"rarrlp;", "\342\206\254"},
+    {"rarrpl;", "\342\245\205"},
+    {"rarrsim;", "\342\245\264"},
+    {"rarrtl;", "\342\206\243"},
+    {"rarrw;", "\342\206\235"},
+    {"ratail;", "\342\244\232"},
+    {"ratio;", "\342\210\266"},
+    {"rationals;", "\342\204\232"},
+    {"rbarr;", "\342\244\215"},
+    {"rbbrk;", "\342\235\263"},
     {"rbrace;", "}"},
     {"rbrack;", "]"},
-    {"rbrke;",
-     "\xe2"
-     "\xa6"
-     "\x8c"
-     ""},
-    {"rbrksld;",
-     "\xe2"
-     "\xa6"
-     "\x8e"
-     ""},
-    {"rbrkslu;",
-     "\xe2"
-     "\xa6"
-     "\x90"
-     ""},
-    {"rcaron;",
-     "\xc5"
-     "\x99"
-     ""},
-    {"rcedil;",
-     "\xc5"
-     "\x97"
-     ""},
-    {"rceil;",
-     "\xe2"
-     "\x8c"
-     "\x89"
-     ""},
+    {"rbrke;", "\342\246\214"},
+    {"rbrksld;", "\342\246\216"},
+    {"rbrkslu;", "\342\246\220"},
+    {"rcaron;", "\305\231"},
+    {"rcedil;", "\305\227"},
+    {"rceil;", "\342\214\211"},
     {"rcub;", "}"},
-    {"rcy;",
-     "\xd1"
-     "\x80"
-     ""},
-    {"rdca;",
-     "\xe2"
-     "\xa4"
-     "\xb7"
-     ""},
-    {"rdldhar;",
-     "\xe2"
-     "\xa5"
-     "\xa9"
-     ""},
-    {"rdquo;",
-     "\xe2"
-     "\x80"
-     "\x9d"
-     ""},
-    {"rdquor;",
-     "\xe2"
-     "\x80"
-     "\x9d"
-     ""},
-    {"rdsh;",
-     "\xe2"
-     "\x86"
-     "\xb3"
-     ""},
-    {"real;",
-     "\xe2"
-     "\x84"
-     "\x9c"
-     ""},
-    {"realine;",
-     "\xe2"
-     "\x84"
-     "\x9b"
-     ""},
-    {"realpart;",
-     "\xe2"
-     "\x84"
-     "\x9c"
-     ""},
-    {"reals;",
-     "\xe2"
-     "\x84"
-     "\x9d"
-     ""},
-    {"rect;",
-     "\xe2"
-     "\x96"
-     "\xad"
-     ""},
-    {"reg",
-     "\xc2"
-     "\xae"
-     ""},
-    {"reg;",
-     "\xc2"
-     "\xae"
-     ""},
-    {"rfisht;",
-     "\xe2"
-     "\xa5"
-     "\xbd"
-     ""},
-    {"rfloor;",
-     "\xe2"
-     "\x8c"
-     "\x8b"
-     ""},
-    {"rfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xaf"
-     ""},
-    {"rhard;",
-     "\xe2"
-     "\x87"
-     "\x81"
-     ""},
-    {"rharu;",
-     "\xe2"
-     "\x87"
-     "\x80"
-     ""},
-    {"rharul;",
-     "\xe2"
-     "\xa5"
-     "\xac"
-     ""},
-    {"rho;",
-     "\xcf"
-     "\x81"
-     ""},
-    {"rhov;",
-     "\xcf"
-     "\xb1"
-     ""},
-    {"rightarrow;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"rightarrowtail;",
-     "\xe2"
-     "\x86"
-     "\xa3"
-     ""},
-    {"rightharpoondown;",
-     "\xe2"
-     "\x87"
-     "\x81"
-     ""},
-    {"rightharpoonup;",
-     "\xe2"
-     "\x87"
-     "\x80"
-     ""},
-    {"rightleftarrows;",
-     "\xe2"
-     "\x87"
-     "\x84"
-     ""},
-    {"rightleftharpoons;",
-     "\xe2"
-     "\x87"
-     "\x8c"
-     ""},
-    {"rightrightarrows;",
-     "\xe2"
-     "\x87"
-     "\x89"
-     ""},
-    {"rightsquigarrow;",
-     "\xe2"
-     "\x86"
-     "\x9d"
-     ""},
-    {"rightthreetimes;",
-     "\xe2"
-     "\x8b"
-     "\x8c"
-     ""},
-    {"ring;",
-     "\xcb"
-     "\x9a"
-     ""},
-    {"risingdotseq;",
-     "\xe2"
-     "\x89"
-     "\x93"
-     ""},
-    {"rlarr;",
-     "\xe2"
-     "\x87"
-     "\x84"
-     ""},
-    {"rlhar;",
-     "\xe2"
-     "\x87"
-     "\x8c"
-     ""},
-    {"rlm;",
-     "\xe2"
-     "\x80"
-     "\x8f"
-     ""},
-    {"rmoust;",
-     "\xe2"
-     "\x8e"
-     "\xb1"
-     ""},
-    {"rmoustache;",
-     "\xe2"
-     "\x8e"
-     "\xb1"
-     ""},
-    {"rnmid;",
-     "\xe2"
-     "\xab"
-     "\xae"
-     ""},
-    {"roang;",
-     "\xe2"
-     "\x9f"
-     "\xad"
-     ""},
-    {"roarr;",
-     "\xe2"
-     "\x87"
-     "\xbe"
-     ""},
-    {"robrk;",
-     "\xe2"
-     "\x9f"
-     "\xa7"
-     ""},
-    {"ropar;",
-     "\xe2"
-     "\xa6"
-     "\x86"
-     ""},
-    {"ropf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa3"
-     ""},
-    {"roplus;",
-     "\xe2"
-     "\xa8"
-     "\xae"
-     ""},
-    {"rotimes;",
-     "\xe2"
-     "\xa8"
-     "\xb5"
-     ""},
+    {"rcy;", "\321\200"},
+    {"rdca;", "\342\244\267"},
+    {"rdldhar;", "\342\245\251"},
+    {"rdquo;", "\342\200\235"},
+    {"rdquor;", "\342\200\235"},
+    {"rdsh;", "\342\206\263"},
+    {"real;", "\342\204\234"},
+    {"realine;", "\342\204\233"},
+    {"realpart;", "\342\204\234"},
+    {"reals;", "\342\204\235"},
+    {"rect;", "\342\226\255"},
+    {"reg", "\302\256"},
+    {"reg;", "\302\256"},
+    {"rfisht;", "\342\245\275"},
+    {"rfloor;", "\342\214\213"},
+    {"rfr;", "\360\235\224\257"},
+    {"rhard;", "\342\207\201"},
+    {"rharu;", "\342\207\200"},
+    {"rharul;", "\342\245\254"},
+    {"rho;", "\317\201"},
+    {"rhov;", "\317\261"},
+    {"rightarrow;", "\342\206\222"},
+    {"rightarrowtail;", "\342\206\243"},
+    {"rightharpoondown;", "\342\207\201"},
+    {"rightharpoonup;", "\342\207\200"},
+    {"rightleftarrows;", "\342\207\204"},
+    {"rightleftharpoons;", "\342\207\214"},
+    {"rightrightarrows;", "\342\207\211"},
+    {"rightsquigarrow;", "\342\206\235"},
+    {"rightthreetimes;", "\342\213\214"},
+    {"ring;", "\313\232"},
+    {"risingdotseq;", "\342\211\223"},
+    {"rlarr;", "\342\207\204"},
+    {"rlhar;", "\342\207\214"},
+    {"rlm;", "\342\200\217"},
+    {"rmoust;", "\342\216\261"},
+    {"rmoustache;", "\342\216\261"},
+    {"rnmid;", "\342\253\256"},
+    {"roang;", "\342\237\255"},
+    {"roarr;", "\342\207\276"},
+    {"robrk;", "\342\237\247"},
+    {"ropar;", "\342\246\206"},
+    {"ropf;", "\360\235\225\243"},
+    {"roplus;", "\342\250\256"},
+    {"rotimes;", "\342\250\265"},
     {"rpar;", ")"},
-    {"rpargt;",
-     "\xe2"
-     "\xa6"
-     "\x94"
-     ""},
-    {"rppolint;",
-     "\xe2"
-     "\xa8"
-     "\x92"
-     ""},
-    {"rrarr;",
-     "\xe2"
-     "\x87"
-     "\x89"
-     ""},
-    {"rsaquo;",
-     "\xe2"
-     "\x80"
-     "\xba"
-     ""},
-    {"rscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x87"
-     ""},
-    {"rsh;",
-     "\xe2"
-     "\x86"
-     "\xb1"
-     ""},
+    {"rpargt;", "\342\246\224"},
+    {"rppolint;", "\342\250\222"},
+    {"rrarr;", "\342\207\211"},
+    {"rsaquo;", "\342\200\272"},
+    {"rscr;", "\360\235\223\207"},
+    {"rsh;", "\342\206\261"},
     {"rsqb;", "]"},
-    {"rsquo;",
-     "\xe2"
-     "\x80"
-     "\x99"
-     ""},
-    {"rsquor;",
-     "\xe2"
-     "\x80"
-     "\x99"
-     ""},
-    {"rthree;",
-     "\xe2"
-     "\x8b"
-     "\x8c"
-     ""},
-    {"rtimes;",
-     "\xe2"
-     "\x8b"
-     "\x8a"
-     ""},
-    {"rtri;",
-     "\xe2"
-     "\x96"
-     "\xb9"
-     ""},
-    {"rtrie;",
-     "\xe2"
-     "\x8a"
-     "\xb5"
-     ""},
-    {"rtrif;",
-     "\xe2"
-     "\x96"
-     "\xb8"
-     ""},
-    {"rtriltri;",
-     "\xe2"
-     "\xa7"
-     "\x8e"
-     ""},
-    {"ruluhar;",
-     "\xe2"
-     "\xa5"
-     "\xa8"
-     ""},
-    {"rx;",
-     "\xe2"
-     "\x84"
-     "\x9e"
-     ""},
-    {"sacute;",
-     "\xc5"
-     "\x9b"
-     ""},
-    {"sbquo;",
-     "\xe2"
-     "\x80"
-     "\x9a"
-     ""},
-    {"sc;",
-     "\xe2"
-     "\x89"
-     "\xbb"
-     ""},
-    {"scE;",
-     "\xe2"
-     "\xaa"
-     "\xb4"
-     ""},
-    {"scap;",
-     "\xe2"
-     "\xaa"
-     "\xb8"
-     ""},
-    {"scaron;",
-     "\xc5"
-     "\xa1"
-     ""},
-    {"sccue;",
-     "\xe2"
-     "\x89"
-     "\xbd"
-     ""},
-    {"sce;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     ""},
-    {"scedil;",
-     "\xc5"
-     "\x9f"
-     ""},
-    {"scirc;",
-     "\xc5"
-     "\x9d"
-     ""},
-    {"scnE;",
-     "\xe2"
-     "\xaa"
-     "\xb6"
-     ""},
-    {"scnap;",
-     "\xe2"
-     "\xaa"
-     "\xba"
-     ""},
-    {"scnsim;",
-     "\xe2"
-     "\x8b"
-     "\xa9"
-     ""},
-    {"scpolint;",
-     "\xe2"
-     "\xa8"
-     "\x93"
-     ""},
-    {"scsim;",
-     "\xe2"
-     "\x89"
-     "\xbf"
-     ""},
-    {"scy;",
-     "\xd1"
-     "\x81"
-     ""},
-    {"sdot;",
-     "\xe2"
-     "\x8b"
-     "\x85"
-     ""},
-    {"sdotb;",
-     "\xe2"
-     "\x8a"
-     "\xa1"
-     ""},
-    {"sdote;",
-     "\xe2"
-     "\xa9"
-     "\xa6"
-     ""},
-    {"seArr;",
-     "\xe2"
-     "\x87"
-     "\x98"
-     ""},
-    {"searhk;",
-     "\xe2"
-     "\xa4"
-     "\xa5"
-     ""},
-    {"searr;",
-     "\xe2"
-     "\x86"
-     "\x98"
-     ""},
-    {"searrow;",
-     "\xe2"
-     "\x86"
-     "\x98"
-     ""},
-    {"sect",
-     "\xc2"
-     "\xa7"
-     ""},
-    {"sect;",
-     "\xc2"
-     "\xa7"
-     ""},
+    {"rsquo;", "\342\200\231"},
+    {"rsquor;", "\342\200\231"},
+    {"rthree;", "\342\213\214"},
+    {"rtimes;", "\342\213\212"},
+    {"rtri;", "\342\226\271"},
+    {"rtrie;", "\342\212\265"},
+    {"rtrif;", "\342\226\270"},
+    {"rtriltri;", "\342\247\216"},
+    {"ruluhar;", "\342\245\250"},
+    {"rx;", "\342\204\236"},
+    {"sacute;", "\305\233"},
+    {"sbquo;", "\342\200\232"},
+    {"sc;", "\342\211\273"},
+    {"scE;", "\342\252\264"},
+    {"scap;", "\342\252\270"},
+    {"scaron;", "\305\241"},
+    {"sccue;", "\342\211\275"},
+    {"sce;", "\342\252\260"},
+    {"scedil;", "\305\237"},
+    {"scirc;", "\305\235"},
+    {"scnE;", "\342\252\266"},
+    {"scnap;", "\342\252\272"},
+    {"scnsim;", "\342\213\251"},
+    {"scpolint;", "\342\250\223"},
+    {"scsim;", "\342\211\277"},
+    {"scy;", "\321\201"},
+    {"sdot;", "\342\213\205"},
+    {"sdotb;", "\342\212\241"},
+    {"sdote;", "\342\251\246"},
+    {"seArr;", "\342\207\230"},
+    {"searhk;", "\342\244\245"},
+    {"searr;", "\342\206\230"},
+    {"searrow;", "\342\206\230"},
+    {"sect", "\302\247"},
+    {"sect;", "\302\247"},
     {"semi;", ";"},
-    {"seswar;",
-     "\xe2"
-     "\xa4"
-     "\xa9"
-     ""},
-    {"setminus;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"setmn;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"sext;",
-     "\xe2"
-     "\x9c"
-     "\xb6"
-     ""},
-    {"sfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb0"
-     ""},
-    {"sfrown;",
-     "\xe2"
-     "\x8c"
-     "\xa2"
-     ""},
-    {"sharp;",
-     "\xe2"
-     "\x99"
-     "\xaf"
-     ""},
-    {"shchcy;",
-     "\xd1"
-     "\x89"
-     ""},
-    {"shcy;",
-     "\xd1"
-     "\x88"
-     ""},
-    {"shortmid;",
-     "\xe2"
-     "\x88"
-     "\xa3"
-     ""},
-    {"shortparallel;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"shy",
-     "\xc2"
-     "\xad"
-     ""},
-    {"shy;",
-     "\xc2"
-     "\xad"
-     ""},
-    {"sigma;",
-     "\xcf"
-     "\x83"
-     ""},
-    {"sigmaf;",
-     "\xcf"
-     "\x82"
-     ""},
-    {"sigmav;",
-     "\xcf"
-     "\x82"
-     ""},
-    {"sim;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     ""},
-    {"simdot;",
-     "\xe2"
-     "\xa9"
-     "\xaa"
-     ""},
-    {"sime;",
-     "\xe2"
-     "\x89"
-     "\x83"
-     ""},
-    {"simeq;",
-     "\xe2"
-     "\x89"
-     "\x83"
-     ""},
-    {"simg;",
-     "\xe2"
-     "\xaa"
-     "\x9e"
-     ""},
-    {"simgE;",
-     "\xe2"
-     "\xaa"
-     "\xa0"
-     ""},
-    {"siml;",
-     "\xe2"
-     "\xaa"
-     "\x9d"
-     ""},
-    {"simlE;",
-     "\xe2"
-     "\xaa"
-     "\x9f"
-     ""},
-    {"simne;",
-     "\xe2"
-     "\x89"
-     "\x86"
-     ""},
-    {"simplus;",
-     "\xe2"
-     "\xa8"
-     "\xa4"
-     ""},
-    {"simrarr;",
-     "\xe2"
-     "\xa5"
-     "\xb2"
-     ""},
-    {"slarr;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"smallsetminus;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"smashp;",
-     "\xe2"
-     "\xa8"
-     "\xb3"
-     ""},
-    {"smeparsl;",
-     "\xe2"
-     "\xa7"
-     "\xa4"
-     ""},
-    {"smid;",
-     "\xe2"
-     "\x88"
-     "\xa3"
-     ""},
-    {"smile;",
-     "\xe2"
-     "\x8c"
-     "\xa3"
-     ""},
-    {"smt;",
-     "\xe2"
-     "\xaa"
-     "\xaa"
-     ""},
-    {"smte;",
-     "\xe2"
-     "\xaa"
-     "\xac"
-     ""},
-    {"smtes;",
-     "\xe2"
-     "\xaa"
-     "\xac"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"softcy;",
-     "\xd1"
-     "\x8c"
-     ""},
+    {"seswar;", "\342\244\251"},
+    {"setminus;", "\342\210\226"},
+    {"setmn;", "\342\210\226"},
+    {"sext;", "\342\234\266"},
+    {"sfr;", "\360\235\224\260"},
+    {"sfrown;", "\342\214\242"},
+    {"sharp;", "\342\231\257"},
+    {"shchcy;", "\321\211"},
+    {"shcy;", "\321\210"},
+    {"shortmid;", "\342\210\243"},
+    {"shortparallel;", "\342\210\245"},
+    {"shy", "\302\255"},
+    {"shy;", "\302\255"},
+    {"sigma;", "\317\203"},
+    {"sigmaf;", "\317\202"},
+    {"sigmav;", "\317\202"},
+    {"sim;", "\342\210\274"},
+    {"simdot;", "\342\251\252"},
+    {"sime;", "\342\211\203"},
+    {"simeq;", "\342\211\203"},
+    {"simg;", "\342\252\236"},
+    {"simgE;", "\342\252\240"},
+    {"siml;", "\342\252\235"},
+    {"simlE;", "\342\252\237"},
+    {"simne;", "\342\211\206"},
+    {"simplus;", "\342\250\244"},
+    {"simrarr;", "\342\245\262"},
+    {"slarr;", "\342\206\220"},
+    {"smallsetminus;", "\342\210\226"},
+    {"smashp;", "\342\250\263"},
+    {"smeparsl;", "\342\247\244"},
+    {"smid;", "\342\210\243"},
+    {"smile;", "\342\214\243"},
+    {"smt;", "\342\252\252"},
+    {"smte;", "\342\252\254"},
+    {"smtes;", "\342\252\254\357\270\200"},
+    {"softcy;", "\321\214"},
     {"sol;", "/"},
-    {"solb;",
-     "\xe2"
-     "\xa7"
-     "\x84"
-     ""},
-    {"solbar;",
-     "\xe2"
-     "\x8c"
-     "\xbf"
-     ""},
-    {"sopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa4"
-     ""},
-    {"spades;",
-     "\xe2"
-     "\x99"
-     "\xa0"
-     ""},
-    {"spadesuit;",
-     "\xe2"
-     "\x99"
-     "\xa0"
-     ""},
-    {"spar;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"sqcap;",
-     "\xe2"
-     "\x8a"
-     "\x93"
-     ""},
-    {"sqcaps;",
-     "\xe2"
-     "\x8a"
-     "\x93"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"sqcup;",
-     "\xe2"
-     "\x8a"
-     "\x94"
-     ""},
-    {"sqcups;",
-     "\xe2"
-     "\x8a"
-     "\x94"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"sqsub;",
-     "\xe2"
-     "\x8a"
-     "\x8f"
-     ""},
-    {"sqsube;",
-     "\xe2"
-     "\x8a"
-     "\x91"
-     ""},
-    {"sqsubset;",
-     "\xe2"
-     "\x8a"
-     "\x8f"
-     ""},
-    {"sqsubseteq;",
-     "\xe2"
-     "\x8a"
-     "\x91"
-     ""},
-    {"sqsup;",
-     "\xe2"
-     "\x8a"
-     "\x90"
-     ""},
-    {"sqsupe;",
-     "\xe2"
-     "\x8a"
-     "\x92"
-     ""},
-    {"sqsupset;",
-     "\xe2"
-     "\x8a"
-     "\x90"
-     ""},
-    {"sqsupseteq;",
-     "\xe2"
-     "\x8a"
-     "\x92"
-     ""},
-    {"squ;",
-     "\xe2"
-     "\x96"
-     "\xa1"
-     ""},
-    {"square;",
-     "\xe2"
-     "\x96"
-     "\xa1"
-     ""},
-    {"squarf;",
-     "\xe2"
-     "\x96"
-     "\xaa"
-     ""},
-    {"squf;",
-     "\xe2"
-     "\x96"
-     "\xaa"
-     ""},
-    {"srarr;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"sscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x88"
-     ""},
-    {"ssetmn;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"ssmile;",
-     "\xe2"
-     "\x8c"
-     "\xa3"
-     ""},
-    {"sstarf;",
-     "\xe2"
-     "\x8b"
-     "\x86"
-     ""},
-    {"star;",
-     "\xe2"
-     "\x98"
-     "\x86"
-     ""},
-    {"starf;",
-     "\xe2"
-     "\x98"
-     "\x85"
-     ""},
-    {"straightepsilon;",
-     "\xcf"
-     "\xb5"
-     ""},
-    {"straightphi;",
-     "\xcf"
-     "\x95"
-     ""},
-    {"strns;",
-     "\xc2"
-     "\xaf"
-     ""},
-    {"sub;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     ""},
-    {"subE;",
-     "\xe2"
-     "\xab"
-     "\x85"
-     ""},
-    {"subdot;",
-     "\xe2"
-     "\xaa"
-     "\xbd"
-     ""},
-    {"sube;",
-     "\xe2"
-     "\x8a"
-     "\x86"
-     ""},
-    {"subedot;",
-     "\xe2"
-     "\xab"
-     "\x83"
-     ""},
-    {"submult;",
-     "\xe2"
-     "\xab"
-     "\x81"
-     ""},
-    {"subnE;",
-     "\xe2"
-     "\xab"
-     "\x8b"
-     ""},
-    {"subne;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     ""},
-    {"subplus;",
-     "\xe2"
-     "\xaa"
-     "\xbf"
-     ""},
-    {"subrarr;",
-     "\xe2"
-     "\xa5"
-     "\xb9"
-     ""},
-    {"subset;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     ""},
-    {"subseteq;",
-     "\xe2"
-     "\x8a"
-     "\x86"
-     ""},
-    {"subseteqq;",
-     "\xe2"
-     "\xab"
-     "\x85"
-     ""},
-    {"subsetneq;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     ""},
-    {"subsetneqq;",
-     "\xe2"
-     "\xab"
-     "\x8b"
-     ""},
-    {"subsim;",
-     "\xe2"
-     "\xab"
-     "\x87"
-     ""},
-    {"subsub;",
-     "\xe2"
-     "\xab"
-     "\x95"
-     ""},
-    {"subsup;",
-     "\xe2"
-     "\xab"
-     "\x93"
-     ""},
-    {"succ;",
-     "\xe2"
-     "\x89"
-     "\xbb"
-     ""},
-    {"succapprox;",
-     "\xe2"
-     "\xaa"
-     "\xb8"
-     ""},
-    {"succcurlyeq;",
-     "\xe2"
-     "\x89"
-     "\xbd"
-     ""},
-    {"succeq;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     ""},
-    {"succnapprox;",
-     "\xe2"
-     "\xaa"
-     "\xba"
-     ""},
-    {"succneqq;",
-     "\xe2"
-     "\xaa"
-     "\xb6"
-     ""},
-    {"succnsim;",
-     "\xe2"
-     "\x8b"
-     "\xa9"
-     ""},
-    {"succsim;",
-     "\xe2"
-     "\x89"
-     "\xbf"
-     ""},
-    {"sum;",
-     "\xe2"
-     "\x88"
-     "\x91"
-     ""},
-    {"sung;",
-     "\xe2"
-     "\x99"
-     "\xaa"
-     ""},
-    {"sup1",
-     "\xc2"
-     "\xb9"
-     ""},
-    {"sup1;",
-     "\xc2"
-     "\xb9"
-     ""},
-    {"sup2",
-     "\xc2"
-     "\xb2"
-     ""},
-    {"sup2;",
-     "\xc2"
-     "\xb2"
-     ""},
-    {"sup3",
-     "\xc2"
-     "\xb3"
-     ""},
-    {"sup3;",
-     "\xc2"
-     "\xb3"
-     ""},
-    {"sup;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     ""},
-    {"supE;",
-     "\xe2"
-     "\xab"
-     "\x86"
-     ""},
-    {"supdot;",
-     "\xe2"
-     "\xaa"
-     "\xbe"
-     ""},
-    {"supdsub;",
-     "\xe2"
-     "\xab"
-     "\x98"
-     ""},
-    {"supe;",
-     "\xe2"
-     "\x8a"
-     "\x87"
-     ""},
-    {"supedot;",
-     "\xe2"
-     "\xab"
-     "\x84"
-     ""},
-    {"suphsol;",
-     "\xe2"
-     "\x9f"
-     "\x89"
-     ""},
-    {"suphsub;",
-     "\xe2"
-     "\xab"
-     "\x97"
-     ""},
-    {"suplarr;",
-     "\xe2"
-     "\xa5"
-     "\xbb"
-     ""},
-    {"supmult;",
-     "\xe2"
-     "\xab"
-     "\x82"
-     ""},
-    {"supnE;",
-     "\xe2"
-     "\xab"
-     "\x8c"
-     ""},
-    {"supne;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     ""},
-    {"supplus;",
-     "\xe2"
-     "\xab"
-     "\x80"
-     ""},
-    {"supset;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     ""},
-    {"supseteq;",
-     "\xe2"
-     "\x8a"
-     "\x87"
-     ""},
-    {"supseteqq;",
-     "\xe2"
-     "\xab"
-     "\x86"
-     ""},
-    {"supsetneq;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     ""},
-    {"supsetneqq;",
-     "\xe2"
-     "\xab"
-     "\x8c"
-     ""},
-    {"supsim;",
-     "\xe2"
-     "\xab"
-     "\x88"
-     ""},
-    {"supsub;",
-     "\xe2"
-     "\xab"
-     "\x94"
-     ""},
-    {"supsup;",
-     "\xe2"
-     "\xab"
-     "\x96"
-     ""},
-    {"swArr;",
-     "\xe2"
-     "\x87"
-     "\x99"
-     ""},
-    {"swarhk;",
-     "\xe2"
-     "\xa4"
-     "\xa6"
-     ""},
-    {"swarr;",
-     "\xe2"
-     "\x86"
-     "\x99"
-     ""},
-    {"swarrow;",
-     "\xe2"
-     "\x86"
-     "\x99"
-     ""},
-    {"swnwar;",
-     "\xe2"
-     "\xa4"
-     "\xaa"
-     ""},
-    {"szlig",
-     "\xc3"
-     "\x9f"
-     ""},
-    {"szlig;",
-     "\xc3"
-     "\x9f"
-     ""},
-    {"target;",
-     "\xe2"
-     "\x8c"
-     "\x96"
-     ""},
-    {"tau;",
-     "\xcf"
-     "\x84"
-     ""},
-    {"tbrk;",
-     "\xe2"
-     "\x8e"
-     "\xb4"
-     ""},
-    {"tcaron;",
-     "\xc5"
-     "\xa5"
-     ""},
-    {"tcedil;",
-     "\xc5"
-     "\xa3"
-     ""},
-    {"tcy;",
-     "\xd1"
-     "\x82"
-     ""},
-    {"tdot;",
-     "\xe2"
-     "\x83"
-     "\x9b"
-     ""},
-    {"telrec;",
-     "\xe2"
-     "\x8c"
-     "\x95"
-     ""},
-    {"tfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb1"
-     ""},
-    {"there4;",
-     "\xe2"
-     "\x88"
-     "\xb4"
-     ""},
-    {"therefore;",
-     "\xe2"
-     "\x88"
-     "\xb4"
-     ""},
-    {"theta;",
-     "\xce"
-     "\xb8"
-     ""},
-    {"thetasym;",
-     "\xcf"
-     "\x91"
-     ""},
-    {"thetav;",
-     "\xcf"
-     "\x91"
-     ""},
-    {"thickapprox;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"thicksim;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     ""},
-    {"thinsp;",
-     "\xe2"
-     "\x80"
-     "\x89"
-     ""},
-    {"thkap;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"thksim;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     ""},
-    {"thorn",
-     "\xc3"
-     "\xbe"
-     ""},
-    {"thorn;",
-     "\xc3"
-     "\xbe"
-     ""},
-    {"tilde;",
-     "\xcb"
-     "\x9c"
-     ""},
-    {"times",
-     "\xc3"
-     "\x97"
-     ""},
-    {"times;",
-     "\xc3"
-     "\x97"
-     ""},
-    {"timesb;",
-     "\xe2"
-     "\x8a"
-     "\xa0"
-     ""},
-    {"timesbar;",
-     "\xe2"
-     "\xa8"
-     "\xb1"
-     ""},
-    {"timesd;",
-     "\xe2"
-     "\xa8"
-     "\xb0"
-     ""},
-    {"tint;",
-     "\xe2"
-     "\x88"
-     "\xad"
-     ""},
-    {"toea;",
-     "\xe2"
-     "\xa4"
-     "\xa8"
-     ""},
-    {"top;",
-     "\xe2"
-     "\x8a"
-     "\xa4"
-     ""},
-    {"topbot;",
-     "\xe2"
-     "\x8c"
-     "\xb6"
-     ""},
-    {"topcir;",
-     "\xe2"
-     "\xab"
-     "\xb1"
-     ""},
-    {"topf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa5"
-     ""},
-    {"topfork;",
-     "\xe2"
-     "\xab"
-     "\x9a"
-     ""},
-    {"tosa;",
-     "\xe2"
-     "\xa4"
-     "\xa9"
-     ""},
-    {"tprime;",
-     "\xe2"
-     "\x80"
-     "\xb4"
-     ""},
-    {"trade;",
-     "\xe2"
-     "\x84"
-     "\xa2"
-     ""},
-    {"triangle;",
-     "\xe2"
-     "\x96"
-     "\xb5"
-     ""},
-    {"triangledown;",
-     "\xe2"
-     "\x96"
-     "\xbf"
-     ""},
-    {"triangleleft;",
-     "\xe2"
-     "\x97"
-     "\x83"
-     ""},
-    {"trianglelefteq;",
-     "\xe2"
-     "\x8a"
-     "\xb4"
-     ""},
-    {"triangleq;",
-     "\xe2"
-     "\x89"
-     "\x9c"
-     ""},
-    {"triangleright;",
-     "\xe2"
-     "\x96"
-     "\xb9"
-     ""},
-    {"trianglerighteq;",
-     "\xe2"
-     "\x8a"
-     "\xb5"
-     ""},
-    {"tridot;",
-     "\xe2"
-     "\x97"
-     "\xac"
-     ""},
-    {"trie;",
-     "\xe2"
-     "\x89"
-     "\x9c"
-     ""},
-    {"triminus;",
-     "\xe2"
-     "\xa8"
-     "\xba"
-     ""},
-    {"triplus;",
-     "\xe2"
-     "\xa8"
-     "\xb9"
-     ""},
-    {"trisb;",
-     "\xe2"
-     "\xa7"
-     "\x8d"
-     ""},
-    {"tritime;",
-     "\xe2"
-     "\xa8"
-     "\xbb"
-     ""},
-    {"trpezium;",
-     "\xe2"
-     "\x8f"
-     "\xa2"
-     ""},
-    {"tscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x89"
-     ""},
-    {"tscy;",
-     "\xd1"
-     "\x86"
-     ""},
-    {"tshcy;",
-     "\xd1"
-     "\x9b"
-     ""},
-    {"tstrok;",
-     "\xc5"
-     "\xa7"
-     ""},
-    {"twixt;",
-     "\xe2"
-     "\x89"
-     "\xac"
-     ""},
-    {"twoheadleftarrow;",
-     "\xe2"
-     "\x86"
-     "\x9e"
-     ""},
-    {"twoheadrightarrow;",
-     "\xe2"
-     "\x86"
-     "\xa0"
-     ""},
-    {"uArr;",
-     "\xe2"
-     "\x87"
-     "\x91"
-     ""},
-    {"uHar;",
-     "\xe2"
-     "\xa5"
-     "\xa3"
-     ""},
-    {"uacute",
-     "\xc3"
-     "\xba"
-     ""},
-    {"uacute;",
-     "\xc3"
-     "\xba"
-     ""},
-    {"uarr;",
-     "\xe2"
-     "\x86"
-     "\x91"
-     ""},
-    {"ubrcy;",
-     "\xd1"
-     "\x9e"
-     ""},
-    {"ubreve;",
-     "\xc5"
-     "\xad"
-     ""},
-    {"ucirc",
-     "\xc3"
-     "\xbb"
-     ""},
-    {"ucirc;",
-     "\xc3"
-     "\xbb"
-     ""},
-    {"ucy;",
-     "\xd1"
-     "\x83"
-     ""},
-    {"udarr;",
-     "\xe2"
-     "\x87"
-     "\x85"
-     ""},
-    {"udblac;",
-     "\xc5"
-     "\xb1"
-     ""},
-    {"udhar;",
-     "\xe2"
-     "\xa5"
-     "\xae"
-     ""},
-    {"ufisht;",
-     "\xe2"
-     "\xa5"
-     "\xbe"
-     ""},
-    {"ufr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb2"
-     ""},
-    {"ugrave",
-     "\xc3"
-     "\xb9"
-     ""},
-    {"ugrave;",
-     "\xc3"
-     "\xb9"
-     ""},
-    {"uharl;",
-     "\xe2"
-     "\x86"
-     "\xbf"
-     ""},
-    {"uharr;",
-     "\xe2"
-     "\x86"
-     "\xbe"
-     ""},
-    {"uhblk;",
-     "\xe2"
-     "\x96"
-     "\x80"
-     ""},
-    {"ulcorn;",
-     "\xe2"
-     "\x8c"
-     "\x9c"
-     ""},
-    {"ulcorner;",
-     "\xe2"
-     "\x8c"
-     "\x9c"
-     ""},
-    {"ulcrop;",
-     "\xe2"
-     "\x8c"
-     "\x8f"
-     ""},
-    {"ultri;",
-     "\xe2"
-     "\x97"
-     "\xb8"
-     ""},
-    {"umacr;",
-     "\xc5"
-     "\xab"
-     ""},
-    {"uml",
-     "\xc2"
-     "\xa8"
-     ""},
-    {"uml;",
-     "\xc2"
-     "\xa8"
-     ""},
-    {"uogon;",
-     "\xc5"
-     "\xb3"
-     ""},
-    {"uopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa6"
-     ""},
-    {"uparrow;",
-     "\xe2"
-     "\x86"
-     "\x91"
-     ""},
-    {"updownarrow;",
-     "\xe2"
-     "\x86"
-     "\x95"
-     ""},
-    {"upharpoonleft;",
-     "\xe2"
-     "\x86"
-     "\xbf"
-     ""},
-    {"upharpoonright;",
-     "\xe2"
-     "\x86"
-     "\xbe"
-     ""},
-    {"uplus;",
-     "\xe2"
-     "\x8a"
-     "\x8e"
-     ""},
-    {"upsi;",
-     "\xcf"
-     "\x85"
-     ""},
-    {"upsih;",
-     "\xcf"
-     "\x92"
-     ""},
-    {"upsilon;",
-     "\xcf"
-     "\x85"
-     ""},
-    {"upuparrows;",
-     "\xe2"
-     "\x87"
-     "\x88"
-     ""},
-    {"urcorn;",
-     "\xe2"
-     "\x8c"
-     "\x9d"
-     ""},
-    {"urcorner;",
-     "\xe2"
-     "\x8c"
-     "\x9d"
-     ""},
-    {"urcrop;",
-     "\xe2"
-     "\x8c"
-     "\x8e"
-     ""},
-    {"uring;",
-     "\xc5"
-     "\xaf"
-     ""},
-    {"urtri;",
-     "\xe2"
-     "\x97"
-     "\xb9"
-     ""},
-    {"uscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8a"
-     ""},
-    {"utdot;",
-     "\xe2"
-     "\x8b"
-     "\xb0"
-     ""},
-    {"utilde;",
-     "\xc5"
-     "\xa9"
-     ""},
-    {"utri;",
-     "\xe2"
-     "\x96"
-     "\xb5"
-     ""},
-    {"utrif;",
-     "\xe2"
-     "\x96"
-     "\xb4"
-     ""},
-    {"uuarr;",
-     "\xe2"
-     "\x87"
-     "\x88"
-     ""},
-    {"uuml",
-     "\xc3"
-     "\xbc"
-     ""},
-    {"uuml;",
-     "\xc3"
-     "\xbc"
-     ""},
-    {"uwangle;",
-     "\xe2"
-     "\xa6"
-     "\xa7"
-     ""},
-    {"vArr;",
-     "\xe2"
-     "\x87"
-     "\x95"
-     ""},
-    {"vBar;",
-     "\xe2"
-     "\xab"
-     "\xa8"
-     ""},
-    {"vBarv;",
-     "\xe2"
-     "\xab"
-     "\xa9"
-     ""},
-    {"vDash;",
-     "\xe2"
-     "\x8a"
-     "\xa8"
-     ""},
-    {"vangrt;",
-     "\xe2"
-     "\xa6"
-     "\x9c"
-     ""},
-    {"varepsilon;",
-     "\xcf"
-     "\xb5"
-     ""},
-    {"varkappa;",
-     "\xcf"
-     "\xb0"
-     ""},
-    {"varnothing;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"varphi;",
-     "\xcf"
-     "\x95"
-     ""},
-    {"varpi;",
-     "\xcf"
-     "\x96"
-     ""},
-    {"varpropto;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"varr;",
-     "\xe2"
-     "\x86"
-     "\x95"
-     ""},
-    {"varrho;",
-     "\xcf"
-     "\xb1"
-     ""},
-    {"varsigma;",
-     "\xcf"
-     "\x82"
-     ""},
-    {"varsubsetneq;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"varsubsetneqq;",
-     "\xe2"
-     "\xab"
-     "\x8b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"varsupsetneq;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"varsupsetneqq;",
-     "\xe2"
-     "\xab"
-     "\x8c"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"vartheta;",
-     "\xcf"
-     "\x91"
-     ""},
-    {"vartriangleleft;",
-     "\xe2"
-     "\x8a"
-     "\xb2"
-     ""},
-    {"vartriangleright;",
-     "\xe2"
-     "\x8a"
-     "\xb3"
-     ""},
-    {"vcy;",
-     "\xd0"
-     "\xb2"
-     ""},
-    {"vdash;",
-     "\xe2"
-     "\x8a"
-     "\xa2"
-     ""},
-    {"vee;",
-     "\xe2"
-     "\x88"
-     "\xa8"
-     ""},
-    {"veebar;",
-     "\xe2"
-     "\x8a"
-     "\xbb"
-     ""},
-    {"veeeq;",
-     "\xe2"
-     "\x89"
-     "\x9a"
-     ""},
-    {"vellip;",
-     "\xe2"
-     "\x8b"
-     "\xae"
-     ""},
+    {"solb;", "\342\247\204"},
+    {"solbar;", "\342\214\277"},
+    {"sopf;", "\360\235\225\244"},
+    {"spades;", "\342\231\240"},
+    {"spadesuit;", "\342\231\240"},
+    {"spar;", "\342\210\245"},
+    {"sqcap;", "\342\212\223"},
+    {"sqcaps;", "\342\212\223\357\270\200"},
+    {"sqcup;", "\342\212\224"},
+    {"sqcups;", "\342\212\224\357\270\200"},
+    {"sqsub;", "\342\212\217"},
+    {"sqsube;", "\342\212\221"},
+    {"sqsubset;", "\342\212\217"},
+    {"sqsubseteq;", "\342\212\221"},
+    {"sqsup;", "\342\212\220"},
+    {"sqsupe;", "\342\212\222"},
+    {"sqsupset;", "\342\212\220"},
+    {"sqsupseteq;", "\342\212\222"},
+    {"squ;", "\342\226\241"},
+    {"square;", "\342\226\241"},
+    {"squarf;", "\342\226\252"},
+    {"squf;", "\342\226\252"},
+    {"srarr;", "\342\206\222"},
+    {"sscr;", "\360\235\223\210"},
+    {"ssetmn;", "\342\210\226"},
+    {"ssmile;", "\342\214\243"},
+    {"sstarf;", "\342\213\206"},
+    {"star;", "\342\230\206"},
+    {"starf;", "\342\230\205"},
+    {"straightepsilon;", "\317\265"},
+    {"straightphi;", "\317\225"},
+    {"strns;", "\302\257"},
+    {"sub;", "\342\212\202"},
+    {"subE;", "\342\253\205"},
+    {"subdot;", "\342\252\275"},
+    {"sube;", "\342\212\206"},
+    {"subedot;", "\342\253\203"},
+    {"submult;", "\342\253\201"},
+    {"subnE;", "\342\253\213"},
+    {"subne;", "\342\212\212"},
+    {"subplus;", "\342\252\277"},
+    {"subrarr;", "\342\245\271"},
+    {"subset;", "\342\212\202"},
+    {"subseteq;", "\342\212\206"},
+    {"subseteqq;", "\342\253\205"},
+    {"subsetneq;", "\342\212\212"},
+    {"subsetneqq;", "\342\253\213"},
+    {"subsim;", "\342\253\207"},
+    {"subsub;", "\342\253\225"},
+    {"subsup;", "\342\253\223"},
+    {"succ;", "\342\211\273"},
+    {"succapprox;", "\342\252\270"},
+    {"succcurlyeq;", "\342\211\275"},
+    {"succeq;", "\342\252\260"},
+    {"succnapprox;", "\342\252\272"},
+    {"succneqq;", "\342\252\266"},
+    {"succnsim;", "\342\213\251"},
+    {"succsim;", "\342\211\277"},
+    {"sum;", "\342\210\221"},
+    {"sung;", "\342\231\252"},
+    {"sup1", "\302\271"},
+    {"sup1;", "\302\271"},
+    {"sup2", "\302\262"},
+    {"sup2;", "\302\262"},
+    {"sup3", "\302\263"},
+    {"sup3;", "\302\263"},
+    {"sup;", "\342\212\203"},
+    {"supE;", "\342\253\206"},
+    {"supdot;", "\342\252\276"},
+    {"supdsub;", "\342\253\230"},
+    {"supe;", "\342\212\207"},
+    {"supedot;", "\342\253\204"},
+    {"suphsol;", "\342\237\211"},
+    {"suphsub;", "\342\253\227"},
+    {"suplarr;", "\342\245\273"},
+    {"supmult;", "\342\253\202"},
+    {"supnE;", "\342\253\214"},
+    {"supne;", "\342\212\213"},
+    {"supplus;", "\342\253\200"},
+    {"supset;", "\342\212\203"},
+    {"supseteq;", "\342\212\207"},
+    {"supseteqq;", "\342\253\206"},
+    {"supsetneq;", "\342\212\213"},
+    {"supsetneqq;", "\342\253\214"},
+    {"supsim;", "\342\253\210"},
+    {"supsub;", "\342\253\224"},
+    {"supsup;", "\342\253\226"},
+    {"swArr;", "\342\207\231"},
+    {"swarhk;", "\342\244\246"},
+    {"swarr;", "\342\206\231"},
+    {"swarrow;", "\342\206\231"},
+    {"swnwar;", "\342\244\252"},
+    {"szlig", "\303\237"},
+    {"szlig;", "\303\237"},
+    {"target;", "\342\214\226"},
+    {"tau;", "\317\204"},
+    {"tbrk;", "\342\216\264"},
+    {"tcaron;", "\305\245"},
+    {"tcedil;", "\305\243"},
+    {"tcy;", "\321\202"},
+    {"tdot;", "\342\203\233"},
+    {"telrec;", "\342\214\225"},
+    {"tfr;", "\360\235\224\261"},
+    {"there4;", "\342\210\264"},
+    {"therefore;", "\342\210\264"},
+    {"theta;", "\316\270"},
+    {"thetasym;", "\317\221"},
+    {"thetav;", "\317\221"},
+    {"thickapprox;", "\342\211\210"},
+    {"thicksim;", "\342\210\274"},
+    {"thinsp;", "\342\200\211"},
+    {"thkap;", "\342\211\210"},
+    {"thksim;", "\342\210\274"},
+    {"thorn", "\303\276"},
+    {"thorn;", "\303\276"},
+    {"tilde;", "\313\234"},
+    {"times", "\303\227"},
+    {"times;", "\303\227"},
+    {"timesb;", "\342\212\240"},
+    {"timesbar;", "\342\250\261"},
+    {"timesd;", "\342\250\260"},
+    {"tint;", "\342\210\255"},
+    {"toea;", "\342\244\250"},
+    {"top;", "\342\212\244"},
+    {"topbot;", "\342\214\266"},
+    {"topcir;", "\342\253\261"},
+    {"topf;", "\360\235\225\245"},
+    {"topfork;", "\342\253\232"},
+    {"tosa;", "\342\244\251"},
+    {"tprime;", "\342\200\264"},
+    {"trade;", "\342\204\242"},
+    {"triangle;", "\342\226\265"},
+    {"triangledown;", "\342\226\277"},
+    {"triangleleft;", "\342\227\203"},
+    {"trianglelefteq;", "\342\212\264"},
+    {"triangleq;", "\342\211\234"},
+    {"triangleright;", "\342\226\271"},
+    {"trianglerighteq;", "\342\212\265"},
+    {"tridot;", "\342\227\254"},
+    {"trie;", "\342\211\234"},
+    {"triminus;", "\342\250\272"},
+    {"triplus;", "\342\250\271"},
+    {"trisb;", "\342\247\215"},
+    {"tritime;", "\342\250\273"},
+    {"trpezium;", "\342\217\242"},
+    {"tscr;", "\360\235\223\211"},
+    {"tscy;", "\321\206"},
+    {"tshcy;", "\321\233"},
+    {"tstrok;", "\305\247"},
+    {"twixt;", "\342\211\254"},
+    {"twoheadleftarrow;", "\342\206\236"},
+    {"twoheadrightarrow;", "\342\206\240"},
+    {"uArr;", "\342\207\221"},
+    {"uHar;", "\342\245\243"},
+    {"uacute", "\303\272"},
+    {"uacute;", "\303\272"},
+    {"uarr;", "\342\206\221"},
+    {"ubrcy;", "\321\236"},
+    {"ubreve;", "\305\255"},
+    {"ucirc", "\303\273"},
+    {"ucirc;", "\303\273"},
+    {"ucy;", "\321\203"},
+    {"udarr;", "\342\207\205"},
+    {"udblac;", "\305\261"},
+    {"udhar;", "\342\245\256"},
+    {"ufisht;", "\342\245\276"},
+    {"ufr;", "\360\235\224\262"},
+    {"ugrave", "\303\271"},
+    {"ugrave;", "\303\271"},
+    {"uharl;", "\342\206\277"},
+    {"uharr;", "\342\206\276"},
+    {"uhblk;", "\342\226\200"},
+    {"ulcorn;", "\342\214\234"},
+    {"ulcorner;", "\342\214\234"},
+    {"ulcrop;", "\342\214\217"},
+    {"ultri;", "\342\227\270"},
+    {"umacr;", "\305\253"},
+    {"uml", "\302\250"},
+    {"uml;", "\302\250"},
+    {"uogon;", "\305\263"},
+    {"uopf;", "\360\235\225\246"},
+    {"uparrow;", "\342\206\221"},
+    {"updownarrow;", "\342\206\225"},
+    {"upharpoonleft;", "\342\206\277"},
+    {"upharpoonright;", "\342\206\276"},
+    {"uplus;", "\342\212\216"},
+    {"upsi;", "\317\205"},
+    {"upsih;", "\317\222"},
+    {"upsilon;", "\317\205"},
+    {"upuparrows;", "\342\207\210"},
+    {"urcorn;", "\342\214\235"},
+    {"urcorner;", "\342\214\235"},
+    {"urcrop;", "\342\214\216"},
+    {"uring;", "\305\257"},
+    {"urtri;", "\342\227\271"},
+    {"uscr;", "\360\235\223\212"},
+    {"utdot;", "\342\213\260"},
+    {"utilde;", "\305\251"},
+    {"utri;", "\342\226\265"},
+    {"utrif;", "\342\226\264"},
+    {"uuarr;", "\342\207\210"},
+    {"uuml", "\303\274"},
+    {"uuml;", "\303\274"},
+    {"uwangle;", "\342\246\247"},
+    {"vArr;", "\342\207\225"},
+    {"vBar;", "\342\253\250"},
+    {"vBarv;", "\342\253\251"},
+    {"vDash;", "\342\212\250"},
+    {"vangrt;", "\342\246\234"},
+    {"varepsilon;", "\317\265"},
+    {"varkappa;", "\317\260"},
+    {"varnothing;", "\342\210\205"},
+    {"varphi;", "\317\225"},
+    {"varpi;", "\317\226"},
+    {"varpropto;", "\342\210\235"},
+    {"varr;", "\342\206\225"},
+    {"varrho;", "\317\261"},
+    {"varsigma;", "\317\202"},
+    {"varsubsetneq;", "\342\212\212\357\270\200"},
+    {"varsubsetneqq;", "\342\253\213\357\270\200"},
+    {"varsupsetneq;", "\342\212\213\357\270\200"},
+    {"varsupsetneqq;", "\342\253\214\357\270\200"},
+    {"vartheta;", "\317\221"},
+    {"vartriangleleft;", "\342\212\262"},
+    {"vartriangleright;", "\342\212\263"},
+    {"vcy;", "\320\262"},
+    {"vdash;", "\342\212\242"},
+    {"vee;", "\342\210\250"},
+    {"veebar;", "\342\212\273"},
+    {"veeeq;", "\342\211\232"},
+    {"vellip;", "\342\213\256"},
     {"verbar;", "|"},
     {"vert;", "|"},
-    {"vfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb3"
-     ""},
-    {"vltri;",
-     "\xe2"
-     "\x8a"
-     "\xb2"
-     ""},
-    {"vnsub;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"vnsup;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"vopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa7"
-     ""},
-    {"vprop;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"vrtri;",
-     "\xe2"
-     "\x8a"
-     "\xb3"
-     ""},
-    {"vscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8b"
-     ""},
-    {"vsubnE;",
-     "\xe2"
-     "\xab"
-     "\x8b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"vsubne;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"vsupnE;",
-     "\xe2"
-     "\xab"
-     "\x8c"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"vsupne;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"vzigzag;",
-     "\xe2"
-     "\xa6"
-     "\x9a"
-     ""},
-    {"wcirc;",
-     "\xc5"
-     "\xb5"
-     ""},
-    {"wedbar;",
-     "\xe2"
-     "\xa9"
-     "\x9f"
-     ""},
-    {"wedge;",
-     "\xe2"
-     "\x88"
-     "\xa7"
-     ""},
-    {"wedgeq;",
-     "\xe2"
-     "\x89"
-     "\x99"
-     ""},
-    {"weierp;",
-     "\xe2"
-     "\x84"
-     "\x98"
-     ""},
-    {"wfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb4"
-     ""},
-    {"wopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa8"
-     ""},
-    {"wp;",
-     "\xe2"
-     "\x84"
-     "\x98"
-     ""},
-    {"wr;",
-     "\xe2"
-     "\x89"
-     "\x80"
-     ""},
-    {"wreath;",
-     "\xe2"
-     "\x89"
-     "\x80"
-     ""},
-    {"wscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8c"
-     ""},
-    {"xcap;",
-     "\xe2"
-     "\x8b"
-     "\x82"
-     ""},
-    {"xcirc;",
-     "\xe2"
-     "\x97"
-     "\xaf"
-     ""},
-    {"xcup;",
-     "\xe2"
-     "\x8b"
-     "\x83"
-     ""},
-    {"xdtri;",
-     "\xe2"
-     "\x96"
-     "\xbd"
-     ""},
-    {"xfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb5"
-     ""},
-    {"xhArr;",
-     "\xe2"
-     "\x9f"
-     "\xba"
-     ""},
-    {"xharr;",
-     "\xe2"
-     "\x9f"
-     "\xb7"
-     ""},
-    {"xi;",
-     "\xce"
-     "\xbe"
-     ""},
-    {"xlArr;",
-     "\xe2"
-     "\x9f"
-     "\xb8"
-     ""},
-    {"xlarr;",
-     "\xe2"
-     "\x9f"
-     "\xb5"
-     ""},
-    {"xmap;",
-     "\xe2"
-     "\x9f"
-     "\xbc"
-     ""},
-    {"xnis;",
-     "\xe2"
-     "\x8b"
-     "\xbb"
-     ""},
-    {"xodot;",
-     "\xe2"
-     "\xa8"
-     "\x80"
-     ""},
-    {"xopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa9"
-     ""},
-    {"xoplus;",
-     "\xe2"
-     "\xa8"
-     "\x81"
-     ""},
-    {"xotime;",
-     "\xe2"
-     "\xa8"
-     "\x82"
-     ""},
-    {"xrArr;",
-     "\xe2"
-     "\x9f"
-     "\xb9"
-     ""},
-    {"xrarr;",
-     "\xe2"
-     "\x9f"
-     "\xb6"
-     ""},
-    {"xscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8d"
-     ""},
-    {"xsqcup;",
-     "\xe2"
-     "\xa8"
-     "\x86"
-     ""},
-    {"xuplus;",
-     "\xe2"
-     "\xa8"
-     "\x84"
-     ""},
-    {"xutri;",
-     "\xe2"
-     "\x96"
-     "\xb3"
-     ""},
-    {"xvee;",
-     "\xe2"
-     "\x8b"
-     "\x81"
-     ""},
-    {"xwedge;",
-     "\xe2"
-     "\x8b"
-     "\x80"
-     ""},
-    {"yacute",
-     "\xc3"
-     "\xbd"
-     ""},
-    {"yacute;",
-     "\xc3"
-     "\xbd"
-     ""},
-    {"yacy;",
-     "\xd1"
-     "\x8f"
-     ""},
-    {"ycirc;",
-     "\xc5"
-     "\xb7"
-     ""},
-    {"ycy;",
-     "\xd1"
-     "\x8b"
-     ""},
-    {"yen",
-     "\xc2"
-     "\xa5"
-     ""},
-    {"yen;",
-     "\xc2"
-     "\xa5"
-     ""},
-    {"yfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb6"
-     ""},
-    {"yicy;",
-     "\xd1"
-     "\x97"
-     ""},
-    {"yopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xaa"
-     ""},
-    {"yscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8e"
-     ""},
-    {"yucy;",
-     "\xd1"
-     "\x8e"
-     ""},
-    {"yuml",
-     "\xc3"
-     "\xbf"
-     ""},
-    {"yuml;",
-     "\xc3"
-     "\xbf"
-     ""},
-    {"zacute;",
-     "\xc5"
-     "\xba"
-     ""},
-    {"zcaron;",
-     "\xc5"
-     "\xbe"
-     ""},
-    {"zcy;",
-     "\xd0"
-     "\xb7"
-     ""},
-    {"zdot;",
-     "\xc5"
-     "\xbc"
-     ""},
-    {"zeetrf;",
-     "\xe2"
-     "\x84"
-     "\xa8"
-     ""},
-    {"zeta;",
-     "\xce"
-     "\xb6"
-     ""},
-    {"zfr;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb7"
-     ""},
-    {"zhcy;",
-     "\xd0"
-     "\xb6"
-     ""},
-    {"zigrarr;",
-     "\xe2"
-     "\x87"
-     "\x9d"
-     ""},
-    {"zopf;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xab"
-     ""},
-    {"zscr;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8f"
-     ""},
-    {"zwj;",
-     "\xe2"
-     "\x80"
-     "\x8d"
-     ""},
-    {"zwnj;",
-     "\xe2"
-     "\x80"
-     "\x8c"
-     ""},
+    {"vfr;", "\360\235\224\263"},
+    {"vltri;", "\342\212\262"},
+    {"vnsub;", "\342\212\202\342\203\222"},
+    {"vnsup;", "\342\212\203\342\203\222"},
+    {"vopf;", "\360\235\225\247"},
+    {"vprop;", "\342\210\235"},
+    {"vrtri;", "\342\212\263"},
+    {"vscr;", "\360\235\223\213"},
+    {"vsubnE;", "\342\253\213\357\270\200"},
+    {"vsubne;", "\342\212\212\357\270\200"},
+    {"vsupnE;", "\342\253\214\357\270\200"},
+    {"vsupne;", "\342\212\213\357\270\200"},
+    {"vzigzag;", "\342\246\232"},
+    {"wcirc;", "\305\265"},
+    {"wedbar;", "\342\251\237"},
+    {"wedge;", "\342\210\247"},
+    {"wedgeq;", "\342\211\231"},
+    {"weierp;", "\342\204\230"},
+    {"wfr;", "\360\235\224\264"},
+    {"wopf;", "\360\235\225\250"},
+    {"wp;", "\342\204\230"},
+    {"wr;", "\342\211\200"},
+    {"wreath;", "\342\211\200"},
+    {"wscr;", "\360\235\223\214"},
+    {"xcap;", "\342\213\202"},
+    {"xcirc;", "\342\227\257"},
+    {"xcup;", "\342\213\203"},
+    {"xdtri;", "\342\226\275"},
+    {"xfr;", "\360\235\224\265"},
+    {"xhArr;", "\342\237\272"},
+    {"xharr;", "\342\237\267"},
+    {"xi;", "\316\276"},
+    {"xlArr;", "\342\237\270"},
+    {"xlarr;", "\342\237\265"},
+    {"xmap;", "\342\237\274"},
+    {"xnis;", "\342\213\273"},
+    {"xodot;", "\342\250\200"},
+    {"xopf;", "\360\235\225\251"},
+    {"xoplus;", "\342\250\201"},
+    {"xotime;", "\342\250\202"},
+    {"xrArr;", "\342\237\271"},
+    {"xrarr;", "\342\237\266"},
+    {"xscr;", "\360\235\223\215"},
+    {"xsqcup;", "\342\250\206"},
+    {"xuplus;", "\342\250\204"},
+    {"xutri;", "\342\226\263"},
+    {"xvee;", "\342\213\201"},
+    {"xwedge;", "\342\213\200"},
+    {"yacute", "\303\275"},
+    {"yacute;", "\303\275"},
+    {"yacy;", "\321\217"},
+    {"ycirc;", "\305\267"},
+    {"ycy;", "\321\213"},
+    {"yen", "\302\245"},
+    {"yen;", "\302\245"},
+    {"yfr;", "\360\235\224\266"},
+    {"yicy;", "\321\227"},
+    {"yopf;", "\360\235\225\252"},
+    {"yscr;", "\360\235\223\216"},
+    {"yucy;", "\321\216"},
+    {"yuml", "\303\277"},
+    {"yuml;", "\303\277"},
+    {"zacute;", "\305\272"},
+    {"zcaron;", "\305\276"},
+    {"zcy;", "\320\267"},
+    {"zdot;", "\305\274"},
+    {"zeetrf;", "\342\204\250"},
+    {"zeta;", "\316\266"},
+    {"zfr;", "\360\235\224\267"},
+    {"zhcy;", "\320\266"},
+    {"zigrarr;", "\342\207\235"},
+    {"zopf;", "\360\235\225\253"},
+    {"zscr;", "\360\235\223\217"},
+    {"zwj;", "\342\200\215"},
+    {"zwnj;", "\342\200\214"},
 };
 const size_t kHtml5EntityCount = 2231;
 
 // ftfy's upper-cased extras ("&EACUTE;"), sorted, without the '&'.
 const HtmlEntity kFtfyUpperEntities[] = {
-    {"AACUTE;",
-     "\xc3"
-     "\x81"
-     ""},
-    {"ABREVE;",
-     "\xc4"
-     "\x82"
-     ""},
-    {"AC;",
-     "\xe2"
-     "\x88"
-     "\xbe"
-     ""},
-    {"ACD;",
-     "\xe2"
-     "\x88"
-     "\xbf"
-     ""},
-    {"ACIRC;",
-     "\xc3"
-     "\x82"
-     ""},
-    {"ACUTE;",
-     "\xc2"
-     "\xb4"
-     ""},
-    {"ACY;",
-     "\xd0"
-     "\x90"
-     ""},
-    {"AELIG;",
-     "\xc3"
-     "\x86"
-     ""},
-    {"AF;",
-     "\xe2"
-     "\x81"
-     "\xa1"
-     ""},
-    {"AFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x9e"
-     ""},
-    {"AGRAVE;",
-     "\xc3"
-     "\x80"
-     ""},
-    {"ALEFSYM;",
-     "\xe2"
-     "\x84"
-     "\xb5"
-     ""},
-    {"ALEPH;",
-     "\xe2"
-     "\x84"
-     "\xb5"
-     ""},
-    {"ALPHA;",
-     "\xce"
-     "\x91"
-     ""},
-    {"AMACR;",
-     "\xc4"
-     "\x80"
-     ""},
-    {"AMALG;",
-     "\xe2"
-     "\xa8"
-     "\xbf"
-     ""},
-    {"AND;",
-     "\xe2"
-     "\x88"
-     "\xa7"
-     ""},
-    {"ANDAND;",
-     "\xe2"
-     "\xa9"
-     "\x95"
-     ""},
-    {"ANDD;",
-     "\xe2"
-     "\xa9"
-     "\x9c"
-     ""},
-    {"ANDSLOPE;",
-     "\xe2"
-     "\xa9"
-     "\x98"
-     ""},
-    {"ANDV;",
-     "\xe2"
-     "\xa9"
-     "\x9a"
-     ""},
-    {"ANG;",
-     "\xe2"
-     "\x88"
-     "\xa0"
-     ""},
-    {"ANGE;",
-     "\xe2"
-     "\xa6"
-     "\xa4"
-     ""},
-    {"ANGLE;",
-     "\xe2"
-     "\x88"
-     "\xa0"
-     ""},
-    {"ANGMSD;",
-     "\xe2"
-     "\x88"
-     "\xa1"
-     ""},
-    {"ANGMSDAA;",
-     "\xe2"
-     "\xa6"
-     "\xa8"
-     ""},
-    {"ANGMSDAB;",
-     "\xe2"
-     "\xa6"
-     "\xa9"
-     ""},
-    {"ANGMSDAC;",
-     "\xe2"
-     "\xa6"
-     "\xaa"
-     ""},
-    {"ANGMSDAD;",
-     "\xe2"
-     "\xa6"
-     "\xab"
-     ""},
-    {"ANGMSDAE;",
-     "\xe2"
-     "\xa6"
-     "\xac"
-     ""},
-    {"ANGMSDAF;",
-     "\xe2"
-     "\xa6"
-     "\xad"
-     ""},
-    {"ANGMSDAG;",
-     "\xe2"
-     "\xa6"
-     "\xae"
-     ""},
-    {"ANGMSDAH;",
-     "\xe2"
-     "\xa6"
-     "\xaf"
-     ""},
-    {"ANGRT;",
-     "\xe2"
-     "\x88"
-     "\x9f"
-     ""},
-    {"ANGRTVB;",
-     "\xe2"
-     "\x8a"
-     "\xbe"
-     ""},
-    {"ANGRTVBD;",
-     "\xe2"
-     "\xa6"
-     "\x9d"
-     ""},
-    {"ANGSPH;",
-     "\xe2"
-     "\x88"
-     "\xa2"
-     ""},
-    {"ANGST;",
-     "\xc3"
-     "\x85"
-     ""},
-    {"ANGZARR;",
-     "\xe2"
-     "\x8d"
-     "\xbc"
-     ""},
-    {"AOGON;",
-     "\xc4"
-     "\x84"
-     ""},
-    {"AOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x92"
-     ""},
-    {"AP;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"APACIR;",
-     "\xe2"
-     "\xa9"
-     "\xaf"
-     ""},
-    {"APE;",
-     "\xe2"
-     "\x89"
-     "\x8a"
-     ""},
-    {"APID;",
-     "\xe2"
-     "\x89"
-     "\x8b"
-     ""},
+    {"AACUTE;", "\303\201"},
+    {"ABREVE;", "\304\202"},
+    {"AC;", "\342\210\276"},
+    {"ACD;", "\342\210\277"},
+    {"ACIRC;", "\303\202"},
+    {"ACUTE;", "\302\264"},
+    {"ACY;", "\320\220"},
+    {"AELIG;", "\303\206"},
+    {"AF;", "\342\201\241"},
+    {"AFR;", "\360\235\224\236"},
+    {"AGRAVE;", "\303\200"},
+    {"ALEFSYM;", "\342\204\265"},
+    {"ALEPH;", "\342\204\265"},
+    {"ALPHA;", "\316\221"},
+    {"AMACR;", "\304\200"},
+    {"AMALG;", "\342\250\277"},
+    {"AND;", "\342\210\247"},
+    {"ANDAND;", "\342\251\225"},
+    {"ANDD;", "\342\251\234"},
+    {"ANDSLOPE;", "\342\251\230"},
+    {"ANDV;", "\342\251\232"},
+    {"ANG;", "\342\210\240"},
+    {"ANGE;", "\342\246\244"},
+    {"ANGLE;", "\342\210\240"},
+    {"ANGMSD;", "\342\210\241"},
+    {"ANGMSDAA;", "\342\246\250"},
+    {"ANGMSDAB;", "\342\246\251"},
+    {"ANGMSDAC;", "\342\246\252"},
+    {"ANGMSDAD;", "\342\246\253"},
+    {"ANGMSDAE;", "\342\246\254"},
+    {"ANGMSDAF;", "\342\246\255"},
+    {"ANGMSDAG;", "\342\246\256"},
+    {"ANGMSDAH;", "\342\246\257"},
+    {"ANGRT;", "\342\210\237"},
+    {"ANGRTVB;", "\342\212\276"},
+    {"ANGRTVBD;", "\342\246\235"},
+    {"ANGSPH;", "\342\210\242"},
+    {"ANGST;", "\303\205"},
+    {"ANGZARR;", "\342\215\274"},
+    {"AOGON;", "\304\204"},
+    {"AOPF;", "\360\235\225\222"},
+    {"AP;", "\342\211\210"},
+    {"APACIR;", "\342\251\257"},
+    {"APE;", "\342\211\212"},
+    {"APID;", "\342\211\213"},
     {"APOS;", "'"},
-    {"APPROX;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"APPROXEQ;",
-     "\xe2"
-     "\x89"
-     "\x8a"
-     ""},
-    {"ARING;",
-     "\xc3"
-     "\x85"
-     ""},
-    {"ASCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb6"
-     ""},
+    {"APPROX;", "\342\211\210"},
+    {"APPROXEQ;", "\342\211\212"},
+    {"ARING;", "\303\205"},
+    {"ASCR;", "\360\235\222\266"},
     {"AST;", "*"},
-    {"ASYMP;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"ASYMPEQ;",
-     "\xe2"
-     "\x89"
-     "\x8d"
-     ""},
-    {"ATILDE;",
-     "\xc3"
-     "\x83"
-     ""},
-    {"AUML;",
-     "\xc3"
-     "\x84"
-     ""},
-    {"AWCONINT;",
-     "\xe2"
-     "\x88"
-     "\xb3"
-     ""},
-    {"AWINT;",
-     "\xe2"
-     "\xa8"
-     "\x91"
-     ""},
-    {"BACKCONG;",
-     "\xe2"
-     "\x89"
-     "\x8c"
-     ""},
-    {"BACKEPSILON;",
-     "\xcf"
-     "\xb6"
-     ""},
-    {"BACKPRIME;",
-     "\xe2"
-     "\x80"
-     "\xb5"
-     ""},
-    {"BACKSIM;",
-     "\xe2"
-     "\x88"
-     "\xbd"
-     ""},
-    {"BACKSIMEQ;",
-     "\xe2"
-     "\x8b"
-     "\x8d"
-     ""},
-    {"BARVEE;",
-     "\xe2"
-     "\x8a"
-     "\xbd"
-     ""},
-    {"BARWED;",
-     "\xe2"
-     "\x8c"
-     "\x85"
-     ""},
-    {"BARWEDGE;",
-     "\xe2"
-     "\x8c"
-     "\x85"
-     ""},
-    {"BBRK;",
-     "\xe2"
-     "\x8e"
-     "\xb5"
-     ""},
-    {"BBRKTBRK;",
-     "\xe2"
-     "\x8e"
-     "\xb6"
-     ""},
-    {"BCONG;",
-     "\xe2"
-     "\x89"
-     "\x8c"
-     ""},
-    {"BCY;",
-     "\xd0"
-     "\x91"
-     ""},
-    {"BDQUO;",
-     "\xe2"
-     "\x80"
-     "\x9e"
-     ""},
-    {"BECAUS;",
-     "\xe2"
-     "\x88"
-     "\xb5"
-     ""},
-    {"BECAUSE;",
-     "\xe2"
-     "\x88"
-     "\xb5"
-     ""},
-    {"BEMPTYV;",
-     "\xe2"
-     "\xa6"
-     "\xb0"
-     ""},
-    {"BEPSI;",
-     "\xcf"
-     "\xb6"
-     ""},
-    {"BERNOU;",
-     "\xe2"
-     "\x84"
-     "\xac"
-     ""},
-    {"BETA;",
-     "\xce"
-     "\x92"
-     ""},
-    {"BETH;",
-     "\xe2"
-     "\x84"
-     "\xb6"
-     ""},
-    {"BETWEEN;",
-     "\xe2"
-     "\x89"
-     "\xac"
-     ""},
-    {"BFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\x9f"
-     ""},
-    {"BIGCAP;",
-     "\xe2"
-     "\x8b"
-     "\x82"
-     ""},
-    {"BIGCIRC;",
-     "\xe2"
-     "\x97"
-     "\xaf"
-     ""},
-    {"BIGCUP;",
-     "\xe2"
-     "\x8b"
-     "\x83"
-     ""},
-    {"BIGODOT;",
-     "\xe2"
-     "\xa8"
-     "\x80"
-     ""},
-    {"BIGOPLUS;",
-     "\xe2"
-     "\xa8"
-     "\x81"
-     ""},
-    {"BIGOTIMES;",
-     "\xe2"
-     "\xa8"
-     "\x82"
-     ""},
-    {"BIGSQCUP;",
-     "\xe2"
-     "\xa8"
-     "\x86"
-     ""},
-    {"BIGSTAR;",
-     "\xe2"
-     "\x98"
-     "\x85"
-     ""},
-    {"BIGTRIANGLEDOWN;",
-     "\xe2"
-     "\x96"
-     "\xbd"
-     ""},
-    {"BIGTRIANGLEUP;",
-     "\xe2"
-     "\x96"
-     "\xb3"
-     ""},
-    {"BIGUPLUS;",
-     "\xe2"
-     "\xa8"
-     "\x84"
-     ""},
-    {"BIGVEE;",
-     "\xe2"
-     "\x8b"
-     "\x81"
-     ""},
-    {"BIGWEDGE;",
-     "\xe2"
-     "\x8b"
-     "\x80"
-     ""},
-    {"BKAROW;",
-     "\xe2"
-     "\xa4"
-     "\x8d"
-     ""},
-    {"BLACKLOZENGE;",
-     "\xe2"
-     "\xa7"
-     "\xab"
-     ""},
-    {"BLACKSQUARE;",
-     "\xe2"
-     "\x96"
-     "\xaa"
-     ""},
-    {"BLACKTRIANGLE;",
-     "\xe2"
-     "\x96"
-     "\xb4"
-     ""},
-    {"BLACKTRIANGLEDOWN;",
-     "\xe2"
-     "\x96"
-     "\xbe"
-     ""},
-    {"BLACKTRIANGLELEFT;",
-     "\xe2"
-     "\x97"
-     "\x82"
-     ""},
-    {"BLACKTRIANGLERIGHT;",
-     "\xe2"
-     "\x96"
-     "\xb8"
-     ""},
-    {"BLANK;",
-     "\xe2"
-     "\x90"
-     "\xa3"
-     ""},
-    {"BLK12;",
-     "\xe2"
-     "\x96"
-     "\x92"
-     ""},
-    {"BLK14;",
-     "\xe2"
-     "\x96"
-     "\x91"
-     ""},
-    {"BLK34;",
-     "\xe2"
-     "\x96"
-     "\x93"
-     ""},
-    {"BLOCK;",
-     "\xe2"
-     "\x96"
-     "\x88"
-     ""},
-    {"BNE;",
-     "=\xe2"
-     "\x83"
-     "\xa5"
-     ""},
-    {"BNEQUIV;",
-     "\xe2"
-     "\x89"
-     "\xa1"
-     "\xe2"
-     "\x83"
-     "\xa5"
-     ""},
-    {"BNOT;",
-     "\xe2"
-     "\x8c"
-     "\x90"
-     ""},
-    {"BOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x93"
-     ""},
-    {"BOT;",
-     "\xe2"
-     "\x8a"
-     "\xa5"
-     ""},
-    {"BOTTOM;",
-     "\xe2"
-     "\x8a"
-     "\xa5"
-     ""},
-    {"BOWTIE;",
-     "\xe2"
-     "\x8b"
-     "\x88"
-     ""},
-    {"BOXBOX;",
-     "\xe2"
-     "\xa7"
-     "\x89"
-     ""},
-    {"BOXDL;",
-     "\xe2"
-     "\x94"
-     "\x90"
-     ""},
-    {"BOXDR;",
-     "\xe2"
-     "\x94"
-     "\x8c"
-     ""},
-    {"BOXH;",
-     "\xe2"
-     "\x94"
-     "\x80"
-     ""},
-    {"BOXHD;",
-     "\xe2"
-     "\x94"
-     "\xac"
-     ""},
-    {"BOXHU;",
-     "\xe2"
-     "\x94"
-     "\xb4"
-     ""},
-    {"BOXMINUS;",
-     "\xe2"
-     "\x8a"
-     "\x9f"
-     ""},
-    {"BOXPLUS;",
-     "\xe2"
-     "\x8a"
-     "\x9e"
-     ""},
-    {"BOXTIMES;",
-     "\xe2"
-     "\x8a"
-     "\xa0"
-     ""},
-    {"BOXUL;",
-     "\xe2"
-     "\x94"
-     "\x98"
-     ""},
-    {"BOXUR;",
-     "\xe2"
-     "\x94"
-     "\x94"
-     ""},
-    {"BOXV;",
-     "\xe2"
-     "\x94"
-     "\x82"
-     ""},
-    {"BOXVH;",
-     "\xe2"
-     "\x94"
-     "\xbc"
-     ""},
-    {"BOXVL;",
-     "\xe2"
-     "\x94"
-     "\xa4"
-     ""},
-    {"BOXVR;",
-     "\xe2"
-     "\x94"
-     "\x9c"
-     ""},
-    {"BPRIME;",
-     "\xe2"
-     "\x80"
-     "\xb5"
-     ""},
-    {"BREVE;",
-     "\xcb"
-     "\x98"
-     ""},
-    {"BRVBAR;",
-     "\xc2"
-     "\xa6"
-     ""},
-    {"BSCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb7"
-     ""},
-    {"BSEMI;",
-     "\xe2"
-     "\x81"
-     "\x8f"
-     ""},
-    {"BSIM;",
-     "\xe2"
-     "\x88"
-     "\xbd"
-     ""},
-    {"BSIME;",
-     "\xe2"
-     "\x8b"
-     "\x8d"
-     ""},
-    {"BSOL;",
-     "\x5c"
-     ""},
-    {"BSOLB;",
-     "\xe2"
-     "\xa7"
-     "\x85"
-     ""},
-    {"BSOLHSUB;",
-     "\xe2"
-     "\x9f"
-     "\x88"
-     ""},
-    {"BULL;",
-     "\xe2"
-     "\x80"
-     "\xa2"
-     ""},
-    {"BULLET;",
-     "\xe2"
-     "\x80"
-     "\xa2"
-     ""},
-    {"BUMP;",
-     "\xe2"
-     "\x89"
-     "\x8e"
-     ""},
-    {"BUMPE;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     ""},
-    {"BUMPEQ;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     ""},
-    {"CACUTE;",
-     "\xc4"
-     "\x86"
-     ""},
-    {"CAP;",
-     "\xe2"
-     "\x88"
-     "\xa9"
-     ""},
-    {"CAPAND;",
-     "\xe2"
-     "\xa9"
-     "\x84"
-     ""},
-    {"CAPBRCUP;",
-     "\xe2"
-     "\xa9"
-     "\x89"
-     ""},
-    {"CAPCAP;",
-     "\xe2"
-     "\xa9"
-     "\x8b"
-     ""},
-    {"CAPCUP;",
-     "\xe2"
-     "\xa9"
-     "\x87"
-     ""},
-    {"CAPDOT;",
-     "\xe2"
-     "\xa9"
-     "\x80"
-     ""},
-    {"CAPS;",
-     "\xe2"
-     "\x88"
-     "\xa9"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"CARET;",
-     "\xe2"
-     "\x81"
-     "\x81"
-     ""},
-    {"CARON;",
-     "\xcb"
-     "\x87"
-     ""},
-    {"CCAPS;",
-     "\xe2"
-     "\xa9"
-     "\x8d"
-     ""},
-    {"CCARON;",
-     "\xc4"
-     "\x8c"
-     ""},
-    {"CCEDIL;",
-     "\xc3"
-     "\x87"
-     ""},
-    {"CCIRC;",
-     "\xc4"
-     "\x88"
-     ""},
-    {"CCUPS;",
-     "\xe2"
-     "\xa9"
-     "\x8c"
-     ""},
-    {"CCUPSSM;",
-     "\xe2"
-     "\xa9"
-     "\x90"
-     ""},
-    {"CDOT;",
-     "\xc4"
-     "\x8a"
-     ""},
-    {"CEDIL;",
-     "\xc2"
-     "\xb8"
-     ""},
-    {"CEMPTYV;",
-     "\xe2"
-     "\xa6"
-     "\xb2"
-     ""},
-    {"CENT;",
-     "\xc2"
-     "\xa2"
-     ""},
-    {"CENTERDOT;",
-     "\xc2"
-     "\xb7"
-     ""},
-    {"CFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa0"
-     ""},
-    {"CHCY;",
-     "\xd0"
-     "\xa7"
-     ""},
-    {"CHECK;",
-     "\xe2"
-     "\x9c"
-     "\x93"
-     ""},
-    {"CHECKMARK;",
-     "\xe2"
-     "\x9c"
-     "\x93"
-     ""},
-    {"CHI;",
-     "\xce"
-     "\xa7"
-     ""},
-    {"CIR;",
-     "\xe2"
-     "\x97"
-     "\x8b"
-     ""},
-    {"CIRC;",
-     "\xcb"
-     "\x86"
-     ""},
-    {"CIRCEQ;",
-     "\xe2"
-     "\x89"
-     "\x97"
-     ""},
-    {"CIRCLEARROWLEFT;",
-     "\xe2"
-     "\x86"
-     "\xba"
-     ""},
-    {"CIRCLEARROWRIGHT;",
-     "\xe2"
-     "\x86"
-     "\xbb"
-     ""},
-    {"CIRCLEDAST;",
-     "\xe2"
-     "\x8a"
-     "\x9b"
-     ""},
-    {"CIRCLEDCIRC;",
-     "\xe2"
-     "\x8a"
-     "\x9a"
-     ""},
-    {"CIRCLEDDASH;",
-     "\xe2"
-     "\x8a"
-     "\x9d"
-     ""},
-    {"CIRE;",
-     "\xe2"
-     "\x89"
-     "\x97"
-     ""},
-    {"CIRFNINT;",
-     "\xe2"
-     "\xa8"
-     "\x90"
-     ""},
-    {"CIRMID;",
-     "\xe2"
-     "\xab"
-     "\xaf"
-     ""},
-    {"CIRSCIR;",
-     "\xe2"
-     "\xa7"
-     "\x82"
-     ""},
-    {"CLUBS;",
-     "\xe2"
-     "\x99"
-     "\xa3"
-     ""},
-    {"CLUBSUIT;",
-     "\xe2"
-     "\x99"
-     "\xa3"
-     ""},
+    {"ASYMP;", "\342\211\210"},
+    {"ASYMPEQ;", "\342\211\215"},
+    {"ATILDE;", "\303\203"},
+    {"AUML;", "\303\204"},
+    {"AWCONINT;", "\342\210\263"},
+    {"AWINT;", "\342\250\221"},
+    {"BACKCONG;", "\342\211\214"},
+    {"BACKEPSILON;", "\317\266"},
+    {"BACKPRIME;", "\342\200\265"},
+    {"BACKSIM;", "\342\210\275"},
+    {"BACKSIMEQ;", "\342\213\215"},
+    {"BARVEE;", "\342\212\275"},
+    {"BARWED;", "\342\214\205"},
+    {"BARWEDGE;", "\342\214\205"},
+    {"BBRK;", "\342\216\265"},
+    {"BBRKTBRK;", "\342\216\266"},
+    {"BCONG;", "\342\211\214"},
+    {"BCY;", "\320\221"},
+    {"BDQUO;", "\342\200\236"},
+    {"BECAUS;", "\342\210\265"},
+    {"BECAUSE;", "\342\210\265"},
+    {"BEMPTYV;", "\342\246\260"},
+    {"BEPSI;", "\317\266"},
+    {"BERNOU;", "\342\204\254"},
+    {"BETA;", "\316\222"},
+    {"BETH;", "\342\204\266"},
+    {"BETWEEN;", "\342\211\254"},
+    {"BFR;", "\360\235\224\237"},
+    {"BIGCAP;", "\342\213\202"},
+    {"BIGCIRC;", "\342\227\257"},
+    {"BIGCUP;", "\342\213\203"},
+    {"BIGODOT;", "\342\250\200"},
+    {"BIGOPLUS;", "\342\250\201"},
+    {"BIGOTIMES;", "\342\250\202"},
+    {"BIGSQCUP;", "\342\250\206"},
+    {"BIGSTAR;", "\342\230\205"},
+    {"BIGTRIANGLEDOWN;", "\342\226\275"},
+    {"BIGTRIANGLEUP;", "\342\226\263"},
+    {"BIGUPLUS;", "\342\250\204"},
+    {"BIGVEE;", "\342\213\201"},
+    {"BIGWEDGE;", "\342\213\200"},
+    {"BKAROW;", "\342\244\215"},
+    {"BLACKLOZENGE;", "\342\247\253"},
+    {"BLACKSQUARE;", "\342\226\252"},
+    {"BLACKTRIANGLE;", "\342\226\264"},
+    {"BLACKTRIANGLEDOWN;", "\342\226\276"},
+    {"BLACKTRIANGLELEFT;", "\342\227\202"},
+    {"BLACKTRIANGLERIGHT;", "\342\226\270"},
+    {"BLANK;", "\342\220\243"},
+    {"BLK12;", "\342\226\222"},
+    {"BLK14;", "\342\226\221"},
+    {"BLK34;", "\342\226\223"},
+    {"BLOCK;", "\342\226\210"},
+    {"BNE;", "=\342\203\245"},
+    {"BNEQUIV;", "\342\211\241\342\203\245"},
+    {"BNOT;", "\342\214\220"},
+    {"BOPF;", "\360\235\225\223"},
+    {"BOT;", "\342\212\245"},
+    {"BOTTOM;", "\342\212\245"},
+    {"BOWTIE;", "\342\213\210"},
+    {"BOXBOX;", "\342\247\211"},
+    {"BOXDL;", "\342\224\220"},
+    {"BOXDR;", "\342\224\214"},
+    {"BOXH;", "\342\224\200"},
+    {"BOXHD;", "\342\224\254"},
+    {"BOXHU;", "\342\224\264"},
+    {"BOXMINUS;", "\342\212\237"},
+    {"BOXPLUS;", "\342\212\236"},
+    {"BOXTIMES;", "\342\212\240"},
+    {"BOXUL;", "\342\224\230"},
+    {"BOXUR;", "\342\224\224"},
+    {"BOXV;", "\342\224\202"},
+    {"BOXVH;", "\342\224\274"},
+    {"BOXVL;", "\342\224\244"},
+    {"BOXVR;", "\342\224\234"},
+    {"BPRIME;", "\342\200\265"},
+    {"BREVE;", "\313\230"},
+    {"BRVBAR;", "\302\246"},
+    {"BSCR;", "\360\235\222\267"},
+    {"BSEMI;", "\342\201\217"},
+    {"BSIM;", "\342\210\275"},
+    {"BSIME;", "\342\213\215"},
+    {"BSOL;", "\134"},
+    {"BSOLB;", "\342\247\205"},
+    {"BSOLHSUB;", "\342\237\210"},
+    {"BULL;", "\342\200\242"},
+    {"BULLET;", "\342\200\242"},
+    {"BUMP;", "\342\211\216"},
+    {"BUMPE;", "\342\211\217"},
+    {"BUMPEQ;", "\342\211\217"},
+    {"CACUTE;", "\304\206"},
+    {"CAP;", "\342\210\251"},
+    {"CAPAND;", "\342\251\204"},
+    {"CAPBRCUP;", "\342\251\211"},
+    {"CAPCAP;", "\342\251\213"},
+    {"CAPCUP;", "\342\251\207"},
+    {"CAPDOT;", "\342\251\200"},
+    {"CAPS;", "\342\210\251\357\270\200"},
+    {"CARET;", "\342\201\201"},
+    {"CARON;", "\313\207"},
+    {"CCAPS;", "\342\251\215"},
+    {"CCARON;", "\304\214"},
+    {"CCEDIL;", "\303\207"},
+    {"CCIRC;", "\304\210"},
+    {"CCUPS;", "\342\251\214"},
+    {"CCUPSSM;", "\342\251\220"},
+    {"CDOT;", "\304\212"},
+    {"CEDIL;", "\302\270"},
+    {"CEMPTYV;", "\342\246\262"},
+    {"CENT;", "\302\242"},
+    {"CENTERDOT;", "\302\267"},
+    {"CFR;", "\360\235\224\240"},
+    {"CHCY;", "\320\247"},
+    {"CHECK;", "\342\234\223"},
+    {"CHECKMARK;", "\342\234\223"},
+    {"CHI;", "\316\247"},
+    {"CIR;", "\342\227\213"},
+    {"CIRC;", "\313\206"},
+    {"CIRCEQ;", "\342\211\227"},
+    {"CIRCLEARROWLEFT;", "\342\206\272"},
+    {"CIRCLEARROWRIGHT;", "\342\206\273"},
+    {"CIRCLEDAST;", "\342\212\233"},
+    {"CIRCLEDCIRC;", "\342\212\232"},
+    {"CIRCLEDDASH;", "\342\212\235"},
+    {"CIRE;", "\342\211\227"},
+    {"CIRFNINT;", "\342\250\220"},
+    {"CIRMID;", "\342\253\257"},
+    {"CIRSCIR;", "\342\247\202"},
+    {"CLUBS;", "\342\231\243"},
+    {"CLUBSUIT;", "\342\231\243"},
     {"COLON;", ":"},
-    {"COLONE;",
-     "\xe2"
-     "\x89"
-     "\x94"
-     ""},
-    {"COLONEQ;",
-     "\xe2"
-     "\x89"
-     "\x94"
-     ""},
+    {"COLONE;", "\342\211\224"},
+    {"COLONEQ;", "\342\211\224"},
     {"COMMA;", ","},
     {"COMMAT;", "@"},
-    {"COMP;",
-     "\xe2"
-     "\x88"
-     "\x81"
-     ""},
-    {"COMPFN;",
-     "\xe2"
-     "\x88"
-     "\x98"
-     ""},
-    {"COMPLEMENT;",
-     "\xe2"
-     "\x88"
-     "\x81"
-     ""},
-    {"COMPLEXES;",
-     "\xe2"
-     "\x84"
-     "\x82"
-     ""},
-    {"CONG;",
-     "\xe2"
-     "\x89"
-     "\x85"
-     ""},
-    {"CONGDOT;",
-     "\xe2"
-     "\xa9"
-     "\xad"
-     ""},
-    {"CONINT;",
-     "\xe2"
-     "\x88"
-     "\xae"
-     ""},
-    {"COPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x94"
-     ""},
-    {"COPROD;",
-     "\xe2"
-     "\x88"
-     "\x90"
-     ""},
-    {"CRARR;",
-     "\xe2"
-     "\x86"
-     "\xb5"
-     ""},
-    {"CROSS;",
-     "\xe2"
-     "\x9c"
-     "\x97"
-     ""},
-    {"CSCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb8"
-     ""},
-    {"CSUB;",
-     "\xe2"
-     "\xab"
-     "\x8f"
-     ""},
-    {"CSUBE;",
-     "\xe2"
-     "\xab"
-     "\x91"
-     ""},
-    {"CSUP;",
-     "\xe2"
-     "\xab"
-     "\x90"
-     ""},
-    {"CSUPE;",
-     "\xe2"
-     "\xab"
-     "\x92"
-     ""},
-    {"CTDOT;",
-     "\xe2"
-     "\x8b"
-     "\xaf"
-     ""},
-    {"CUDARRL;",
-     "\xe2"
-     "\xa4"
-     "\xb8"
-     ""},
-    {"CUDARRR;",
-     "\xe2"
-     "\xa4"
-     "\xb5"
-     ""},
-    {"CUEPR;",
-     "\xe2"
-     "\x8b"
-     "\x9e"
-     ""},
-    {"CUESC;",
-     "\xe2"
-     "\x8b"
-     "\x9f"
-     ""},
-    {"CULARR;",
-     "\xe2"
-     "\x86"
-     "\xb6"
-     ""},
-    {"CULARRP;",
-     "\xe2"
-     "\xa4"
-     "\xbd"
-     ""},
-    {"CUP;",
-     "\xe2"
-     "\x88"
-     "\xaa"
-     ""},
-    {"CUPBRCAP;",
-     "\xe2"
-     "\xa9"
-     "\x88"
-     ""},
-    {"CUPCAP;",
-     "\xe2"
-     "\xa9"
-     "\x86"
-     ""},
-    {"CUPCUP;",
-     "\xe2"
-     "\xa9"
-     "\x8a"
-     ""},
-    {"CUPDOT;",
-     "\xe2"
-     "\x8a"
-     "\x8d"
-     ""},
-    {"CUPOR;",
-     "\xe2"
-     "\xa9"
-     "\x85"
-     ""},
-    {"CUPS;",
-     "\xe2"
-     "\x88"
-     "\xaa"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"CURARR;",
-     "\xe2"
-     "\x86"
-     "\xb7"
-     ""},
-    {"CURARRM;",
-     "\xe2"
-     "\xa4"
-     "\xbc"
-     ""},
-    {"CURLYEQPREC;",
-     "\xe2"
-     "\x8b"
-     "\x9e"
-     ""},
-    {"CURLYEQSUCC;",
-     "\xe2"
-     "\x8b"
-     "\x9f"
-     ""},
-    {"CURLYVEE;",
-     "\xe2"
-     "\x8b"
-     "\x8e"
-     ""},
-    {"CURLYWEDGE;",
-     "\xe2"
-     "\x8b"
-     "\x8f"
-     ""},
-    {"CURREN;",
-     "\xc2"
-     "\xa4"
-     ""},
-    {"CURVEARROWLEFT;",
-     "\xe2"
-     "\x86"
-     "\xb6"
-     ""},
-    {"CURVEARROWRIGHT;",
-     "\xe2"
-     "\x86"
-     "\xb7"
-     ""},
-    {"CUVEE;",
-     "\xe2"
-     "\x8b"
-     "\x8e"
-     ""},
-    {"CUWED;",
-     "\xe2"
-     "\x8b"
-     "\x8f"
-     ""},
-    {"CWCONINT;",
-     "\xe2"
-     "\x88"
-     "\xb2"
-     ""},
-    {"CWINT;",
-     "\xe2"
-     "\x88"
-     "\xb1"
-     ""},
-    {"CYLCTY;",
-     "\xe2"
-     "\x8c"
-     "\xad"
-     ""},
-    {"DAGGER;",
-     "\xe2"
-     "\x80"
-     "\xa0"
-     ""},
-    {"DALETH;",
-     "\xe2"
-     "\x84"
-     "\xb8"
-     ""},
-    {"DARR;",
-     "\xe2"
-     "\x86"
-     "\x93"
-     ""},
-    {"DASH;",
-     "\xe2"
-     "\x80"
-     "\x90"
-     ""},
-    {"DASHV;",
-     "\xe2"
-     "\x8a"
-     "\xa3"
-     ""},
-    {"DBKAROW;",
-     "\xe2"
-     "\xa4"
-     "\x8f"
-     ""},
-    {"DBLAC;",
-     "\xcb"
-     "\x9d"
-     ""},
-    {"DCARON;",
-     "\xc4"
-     "\x8e"
-     ""},
-    {"DCY;",
-     "\xd0"
-     "\x94"
-     ""},
-    {"DDAGGER;",
-     "\xe2"
-     "\x80"
-     "\xa1"
-     ""},
-    {"DDARR;",
-     "\xe2"
-     "\x87"
-     "\x8a"
-     ""},
-    {"DDOTSEQ;",
-     "\xe2"
-     "\xa9"
-     "\xb7"
-     ""},
-    {"DEG;",
-     "\xc2"
-     "\xb0"
-     ""},
-    {"DELTA;",
-     "\xce"
-     "\x94"
-     ""},
-    {"DEMPTYV;",
-     "\xe2"
-     "\xa6"
-     "\xb1"
-     ""},
-    {"DFISHT;",
-     "\xe2"
-     "\xa5"
-     "\xbf"
-     ""},
-    {"DFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa1"
-     ""},
-    {"DHARL;",
-     "\xe2"
-     "\x87"
-     "\x83"
-     ""},
-    {"DHARR;",
-     "\xe2"
-     "\x87"
-     "\x82"
-     ""},
-    {"DIAM;",
-     "\xe2"
-     "\x8b"
-     "\x84"
-     ""},
-    {"DIAMOND;",
-     "\xe2"
-     "\x8b"
-     "\x84"
-     ""},
-    {"DIAMONDSUIT;",
-     "\xe2"
-     "\x99"
-     "\xa6"
-     ""},
-    {"DIAMS;",
-     "\xe2"
-     "\x99"
-     "\xa6"
-     ""},
-    {"DIE;",
-     "\xc2"
-     "\xa8"
-     ""},
-    {"DIGAMMA;",
-     "\xcf"
-     "\x9c"
-     ""},
-    {"DISIN;",
-     "\xe2"
-     "\x8b"
-     "\xb2"
-     ""},
-    {"DIV;",
-     "\xc3"
-     "\xb7"
-     ""},
-    {"DIVIDE;",
-     "\xc3"
-     "\xb7"
-     ""},
-    {"DIVIDEONTIMES;",
-     "\xe2"
-     "\x8b"
-     "\x87"
-     ""},
-    {"DIVONX;",
-     "\xe2"
-     "\x8b"
-     "\x87"
-     ""},
-    {"DJCY;",
-     "\xd0"
-     "\x82"
-     ""},
-    {"DLCORN;",
-     "\xe2"
-     "\x8c"
-     "\x9e"
-     ""},
-    {"DLCROP;",
-     "\xe2"
-     "\x8c"
-     "\x8d"
-     ""},
+    {"COMP;", "\342\210\201"},
+    {"COMPFN;", "\342\210\230"},
+    {"COMPLEMENT;", "\342\210\201"},
+    {"COMPLEXES;", "\342\204\202"},
+    {"CONG;", "\342\211\205"},
+    {"CONGDOT;", "\342\251\255"},
+    {"CONINT;", "\342\210\256"},
+    {"COPF;", "\360\235\225\224"},
+    {"COPROD;", "\342\210\220"},
+    {"CRARR;", "\342\206\265"},
+    {"CROSS;", "\342\234\227"},
+    {"CSCR;", "\360\235\222\270"},
+    {"CSUB;", "\342\253\217"},
+    {"CSUBE;", "\342\253\221"},
+    {"CSUP;", "\342\253\220"},
+    {"CSUPE;", "\342\253\222"},
+    {"CTDOT;", "\342\213\257"},
+    {"CUDARRL;", "\342\244\270"},
+    {"CUDARRR;", "\342\244\265"},
+    {"CUEPR;", "\342\213\236"},
+    {"CUESC;", "\342\213\237"},
+    {"CULARR;", "\342\206\266"},
+    {"CULARRP;", "\342\244\275"},
+    {"CUP;", "\342\210\252"},
+    {"CUPBRCAP;", "\342\251\210"},
+    {"CUPCAP;", "\342\251\206"},
+    {"CUPCUP;", "\342\251\212"},
+    {"CUPDOT;", "\342\212\215"},
+    {"CUPOR;", "\342\251\205"},
+    {"CUPS;", "\342\210\252\357\270\200"},
+    {"CURARR;", "\342\206\267"},
+    {"CURARRM;", "\342\244\274"},
+    {"CURLYEQPREC;", "\342\213\236"},
+    {"CURLYEQSUCC;", "\342\213\237"},
+    {"CURLYVEE;", "\342\213\216"},
+    {"CURLYWEDGE;", "\342\213\217"},
+    {"CURREN;", "\302\244"},
+    {"CURVEARROWLEFT;", "\342\206\266"},
+    {"CURVEARROWRIGHT;", "\342\206\267"},
+    {"CUVEE;", "\342\213\216"},
+    {"CUWED;", "\342\213\217"},
+    {"CWCONINT;", "\342\210\262"},
+    {"CWINT;", "\342\210\261"},
+    {"CYLCTY;", "\342\214\255"},
+    {"DAGGER;", "\342\200\240"},
+    {"DALETH;", "\342\204\270"},
+    {"DARR;", "\342\206\223"},
+    {"DASH;", "\342\200\220"},
+    {"DASHV;", "\342\212\243"},
+    {"DBKAROW;", "\342\244\217"},
+    {"DBLAC;", "\313\235"},
+    {"DCARON;", "\304\216"},
+    {"DCY;", "\320\224"},
+    {"DDAGGER;", "\342\200\241"},
+    {"DDARR;", "\342\207\212"},
+    {"DDOTSEQ;", "\342\251\267"},
+    {"DEG;", "\302\260"},
+    {"DELTA;", "\316\224"},
+    {"DEMPTYV;", "\342\246\261"},
+    {"DFISHT;", "\342\245\277"},
+    {"DFR;", "\360\235\224\241"},
+    {"DHARL;", "\342\207\203"},
+    {"DHARR;", "\342\207\202"},
+    {"DIAM;", "\342\213\204"},
+    {"DIAMOND;", "\342\213\204"},
+    {"DIAMONDSUIT;", "\342\231\246"},
+    {"DIAMS;", "\342\231\246"},
+    {"DIE;", "\302\250"},
+    {"DIGAMMA;", "\317\234"},
+    {"DISIN;", "\342\213\262"},
+    {"DIV;", "\303\267"},
+    {"DIVIDE;", "\303\267"},
+    {"DIVIDEONTIMES;", "\342\213\207"},
+    {"DIVONX;", "\342\213\207"},
+    {"DJCY;", "\320\202"},
+    {"DLCORN;", "\342\214\236"},
+    {"DLCROP;", "\342\214\215"},
     {"DOLLAR;", "$"},
-    {"DOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x95"
-     ""},
-    {"DOT;",
-     "\xcb"
-     "\x99"
-     ""},
-    {"DOTEQ;",
-     "\xe2"
-     "\x89"
-     "\x90"
-     ""},
-    {"DOTEQDOT;",
-     "\xe2"
-     "\x89"
-     "\x91"
-     ""},
-    {"DOTMINUS;",
-     "\xe2"
-     "\x88"
-     "\xb8"
-     ""},
-    {"DOTPLUS;",
-     "\xe2"
-     "\x88"
-     "\x94"
-     ""},
-    {"DOTSQUARE;",
-     "\xe2"
-     "\x8a"
-     "\xa1"
-     ""},
-    {"DOUBLEBARWEDGE;",
-     "\xe2"
-     "\x8c"
-     "\x86"
-     ""},
-    {"DOWNARROW;",
-     "\xe2"
-     "\x86"
-     "\x93"
-     ""},
-    {"DOWNDOWNARROWS;",
-     "\xe2"
-     "\x87"
-     "\x8a"
-     ""},
-    {"DOWNHARPOONLEFT;",
-     "\xe2"
-     "\x87"
-     "\x83"
-     ""},
-    {"DOWNHARPOONRIGHT;",
-     "\xe2"
-     "\x87"
-     "\x82"
-     ""},
-    {"DRBKAROW;",
-     "\xe2"
-     "\xa4"
-     "\x90"
-     ""},
-    {"DRCORN;",
-     "\xe2"
-     "\x8c"
-     "\x9f"
-     ""},
-    {"DRCROP;",
-     "\xe2"
-     "\x8c"
-     "\x8c"
-     ""},
-    {"DSCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xb9"
-     ""},
-    {"DSCY;",
-     "\xd0"
-     "\x85"
-     ""},
-    {"DSOL;",
-     "\xe2"
-     "\xa7"
-     "\xb6"
-     ""},
-    {"DSTROK;",
-     "\xc4"
-     "\x90"
-     ""},
-    {"DTDOT;",
-     "\xe2"
-     "\x8b"
-     "\xb1"
-     ""},
-    {"DTRI;",
-     "\xe2"
-     "\x96"
-     "\xbf"
-     ""},
-    {"DTRIF;",
-     "\xe2"
-     "\x96"
-     "\xbe"
-     ""},
-    {"DUARR;",
-     "\xe2"
-     "\x87"
-     "\xb5"
-     ""},
-    {"DUHAR;",
-     "\xe2"
-     "\xa5"
-     "\xaf"
-     ""},
-    {"DWANGLE;",
-     "\xe2"
-     "\xa6"
-     "\xa6"
-     ""},
-    {"DZCY;",
-     "\xd0"
-     "\x8f"
-     ""},
-    {"DZIGRARR;",
-     "\xe2"
-     "\x9f"
-     "\xbf"
-     ""},
-    {"EACUTE;",
-     "\xc3"
-     "\x89"
-     ""},
-    {"EASTER;",
-     "\xe2"
-     "\xa9"
-     "\xae"
-     ""},
-    {"ECARON;",
-     "\xc4"
-     "\x9a"
-     ""},
-    {"ECIR;",
-     "\xe2"
-     "\x89"
-     "\x96"
-     ""},
-    {"ECIRC;",
-     "\xc3"
-     "\x8a"
-     ""},
-    {"ECOLON;",
-     "\xe2"
-     "\x89"
-     "\x95"
-     ""},
-    {"ECY;",
-     "\xd0"
-     "\xad"
-     ""},
-    {"EDOT;",
-     "\xc4"
-     "\x96"
-     ""},
-    {"EE;",
-     "\xe2"
-     "\x85"
-     "\x87"
-     ""},
-    {"EFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa2"
-     ""},
-    {"EG;",
-     "\xe2"
-     "\xaa"
-     "\x9a"
-     ""},
-    {"EGRAVE;",
-     "\xc3"
-     "\x88"
-     ""},
-    {"EGS;",
-     "\xe2"
-     "\xaa"
-     "\x96"
-     ""},
-    {"EGSDOT;",
-     "\xe2"
-     "\xaa"
-     "\x98"
-     ""},
-    {"EL;",
-     "\xe2"
-     "\xaa"
-     "\x99"
-     ""},
-    {"ELINTERS;",
-     "\xe2"
-     "\x8f"
-     "\xa7"
-     ""},
-    {"ELL;",
-     "\xe2"
-     "\x84"
-     "\x93"
-     ""},
-    {"ELS;",
-     "\xe2"
-     "\xaa"
-     "\x95"
-     ""},
-    {"ELSDOT;",
-     "\xe2"
-     "\xaa"
-     "\x97"
-     ""},
-    {"EMACR;",
-     "\xc4"
-     "\x92"
-     ""},
-    {"EMPTY;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"EMPTYSET;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"EMPTYV;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"EMSP13;",
-     "\xe2"
-     "\x80"
-     "\x84"
-     ""},
-    {"EMSP14;",
-     "\xe2"
-     "\x80"
-     "\x85"
-     ""},
-    {"EMSP;",
-     "\xe2"
-     "\x80"
-     "\x83"
-     ""},
-    {"ENSP;",
-     "\xe2"
-     "\x80"
-     "\x82"
-     ""},
-    {"EOGON;",
-     "\xc4"
-     "\x98"
-     ""},
-    {"EOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x96"
-     ""},
-    {"EPAR;",
-     "\xe2"
-     "\x8b"
-     "\x95"
-     ""},
-    {"EPARSL;",
-     "\xe2"
-     "\xa7"
-     "\xa3"
-     ""},
-    {"EPLUS;",
-     "\xe2"
-     "\xa9"
-     "\xb1"
-     ""},
-    {"EPSI;",
-     "\xce"
-     "\x95"
-     ""},
-    {"EPSILON;",
-     "\xce"
-     "\x95"
-     ""},
-    {"EPSIV;",
-     "\xce"
-     "\x95"
-     ""},
-    {"EQCIRC;",
-     "\xe2"
-     "\x89"
-     "\x96"
-     ""},
-    {"EQCOLON;",
-     "\xe2"
-     "\x89"
-     "\x95"
-     ""},
-    {"EQSIM;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     ""},
-    {"EQSLANTGTR;",
-     "\xe2"
-     "\xaa"
-     "\x96"
-     ""},
-    {"EQSLANTLESS;",
-     "\xe2"
-     "\xaa"
-     "\x95"
-     ""},
+    {"DOPF;", "\360\235\225\225"},
+    {"DOT;", "\313\231"},
+    {"DOTEQ;", "\342\211\220"},
+    {"DOTEQDOT;", "\342\211\221"},
+    {"DOTMINUS;", "\342\210\270"},
+    {"DOTPLUS;", "\342\210\224"},
+    {"DOTSQUARE;", "\342\212\241"},
+    {"DOUBLEBARWEDGE;", "\342\214\206"},
+    {"DOWNARROW;", "\342\206\223"},
+    {"DOWNDOWNARROWS;", "\342\207\212"},
+    {"DOWNHARPOONLEFT;", "\342\207\203"},
+    {"DOWNHARPOONRIGHT;", "\342\207\202"},
+    {"DRBKAROW;", "\342\244\220"},
+    {"DRCORN;", "\342\214\237"},
+    {"DRCROP;", "\342\214\214"},
+    {"DSCR;", "\360\235\222\271"},
+    {"DSCY;", "\320\205"},
+    {"DSOL;", "\342\247\266"},
+    {"DSTROK;", "\304\220"},
+    {"DTDOT;", "\342\213\261"},
+    {"DTRI;", "\342\226\277"},
+    {"DTRIF;", "\342\226\276"},
+    {"DUARR;", "\342\207\265"},
+    {"DUHAR;", "\342\245\257"},
+    {"DWANGLE;", "\342\246\246"},
+    {"DZCY;", "\320\217"},
+    {"DZIGRARR;", "\342\237\277"},
+    {"EACUTE;", "\303\211"},
+    {"EASTER;", "\342\251\256"},
+    {"ECARON;", "\304\232"},
+    {"ECIR;", "\342\211\226"},
+    {"ECIRC;", "\303\212"},
+    {"ECOLON;", "\342\211\225"},
+    {"ECY;", "\320\255"},
+    {"EDOT;", "\304\226"},
+    {"EE;", "\342\205\207"},
+    {"EFR;", "\360\235\224\242"},
+    {"EG;", "\342\252\232"},
+    {"EGRAVE;", "\303\210"},
+    {"EGS;", "\342\252\226"},
+    {"EGSDOT;", "\342\252\230"},
+    {"EL;", "\342\252\231"},
+    {"ELINTERS;", "\342\217\247"},
+    {"ELL;", "\342\204\223"},
+    {"ELS;", "\342\252\225"},
+    {"ELSDOT;", "\342\252\227"},
+    {"EMACR;", "\304\222"},
+    {"EMPTY;", "\342\210\205"},
+    {"EMPTYSET;", "\342\210\205"},
+    {"EMPTYV;", "\342\210\205"},
+    {"EMSP13;", "\342\200\204"},
+    {"EMSP14;", "\342\200\205"},
+    {"EMSP;", "\342\200\203"},
+    {"ENSP;", "\342\200\202"},
+    {"EOGON;", "\304\230"},
+    {"EOPF;", "\360\235\225\226"},
+    {"EPAR;", "\342\213\225"},
+    {"EPARSL;", "\342\247\243"},
+    {"EPLUS;", "\342\251\261"},
+    {"EPSI;", "\316\225"},
+    {"EPSILON;", "\316\225"},
+    {"EPSIV;", "\316\225"},
+    {"EQCIRC;", "\342\211\226"},
+    {"EQCOLON;", "\342\211\225"},
+    {"EQSIM;", "\342\211\202"},
+    {"EQSLANTGTR;", "\342\252\226"},
+    {"EQSLANTLESS;", "\342\252\225"},
     {"EQUALS;", "="},
-    {"EQUEST;",
-     "\xe2"
-     "\x89"
-     "\x9f"
-     ""},
-    {"EQUIV;",
-     "\xe2"
-     "\x89"
-     "\xa1"
-     ""},
-    {"EQVPARSL;",
-     "\xe2"
-     "\xa7"
-     "\xa5"
-     ""},
-    {"ERARR;",
-     "\xe2"
-     "\xa5"
-     "\xb1"
-     ""},
-    {"ESCR;",
-     "\xe2"
-     "\x84"
-     "\xaf"
-     ""},
-    {"ESDOT;",
-     "\xe2"
-     "\x89"
-     "\x90"
-     ""},
-    {"ESIM;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     ""},
-    {"ETA;",
-     "\xce"
-     "\x97"
-     ""},
-    {"EUML;",
-     "\xc3"
-     "\x8b"
-     ""},
-    {"EURO;",
-     "\xe2"
-     "\x82"
-     "\xac"
-     ""},
+    {"EQUEST;", "\342\211\237"},
+    {"EQUIV;", "\342\211\241"},
+    {"EQVPARSL;", "\342\247\245"},
+    {"ERARR;", "\342\245\261"},
+    {"ESCR;", "\342\204\257"},
+    {"ESDOT;", "\342\211\220"},
+    {"ESIM;", "\342\211\202"},
+    {"ETA;", "\316\227"},
+    {"EUML;", "\303\213"},
+    {"EURO;", "\342\202\254"},
     {"EXCL;", "!"},
-    {"EXIST;",
-     "\xe2"
-     "\x88"
-     "\x83"
-     ""},
-    {"EXPECTATION;",
-     "\xe2"
-     "\x84"
-     "\xb0"
-     ""},
-    {"EXPONENTIALE;",
-     "\xe2"
-     "\x85"
-     "\x87"
-     ""},
-    {"FALLINGDOTSEQ;",
-     "\xe2"
-     "\x89"
-     "\x92"
-     ""},
-    {"FCY;",
-     "\xd0"
-     "\xa4"
-     ""},
-    {"FEMALE;",
-     "\xe2"
-     "\x99"
-     "\x80"
-     ""},
+    {"EXIST;", "\342\210\203"},
+    {"EXPECTATION;", "\342\204\260"},
+    {"EXPONENTIALE;", "\342\205\207"},
+    {"FALLINGDOTSEQ;", "\342\211\222"},
+    {"FCY;", "\320\244"},
+    {"FEMALE;", "\342\231\200"},
     {"FFILIG;", "FFI"},
     {"FFLIG;", "FF"},
     {"FFLLIG;", "FFL"},
-    {"FFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa3"
-     ""},
+    {"FFR;", "\360\235\224\243"},
     {"FILIG;", "FI"},
     {"FJLIG;", "FJ"},
-    {"FLAT;",
-     "\xe2"
-     "\x99"
-     "\xad"
-     ""},
+    {"FLAT;", "\342\231\255"},
     {"FLLIG;", "FL"},
-    {"FLTNS;",
-     "\xe2"
-     "\x96"
-     "\xb1"
-     ""},
-    {"FNOF;",
-     "\xc6"
-     "\x91"
-     ""},
-    {"FOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x97"
-     ""},
-    {"FORALL;",
-     "\xe2"
-     "\x88"
-     "\x80"
-     ""},
-    {"FORK;",
-     "\xe2"
-     "\x8b"
-     "\x94"
-     ""},
-    {"FORKV;",
-     "\xe2"
-     "\xab"
-     "\x99"
-     ""},
-    {"FPARTINT;",
-     "\xe2"
-     "\xa8"
-     "\x8d"
-     ""},
-    {"FRAC12;",
-     "\xc2"
-     "\xbd"
-     ""},
-    {"FRAC13;",
-     "\xe2"
-     "\x85"
-     "\x93"
-     ""},
-    {"FRAC14;",
-     "\xc2"
-     "\xbc"
-     ""},
-    {"FRAC15;",
-     "\xe2"
-     "\x85"
-     "\x95"
-     ""},
-    {"FRAC16;",
-     "\xe2"
-     "\x85"
-     "\x99"
-     ""},
-    {"FRAC18;",
-     "\xe2"
-     "\x85"
-     "\x9b"
-     ""},
-    {"FRAC23;",
-     "\xe2"
-     "\x85"
-     "\x94"
-     ""},
-    {"FRAC25;",
-     "\xe2"
-     "\x85"
-     "\x96"
-     ""},
-    {"FRAC34;",
-     "\xc2"
-     "\xbe"
-     ""},
-    {"FRAC35;",
-     "\xe2"
-     "\x85"
-     "\x97"
-     ""},
-    {"FRAC38;",
-     "\xe2"
-     "\x85"
-     "\x9c"
-     ""},
-    {"FRAC45;",
-     "\xe2"
-     "\x85"
-     "\x98"
-     ""},
-    {"FRAC56;",
-     "\xe2"
-     "\x85"
-     "\x9a"
-     ""},
-    {"FRAC58;",
-     "\xe2"
-     "\x85"
-     "\x9d"
-     ""},
-    {"FRAC78;",
-     "\xe2"
-     "\x85"
-     "\x9e"
-     ""},
-    {"FRASL;",
-     "\xe2"
-     "\x81"
-     "\x84"
-     ""},
-    {"FROWN;",
-     "\xe2"
-     "\x8c"
-     "\xa2"
-     ""},
-    {"FSCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbb"
-     ""},
-    {"GACUTE;",
-     "\xc7"
-     "\xb4"
-     ""},
-    {"GAMMA;",
-     "\xce"
-     "\x93"
-     ""},
-    {"GAMMAD;",
-     "\xcf"
-     "\x9c"
-     ""},
-    {"GAP;",
-     "\xe2"
-     "\xaa"
-     "\x86"
-     ""},
-    {"GBREVE;",
-     "\xc4"
-     "\x9e"
-     ""},
-    {"GCIRC;",
-     "\xc4"
-     "\x9c"
-     ""},
-    {"GCY;",
-     "\xd0"
-     "\x93"
-     ""},
-    {"GDOT;",
-     "\xc4"
-     "\xa0"
-     ""},
-    {"GE;",
-     "\xe2"
-     "\x89"
-     "\xa5"
-     ""},
-    {"GEL;",
-     "\xe2"
-     "\x8b"
-     "\x9b"
-     ""},
-    {"GEQ;",
-     "\xe2"
-     "\x89"
-     "\xa5"
-     ""},
-    {"GEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     ""},
-    {"GEQSLANT;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     ""},
-    {"GES;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     ""},
-    {"GESCC;",
-     "\xe2"
-     "\xaa"
-     "\xa9"
-     ""},
-    {"GESDOT;",
-     "\xe2"
-     "\xaa"
-     "\x80"
-     ""},
-    {"GESDOTO;",
-     "\xe2"
-     "\xaa"
-     "\x82"
-     ""},
-    {"GESDOTOL;",
-     "\xe2"
-     "\xaa"
-     "\x84"
-     ""},
-    {"GESL;",
-     "\xe2"
-     "\x8b"
-     "\x9b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"GESLES;",
-     "\xe2"
-     "\xaa"
-     "\x94"
-     ""},
-    {"GFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa4"
-     ""},
-    {"GG;",
-     "\xe2"
-     "\x89"
-     "\xab"
-     ""},
-    {"GGG;",
-     "\xe2"
-     "\x8b"
-     "\x99"
-     ""},
-    {"GIMEL;",
-     "\xe2"
-     "\x84"
-     "\xb7"
-     ""},
-    {"GJCY;",
-     "\xd0"
-     "\x83"
-     ""},
-    {"GL;",
-     "\xe2"
-     "\x89"
-     "\xb7"
-     ""},
-    {"GLA;",
-     "\xe2"
-     "\xaa"
-     "\xa5"
-     ""},
-    {"GLJ;",
-     "\xe2"
-     "\xaa"
-     "\xa4"
-     ""},
-    {"GNAP;",
-     "\xe2"
-     "\xaa"
-     "\x8a"
-     ""},
-    {"GNAPPROX;",
-     "\xe2"
-     "\xaa"
-     "\x8a"
-     ""},
-    {"GNE;",
-     "\xe2"
-     "\xaa"
-     "\x88"
-     ""},
-    {"GNEQ;",
-     "\xe2"
-     "\xaa"
-     "\x88"
-     ""},
-    {"GNEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa9"
-     ""},
-    {"GNSIM;",
-     "\xe2"
-     "\x8b"
-     "\xa7"
-     ""},
-    {"GOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x98"
-     ""},
+    {"FLTNS;", "\342\226\261"},
+    {"FNOF;", "\306\221"},
+    {"FOPF;", "\360\235\225\227"},
+    {"FORALL;", "\342\210\200"},
+    {"FORK;", "\342\213\224"},
+    {"FORKV;", "\342\253\231"},
+    {"FPARTINT;", "\342\250\215"},
+    {"FRAC12;", "\302\275"},
+    {"FRAC13;", "\342\205\223"},
+    {"FRAC14;", "\302\274"},
+    {"FRAC15;", "\342\205\225"},
+    {"FRAC16;", "\342\205\231"},
+    {"FRAC18;", "\342\205\233"},
+    {"FRAC23;", "\342\205\224"},
+    {"FRAC25;", "\342\205\226"},
+    {"FRAC34;", "\302\276"},
+    {"FRAC35;", "\342\205\227"},
+    {"FRAC38;", "\342\205\234"},
+    {"FRAC45;", "\342\205\230"},
+    {"FRAC56;", "\342\205\232"},
+    {"FRAC58;", "\342\205\235"},
+    {"FRAC78;", "\342\205\236"},
+    {"FRASL;", "\342\201\204"},
+    {"FROWN;", "\342\214\242"},
+    {"FSCR;", "\360\235\222\273"},
+    {"GACUTE;", "\307\264"},
+    {"GAMMA;", "\316\223"},
+    {"GAMMAD;", "\317\234"},
+    {"GAP;", "\342\252\206"},
+    {"GBREVE;", "\304\236"},
+    {"GCIRC;", "\304\234"},
+    {"GCY;", "\320\223"},
+    {"GDOT;", "\304\240"},
+    {"GE;", "\342\211\245"},
+    {"GEL;", "\342\213\233"},
+    {"GEQ;", "\342\211\245"},
+    {"GEQQ;", "\342\211\247"},
+    {"GEQSLANT;", "\342\251\276"},
+    {"GES;", "\342\251\276"},
+    {"GESCC;", "\342\252\251"},
+    {"GESDOT;", "\342\252\200"},
+    {"GESDOTO;", "\342\252\202"},
+    {"GESDOTOL;", "\342\252\204"},
+    {"GESL;", "\342\213\233\357\270\200"},
+    {"GESLES;", "\342\252\224"},
+    {"GFR;", "\360\235\224\244"},
+    {"GG;", "\342\211\253"},
+    {"GGG;", "\342\213\231"},
+    {"GIMEL;", "\342\204\267"},
+    {"GJCY;", "\320\203"},
+    {"GL;", "\342\211\267"},
+    {"GLA;", "\342\252\245"},
+    {"GLJ;", "\342\252\244"},
+    {"GNAP;", "\342\252\212"},
+    {"GNAPPROX;", "\342\252\212"},
+    {"GNE;", "\342\252\210"},
+    {"GNEQ;", "\342\252\210"},
+    {"GNEQQ;", "\342\211\251"},
+    {"GNSIM;", "\342\213\247"},
+    {"GOPF;", "\360\235\225\230"},
     {"GRAVE;", "`"},
-    {"GSCR;",
-     "\xe2"
-     "\x84"
-     "\x8a"
-     ""},
-    {"GSIM;",
-     "\xe2"
-     "\x89"
-     "\xb3"
-     ""},
-    {"GSIME;",
-     "\xe2"
-     "\xaa"
-     "\x8e"
-     ""},
-    {"GSIML;",
-     "\xe2"
-     "\xaa"
-     "\x90"
-     ""},
-    {"GVERTNEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa9"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"HAIRSP;",
-     "\xe2"
-     "\x80"
-     "\x8a"
-     ""},
-    {"HALF;",
-     "\xc2"
-     "\xbd"
-     ""},
-    {"HAMILT;",
-     "\xe2"
-     "\x84"
-     "\x8b"
-     ""},
-    {"HARDCY;",
-     "\xd0"
-     "\xaa"
-     ""},
-    {"HARR;",
-     "\xe2"
-     "\x86"
-     "\x94"
-     ""},
-    {"HARRCIR;",
-     "\xe2"
-     "\xa5"
-     "\x88"
-     ""},
-    {"HARRW;",
-     "\xe2"
-     "\x86"
-     "\xad"
-     ""},
-    {"HBAR;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
-    {"HCIRC;",
-     "\xc4"
-     "\xa4"
-     ""},
-    {"HEARTS;",
-     "\xe2"
-     "\x99"
-     "\xa5"
-     ""},
-    {"HEARTSUIT;",
-     "\xe2"
-     "\x99"
-     "\xa5"
-     ""},
-    {"HELLIP;",
-     "\xe2"
-     "\x80"
-     "\xa6"
-     ""},
-    {"HERCON;",
-     "\xe2"
-     "\x8a"
-     "\xb9"
-     ""},
-    {"HFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa5"
-     ""},
-    {"HKSEAROW;",
-     "\xe2"
-     "\xa4"
-     "\xa5"
-     ""},
-    {"HKSWAROW;",
-     "\xe2"
-     "\xa4"
-     "\xa6"
-     ""},
-    {"HOARR;",
-     "\xe2"
-     "\x87"
-     "\xbf"
-     ""},
-    {"HOMTHT;",
-     "\xe2"
-     "\x88"
-     "\xbb"
-     ""},
-    {"HOOKLEFTARROW;",
-     "\xe2"
-     "\x86"
-     "\xa9"
-     ""},
-    {"HOOKRIGHTARROW;",
-     "\xe2"
-     "\x86"
-     "\xaa"
-     ""},
-    {"HOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x99"
-     ""},
-    {"HORBAR;",
-     "\xe2"
-     "\x80"
-     "\x95"
-     ""},
-    {"HSCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbd"
-     ""},
-    {"HSLASH;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
-    {"HSTROK;",
-     "\xc4"
-     "\xa6"
-     ""},
-    {"HYBULL;",
-     "\xe2"
-     "\x81"
-     "\x83"
-     ""},
-    {"HYPHEN;",
-     "\xe2"
-     "\x80"
-     "\x90"
-     ""},
-    {"IACUTE;",
-     "\xc3"
-     "\x8d"
-     ""},
-    {"IC;",
-     "\xe2"
-     "\x81"
-     "\xa3"
-     ""},
-    {"ICIRC;",
-     "\xc3"
-     "\x8e"
-     ""},
-    {"ICY;",
-     "\xd0"
-     "\x98"
-     ""},
-    {"IECY;",
-     "\xd0"
-     "\x95"
-     ""},
-    {"IEXCL;",
-     "\xc2"
-     "\xa1"
-     ""},
-    {"IFF;",
-     "\xe2"
-     "\x87"
-     "\x94"
-     ""},
-    {"IFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa6"
-     ""},
-    {"IGRAVE;",
-     "\xc3"
-     "\x8c"
-     ""},
-    {"II;",
-     "\xe2"
-     "\x85"
-     "\x88"
-     ""},
-    {"IIIINT;",
-     "\xe2"
-     "\xa8"
-     "\x8c"
-     ""},
-    {"IIINT;",
-     "\xe2"
-     "\x88"
-     "\xad"
-     ""},
-    {"IINFIN;",
-     "\xe2"
-     "\xa7"
-     "\x9c"
-     ""},
-    {"IIOTA;",
-     "\xe2"
-     "\x84"
-     "\xa9"
-     ""},
-    {"IJLIG;",
-     "\xc4"
-     "\xb2"
-     ""},
-    {"IMACR;",
-     "\xc4"
-     "\xaa"
-     ""},
-    {"IMAGE;",
-     "\xe2"
-     "\x84"
-     "\x91"
-     ""},
-    {"IMAGLINE;",
-     "\xe2"
-     "\x84"
-     "\x90"
-     ""},
-    {"IMAGPART;",
-     "\xe2"
-     "\x84"
-     "\x91"
-     ""},
+    {"GSCR;", "\342\204\212"},
+    {"GSIM;", "\342\211\263"},
+    {"GSIME;", "\342\252\216"},
+    {"GSIML;", "\342\252\220"},
+    {"GVERTNEQQ;", "\342\211\251\357\270\200"},
+    {"HAIRSP;", "\342\200\212"},
+    {"HALF;", "\302\275"},
+    {"HAMILT;", "\342\204\213"},
+    {"HARDCY;", "\320\252"},
+    {"HARR;", "\342\206\224"},
+    {"HARRCIR;", "\342\245\210"},
+    {"HARRW;", "\342\206\255"},
+    {"HBAR;", "\342\204\217"},
+    {"HCIRC;", "\304\244"},
+    {"HEARTS;", "\342\231\245"},
+    {"HEARTSUIT;", "\342\231\245"},
+    {"HELLIP;", "\342\200\246"},
+    {"HERCON;", "\342\212\271"},
+    {"HFR;", "\360\235\224\245"},
+    {"HKSEAROW;", "\342\244\245"},
+    {"HKSWAROW;", "\342\244\246"},
+    {"HOARR;", "\342\207\277"},
+    {"HOMTHT;", "\342\210\273"},
+    {"HOOKLEFTARROW;", "\342\206\251"},
+    {"HOOKRIGHTARROW;", "\342\206\252"},
+    {"HOPF;", "\360\235\225\231"},
+    {"HORBAR;", "\342\200\225"},
+    {"HSCR;", "\360\235\222\275"},
+    {"HSLASH;", "\342\204\217"},
+    {"HSTROK;", "\304\246"},
+    {"HYBULL;", "\342\201\203"},
+    {"HYPHEN;", "\342\200\220"},
+    {"IACUTE;", "\303\215"},
+    {"IC;", "\342\201\243"},
+    {"ICIRC;", "\303\216"},
+    {"ICY;", "\320\230"},
+    {"IECY;", "\320\225"},
+    {"IEXCL;", "\302\241"},
+    {"IFF;", "\342\207\224"},
+    {"IFR;", "\360\235\224\246"},
+    {"IGRAVE;", "\303\214"},
+    {"II;", "\342\205\210"},
+    {"IIIINT;", "\342\250\214"},
+    {"IIINT;", "\342\210\255"},
+    {"IINFIN;", "\342\247\234"},
+    {"IIOTA;", "\342\204\251"},
+    {"IJLIG;", "\304\262"},
+    {"IMACR;", "\304\252"},
+    {"IMAGE;", "\342\204\221"},
+    {"IMAGLINE;", "\342\204\220"},
+    {"IMAGPART;", "\342\204\221"},
     {"IMATH;", "I"},
-    {"IMOF;",
-     "\xe2"
-     "\x8a"
-     "\xb7"
-     ""},
-    {"IMPED;",
-     "\xc6"
-     "\xb5"
-     ""},
-    {"IN;",
-     "\xe2"
-     "\x88"
-     "\x88"
-     ""},
-    {"INCARE;",
-     "\xe2"
-     "\x84"
-     "\x85"
-     ""},
-    {"INFIN;",
-     "\xe2"
-     "\x88"
-     "\x9e"
-     ""},
-    {"INFINTIE;",
-     "\xe2"
-     "\xa7"
-     "\x9d"
-     ""},
+    {"IMOF;", "\342\212\267"},
+    {"IMPED;", "\306\265"},
+    {"IN;", "\342\210\210"},
+    {"INCARE;", "\342\204\205"},
+    {"INFIN;", "\342\210\236"},
+    {"INFINTIE;", "\342\247\235"},
     {"INODOT;", "I"},
-    {"INT;",
-     "\xe2"
-     "\x88"
-     "\xab"
-     ""},
-    {"INTCAL;",
-     "\xe2"
-     "\x8a"
-     "\xba"
-     ""},
-    {"INTEGERS;",
-     "\xe2"
-     "\x84"
-     "\xa4"
-     ""},
-    {"INTERCAL;",
-     "\xe2"
-     "\x8a"
-     "\xba"
-     ""},
-    {"INTLARHK;",
-     "\xe2"
-     "\xa8"
-     "\x97"
-     ""},
-    {"INTPROD;",
-     "\xe2"
-     "\xa8"
-     "\xbc"
-     ""},
-    {"IOCY;",
-     "\xd0"
-     "\x81"
-     ""},
-    {"IOGON;",
-     "\xc4"
-     "\xae"
-     ""},
-    {"IOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9a"
-     ""},
-    {"IOTA;",
-     "\xce"
-     "\x99"
-     ""},
-    {"IPROD;",
-     "\xe2"
-     "\xa8"
-     "\xbc"
-     ""},
-    {"IQUEST;",
-     "\xc2"
-     "\xbf"
-     ""},
-    {"ISCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbe"
-     ""},
-    {"ISIN;",
-     "\xe2"
-     "\x88"
-     "\x88"
-     ""},
-    {"ISINDOT;",
-     "\xe2"
-     "\x8b"
-     "\xb5"
-     ""},
-    {"ISINS;",
-     "\xe2"
-     "\x8b"
-     "\xb4"
-     ""},
-    {"ISINSV;",
-     "\xe2"
-     "\x8b"
-     "\xb3"
-     ""},
-    {"ISINV;",
-     "\xe2"
-     "\x88"
-     "\x88"
-     ""},
-    {"IT;",
-     "\xe2"
-     "\x81"
-     "\xa2"
-     ""},
-    {"ITILDE;",
-     "\xc4"
-     "\xa8"
-     ""},
-    {"IUKCY;",
-     "\xd0"
-     "\x86"
-     ""},
-    {"IUML;",
-     "\xc3"
-     "\x8f"
-     ""},
-    {"JCIRC;",
-     "\xc4"
-     "\xb4"
-     ""},
-    {"JCY;",
-     "\xd0"
-     "\x99"
-     ""},
-    {"JFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa7"
-     ""},
-    {"JMATH;",
-     "\xc8"
-     "\xb7"
-     ""},
-    {"JOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9b"
-     ""},
-    {"JSCR;",
-     "\xf0"
-     "\x9d"
-     "\x92"
-     "\xbf"
-     ""},
-    {"JSERCY;",
-     "\xd0"
-     "\x88"
-     ""},
-    {"JUKCY;",
-     "\xd0"
-     "\x84"
-     ""},
-    {"KAPPA;",
-     "\xce"
-     "\x9a"
-     ""},
-    {"KAPPAV;",
-     "\xce"
-     "\x9a"
-     ""},
-    {"KCEDIL;",
-     "\xc4"
-     "\xb6"
-     ""},
-    {"KCY;",
-     "\xd0"
-     "\x9a"
-     ""},
-    {"KFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa8"
-     ""},
-    {"KGREEN;",
-     "\xc4"
-     "\xb8"
-     ""},
-    {"KHCY;",
-     "\xd0"
-     "\xa5"
-     ""},
-    {"KJCY;",
-     "\xd0"
-     "\x8c"
-     ""},
-    {"KOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9c"
-     ""},
-    {"KSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x80"
-     ""},
-    {"LACUTE;",
-     "\xc4"
-     "\xb9"
-     ""},
-    {"LAEMPTYV;",
-     "\xe2"
-     "\xa6"
-     "\xb4"
-     ""},
-    {"LAGRAN;",
-     "\xe2"
-     "\x84"
-     "\x92"
-     ""},
-    {"LAMBDA;",
-     "\xce"
-     "\x9b"
-     ""},
-    {"LANG;",
-     "\xe2"
-     "\x9f"
-     "\xa8"
-     ""},
-    {"LANGD;",
-     "\xe2"
-     "\xa6"
-     "\x91"
-     ""},
-    {"LANGLE;",
-     "\xe2"
-     "\x9f"
-     "\xa8"
-     ""},
-    {"LAP;",
-     "\xe2"
-     "\xaa"
-     "\x85"
-     ""},
-    {"LAQUO;",
-     "\xc2"
-     "\xab"
-     ""},
-    {"LARR;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"LARRB;",
-     "\xe2"
-     "\x87"
-     "\xa4"
-     ""},
-    {"LARRBFS;",
-     "\xe2"
-     "\xa4"
-     "\x9f"
-     ""},
-    {"LARRFS;",
-     "\xe2"
-     "\xa4"
-     "\x9d"
-     ""},
-    {"LARRHK;",
-     "\xe2"
-     "\x86"
-     "\xa9"
-     ""},
-    {"LARRLP;",
-     "\xe2"
-     "\x86"
-     "\xab"
-     ""},
-    {"LARRPL;",
-     "\xe2"
-     "\xa4"
-     "\xb9"
-     ""},
-    {"LARRSIM;",
-     "\xe2"
-     "\xa5"
-     "\xb3"
-     ""},
-    {"LARRTL;",
-     "\xe2"
-     "\x86"
-     "\xa2"
-     ""},
-    {"LAT;",
-     "\xe2"
-     "\xaa"
-     "\xab"
-     ""},
-    {"LATAIL;",
-     "\xe2"
-     "\xa4"
-     "\x99"
-     ""},
-    {"LATE;",
-     "\xe2"
-     "\xaa"
-     "\xad"
-     ""},
-    {"LATES;",
-     "\xe2"
-     "\xaa"
-     "\xad"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"LBARR;",
-     "\xe2"
-     "\xa4"
-     "\x8c"
-     ""},
-    {"LBBRK;",
-     "\xe2"
-     "\x9d"
-     "\xb2"
-     ""},
+    {"INT;", "\342\210\253"},
+    {"INTCAL;", "\342\212\272"},
+    {"INTEGERS;", "\342\204\244"},
+    {"INTERCAL;", "\342\212\272"},
+    {"INTLARHK;", "\342\250\227"},
+    {"INTPROD;", "\342\250\274"},
+    {"IOCY;", "\320\201"},
+    {"IOGON;", "\304\256"},
+    {"IOPF;", "\360\235\225\232"},
+    {"IOTA;", "\316\231"},
+    {"IPROD;", "\342\250\274"},
+    {"IQUEST;", "\302\277"},
+    {"ISCR;", "\360\235\222\276"},
+    {"ISIN;", "\342\210\210"},
+    {"ISINDOT;", "\342\213\265"},
+    {"ISINS;", "\342\213\264"},
+    {"ISINSV;", "\342\213\263"},
+    {"ISINV;", "\342\210\210"},
+    {"IT;", "\342\201\242"},
+    {"ITILDE;", "\304\250"},
+    {"IUKCY;", "\320\206"},
+    {"IUML;", "\303\217"},
+    {"JCIRC;", "\304\264"},
+    {"JCY;", "\320\231"},
+    {"JFR;", "\360\235\224\247"},
+    {"JMATH;", "\310\267"},
+    {"JOPF;", "\360\235\225\233"},
+    {"JSCR;", "\360\235\222\277"},
+    {"JSERCY;", "\320\210"},
+    {"JUKCY;", "\320\204"},
+    {"KAPPA;", "\316\232"},
+    {"KAPPAV;", "\316\232"},
+    {"KCEDIL;", "\304\266"},
+    {"KCY;", "\320\232"},
+    {"KFR;", "\360\235\224\250"},
+    {"KGREEN;", "\304\270"},
+    {"KHCY;", "\320\245"},
+    {"KJCY;", "\320\214"},
+    {"KOPF;", "\360\235\225\234"},
+    {"KSCR;", "\360\235\223\200"},
+    {"LACUTE;", "\304\271"},
+    {"LAEMPTYV;", "\342\246\264"},
+    {"LAGRAN;", "\342\204\222"},
+    {"LAMBDA;", "\316\233"},
+    {"LANG;", "\342\237\250"},
+    {"LANGD;", "\342\246\221"},
+    {"LANGLE;", "\342\237\250"},
+    {"LAP;", "\342\252\205"},
+    {"LAQUO;", "\302\253"},
+    {"LARR;", "\342\206\220"},
+    {"LARRB;", "\342\207\244"},
+    {"LARRBFS;", "\342\244\237"},
+    {"LARRFS;", "\342\244\235"},
+    {"LARRHK;", "\342\206\251"},
+    {"LARRLP;", "\342\206\253"},
+    {"LARRPL;", "\342\244\271"},
+    {"LARRSIM;", "\342\245\263"},
+    {"LARRTL;", "\342\206\242"},
+    {"LAT;", "\342\252\253"},
+    {"LATAIL;", "\342\244\231"},
+    {"LATE;", "\342\252\255"},
+    {"LATES;", "\342\252\255\357\270\200"},
+    {"LBARR;", "\342\244\214"},
+    {"LBBRK;", "\342\235\262"},
     {"LBRACE;", "{"},
     {"LBRACK;", "["},
-    {"LBRKE;",
-     "\xe2"
-     "\xa6"
-     "\x8b"
-     ""},
-    {"LBRKSLD;",
-     "\xe2"
-     "\xa6"
-     "\x8f"
-     ""},
-    {"LBRKSLU;",
-     "\xe2"
-     "\xa6"
-     "\x8d"
-     ""},
-    {"LCARON;",
-     "\xc4"
-     "\xbd"
-     ""},
-    {"LCEDIL;",
-     "\xc4"
-     "\xbb"
-     ""},
-    {"LCEIL;",
-     "\xe2"
-     "\x8c"
-     "\x88"
-     ""},
+    {"LBRKE;", "\342\246\213"},
+    {"LBRKSLD;", "\342\246\217"},
+    {"LBRKSLU;", "\342\246\215"},
+    {"LCARON;", "\304\275"},
+    {"LCEDIL;", "\304\273"},
+    {"LCEIL;", "\342\214\210"},
     {"LCUB;", "{"},
-    {"LCY;",
-     "\xd0"
-     "\x9b"
-     ""},
-    {"LDCA;",
-     "\xe2"
-     "\xa4"
-     "\xb6"
-     ""},
-    {"LDQUO;",
-     "\xe2"
-     "\x80"
-     "\x9c"
-     ""},
-    {"LDQUOR;",
-     "\xe2"
-     "\x80"
-     "\x9e"
-     ""},
-    {"LDRDHAR;",
-     "\xe2"
-     "\xa5"
-     "\xa7"
-     ""},
-    {"LDRUSHAR;",
-     "\xe2"
-     "\xa5"
-     "\x8b"
-     ""},
-    {"LDSH;",
-     "\xe2"
-     "\x86"
-     "\xb2"
-     ""},
-    {"LE;",
-     "\xe2"
-     "\x89"
-     "\xa4"
-     ""},
-    {"LEFTARROW;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"LEFTARROWTAIL;",
-     "\xe2"
-     "\x86"
-     "\xa2"
-     ""},
-    {"LEFTHARPOONDOWN;",
-     "\xe2"
-     "\x86"
-     "\xbd"
-     ""},
-    {"LEFTHARPOONUP;",
-     "\xe2"
-     "\x86"
-     "\xbc"
-     ""},
-    {"LEFTLEFTARROWS;",
-     "\xe2"
-     "\x87"
-     "\x87"
-     ""},
-    {"LEFTRIGHTARROW;",
-     "\xe2"
-     "\x86"
-     "\x94"
-     ""},
-    {"LEFTRIGHTARROWS;",
-     "\xe2"
-     "\x87"
-     "\x86"
-     ""},
-    {"LEFTRIGHTHARPOONS;",
-     "\xe2"
-     "\x87"
-     "\x8b"
-     ""},
-    {"LEFTRIGHTSQUIGARROW;",
-     "\xe2"
-     "\x86"
-     "\xad"
-     ""},
-    {"LEFTTHREETIMES;",
-     "\xe2"
-     "\x8b"
-     "\x8b"
-     ""},
-    {"LEG;",
-     "\xe2"
-     "\x8b"
-     "\x9a"
-     ""},
-    {"LEQ;",
-     "\xe2"
-     "\x89"
-     "\xa4"
-     ""},
-    {"LEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa6"
-     ""},
-    {"LEQSLANT;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     ""},
-    {"LES;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     ""},
-    {"LESCC;",
-     "\xe2"
-     "\xaa"
-     "\xa8"
-     ""},
-    {"LESDOT;",
-     "\xe2"
-     "\xa9"
-     "\xbf"
-     ""},
-    {"LESDOTO;",
-     "\xe2"
-     "\xaa"
-     "\x81"
-     ""},
-    {"LESDOTOR;",
-     "\xe2"
-     "\xaa"
-     "\x83"
-     ""},
-    {"LESG;",
-     "\xe2"
-     "\x8b"
-     "\x9a"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"LESGES;",
-     "\xe2"
-     "\xaa"
-     "\x93"
-     ""},
-    {"LESSAPPROX;",
-     "\xe2"
-     "\xaa"
-     "\x85"
-     ""},
-    {"LESSDOT;",
-     "\xe2"
-     "\x8b"
-     "\x96"
-     ""},
-    {"LESSEQGTR;",
-     "\xe2"
-     "\x8b"
-     "\x9a"
-     ""},
-    {"LESSEQQGTR;",
-     "\xe2"
-     "\xaa"
-     "\x8b"
-     ""},
-    {"LESSGTR;",
-     "\xe2"
-     "\x89"
-     "\xb6"
-     ""},
-    {"LESSSIM;",
-     "\xe2"
-     "\x89"
-     "\xb2"
-     ""},
-    {"LFISHT;",
-     "\xe2"
-     "\xa5"
-     "\xbc"
-     ""},
-    {"LFLOOR;",
-     "\xe2"
-     "\x8c"
-     "\x8a"
-     ""},
-    {"LFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xa9"
-     ""},
-    {"LG;",
-     "\xe2"
-     "\x89"
-     "\xb6"
-     ""},
-    {"LHARD;",
-     "\xe2"
-     "\x86"
-     "\xbd"
-     ""},
-    {"LHARU;",
-     "\xe2"
-     "\x86"
-     "\xbc"
-     ""},
-    {"LHARUL;",
-     "\xe2"
-     "\xa5"
-     "\xaa"
-     ""},
-    {"LHBLK;",
-     "\xe2"
-     "\x96"
-     "\x84"
-     ""},
-    {"LJCY;",
-     "\xd0"
-     "\x89"
-     ""},
-    {"LL;",
-     "\xe2"
-     "\x89"
-     "\xaa"
-     ""},
-    {"LLARR;",
-     "\xe2"
-     "\x87"
-     "\x87"
-     ""},
-    {"LLCORNER;",
-     "\xe2"
-     "\x8c"
-     "\x9e"
-     ""},
-    {"LLHARD;",
-     "\xe2"
-     "\xa5"
-     "\xab"
-     ""},
-    {"LLTRI;",
-     "\xe2"
-     "\x97"
-     "\xba"
-     ""},
-    {"LMIDOT;",
-     "\xc4"
-     "\xbf"
-     ""},
-    {"LMOUST;",
-     "\xe2"
-     "\x8e"
-     "\xb0"
-     ""},
-    {"LMOUSTACHE;",
-     "\xe2"
-     "\x8e"
-     "\xb0"
-     ""},
-    {"LNAP;",
-     "\xe2"
-     "\xaa"
-     "\x89"
-     ""},
-    {"LNAPPROX;",
-     "\xe2"
-     "\xaa"
-     "\x89"
-     ""},
-    {"LNE;",
-     "\xe2"
-     "\xaa"
-     "\x87"
-     ""},
-    {"LNEQ;",
-     "\xe2"
-     "\xaa"
-     "\x87"
-     ""},
-    {"LNEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa8"
-     ""},
-    {"LNSIM;",
-     "\xe2"
-     "\x8b"
-     "\xa6"
-     ""},
-    {"LOANG;",
-     "\xe2"
-     "\x9f"
-     "\xac"
-     ""},
-    {"LOARR;",
-     "\xe2"
-     "\x87"
-     "\xbd"
-     ""},
-    {"LOBRK;",
-     "\xe2"
-     "\x9f"
-     "\xa6"
-     ""},
-    {"LONGLEFTARROW;",
-     "\xe2"
-     "\x9f"
-     "\xb5"
-     ""},
-    {"LONGLEFTRIGHTARROW;",
-     "\xe2"
-     "\x9f"
-     "\xb7"
-     ""},
-    {"LONGMAPSTO;",
-     "\xe2"
-     "\x9f"
-     "\xbc"
-     ""},
-    {"LONGRIGHTARROW;",
-     "\xe2"
-     "\x9f"
-     "\xb6"
-     ""},
-    {"LOOPARROWLEFT;",
-     "\xe2"
-     "\x86"
-     "\xab"
-     ""},
-    {"LOOPARROWRIGHT;",
-     "\xe2"
-     "\x86"
-     "\xac"
-     ""},
-    {"LOPAR;",
-     "\xe2"
-     "\xa6"
-     "\x85"
-     ""},
-    {"LOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9d"
-     ""},
-    {"LOPLUS;",
-     "\xe2"
-     "\xa8"
-     "\xad"
-     ""},
-    {"LOTIMES;",
-     "\xe2"
-     "\xa8"
-     "\xb4"
-     ""},
-    {"LOWAST;",
-     "\xe2"
-     "\x88"
-     "\x97"
-     ""},
+    {"LCY;", "\320\233"},
+    {"LDCA;", "\342\244\266"},
+    {"LDQUO;", "\342\200\234"},
+    {"LDQUOR;", "\342\200\236"},
+    {"LDRDHAR;", "\342\245\247"},
+    {"LDRUSHAR;", "\342\245\213"},
+    {"LDSH;", "\342\206\262"},
+    {"LE;", "\342\211\244"},
+    {"LEFTARROW;", "\342\206\220"},
+    {"LEFTARROWTAIL;", "\342\206\242"},
+    {"LEFTHARPOONDOWN;", "\342\206\275"},
+    {"LEFTHARPOONUP;", "\342\206\274"},
+    {"LEFTLEFTARROWS;", "\342\207\207"},
+    {"LEFTRIGHTARROW;", "\342\206\224"},
+    {"LEFTRIGHTARROWS;", "\342\207\206"},
+    {"LEFTRIGHTHARPOONS;", "\342\207\213"},
+    {"LEFTRIGHTSQUIGARROW;", "\342\206\255"},
+    {"LEFTTHREETIMES;", "\342\213\213"},
+    {"LEG;", "\342\213\232"},
+    {"LEQ;", "\342\211\244"},
+    {"LEQQ;", "\342\211\246"},
+    {"LEQSLANT;", "\342\251\275"},
+    {"LES;", "\342\251\275"},
+    {"LESCC;", "\342\252\250"},
+    {"LESDOT;", "\342\251\277"},
+    {"LESDOTO;", "\342\252\201"},
+    {"LESDOTOR;", "\342\252\203"},
+    {"LESG;", "\342\213\232\357\270\200"},
+    {"LESGES;", "\342\252\223"},
+    {"LESSAPPROX;", "\342\252\205"},
+    {"LESSDOT;", "\342\213\226"},
+    {"LESSEQGTR;", "\342\213\232"},
+    {"LESSEQQGTR;", "\342\252\213"},
+    {"LESSGTR;", "\342\211\266"},
+    {"LESSSIM;", "\342\211\262"},
+    {"LFISHT;", "\342\245\274"},
+    {"LFLOOR;", "\342\214\212"},
+    {"LFR;", "\360\235\224\251"},
+    {"LG;", "\342\211\266"},
+    {"LHARD;", "\342\206\275"},
+    {"LHARU;", "\342\206\274"},
+    {"LHARUL;", "\342\245\252"},
+    {"LHBLK;", "\342\226\204"},
+    {"LJCY;", "\320\211"},
+    {"LL;", "\342\211\252"},
+    {"LLARR;", "\342\207\207"},
+    {"LLCORNER;", "\342\214\236"},
+    {"LLHARD;", "\342\245\253"},
+    {"LLTRI;", "\342\227\272"},
+    {"LMIDOT;", "\304\277"},
+    {"LMOUST;", "\342\216\260"},
+    {"LMOUSTACHE;", "\342\216\260"},
+    {"LNAP;", "\342\252\211"},
+    {"LNAPPROX;", "\342\252\211"},
+    {"LNE;", "\342\252\207"},
+    {"LNEQ;", "\342\252\207"},
+    {"LNEQQ;", "\342\211\250"},
+    {"LNSIM;", "\342\213\246"},
+    {"LOANG;", "\342\237\254"},
+    {"LOARR;", "\342\207\275"},
+    {"LOBRK;", "\342\237\246"},
+    {"LONGLEFTARROW;", "\342\237\265"},
+    {"LONGLEFTRIGHTARROW;", "\342\237\267"},
+    {"LONGMAPSTO;", "\342\237\274"},
+    {"LONGRIGHTARROW;", "\342\237\266"},
+    {"LOOPARROWLEFT;", "\342\206\253"},
+    {"LOOPARROWRIGHT;", "\342\206\254"},
+    {"LOPAR;", "\342\246\205"},
+    {"LOPF;", "\360\235\225\235"},
+    {"LOPLUS;", "\342\250\255"},
+    {"LOTIMES;", "\342\250\264"},
+    {"LOWAST;", "\342\210\227"},
     {"LOWBAR;", "_"},
-    {"LOZ;",
-     "\xe2"
-     "\x97"
-     "\x8a"
-     ""},
-    {"LOZENGE;",
-     "\xe2"
-     "\x97"
-     "\x8a"
-     ""},
-    {"LOZF;",
-     "\xe2"
-     "\xa7"
-     "\xab"
-     ""},
+    {"LOZ;", "\342\227\212"},
+    {"LOZENGE;", "\342\227\212"},
+    {"LOZF;", "\342\247\253"},
     {"LPAR;", "("},
-    {"LPARLT;",
-     "\xe2"
-     "\xa6"
-     "\x93"
-     ""},
-    {"LRARR;",
-     "\xe2"
-     "\x87"
-     "\x86"
-     ""},
-    {"LRCORNER;",
-     "\xe2"
-     "\x8c"
-     "\x9f"
-     ""},
-    {"LRHAR;",
-     "\xe2"
-     "\x87"
-     "\x8b"
-     ""},
-    {"LRHARD;",
-     "\xe2"
-     "\xa5"
-     "\xad"
-     ""},
-    {"LRM;",
-     "\xe2"
-     "\x80"
-     "\x8e"
-     ""},
-    {"LRTRI;",
-     "\xe2"
-     "\x8a"
-     "\xbf"
-     ""},
-    {"LSAQUO;",
-     "\xe2"
-     "\x80"
-     "\xb9"
-     ""},
-    {"LSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x81"
-     ""},
-    {"LSH;",
-     "\xe2"
-     "\x86"
-     "\xb0"
-     ""},
-    {"LSIM;",
-     "\xe2"
-     "\x89"
-     "\xb2"
-     ""},
-    {"LSIME;",
-     "\xe2"
-     "\xaa"
-     "\x8d"
-     ""},
-    {"LSIMG;",
-     "\xe2"
-     "\xaa"
-     "\x8f"
-     ""},
+    {"LPARLT;", "\342\246\223"},
+    {"LRARR;", "\342\207\206"},
+    {"LRCORNER;", "\342\214\237"},
+    {"LRHAR;", "\342\207\213"},
+    {"LRHARD;", "\342\245\255"},
+    {"LRM;", "\342\200\216"},
+    {"LRTRI;", "\342\212\277"},
+    {"LSAQUO;", "\342\200\271"},
+    {"LSCR;", "\360\235\223\201"},
+    {"LSH;", "\342\206\260"},
+    {"LSIM;", "\342\211\262"},
+    {"LSIME;", "\342\252\215"},
+    {"LSIMG;", "\342\252\217"},
     {"LSQB;", "["},
-    {"LSQUO;",
-     "\xe2"
-     "\x80"
-     "\x98"
-     ""},
-    {"LSQUOR;",
-     "\xe2"
-     "\x80"
-     "\x9a"
-     ""},
-    {"LSTROK;",
-     "\xc5"
-     "\x81"
-     ""},
-    {"LURDSHAR;",
-     "\xe2"
-     "\xa5"
-     "\x8a"
-     ""},
-    {"LURUHAR;",
-     "\xe2"
-     "\xa5"
-     "\xa6"
-     ""},
-    {"LVERTNEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa8"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"MACR;",
-     "\xc2"
-     "\xaf"
-     ""},
-    {"MALE;",
-     "\xe2"
-     "\x99"
-     "\x82"
-     ""},
-    {"MALT;",
-     "\xe2"
-     "\x9c"
-     "\xa0"
-     ""},
-    {"MALTESE;",
-     "\xe2"
-     "\x9c"
-     "\xa0"
-     ""},
-    {"MAP;",
-     "\xe2"
-     "\x86"
-     "\xa6"
-     ""},
-    {"MAPSTO;",
-     "\xe2"
-     "\x86"
-     "\xa6"
-     ""},
-    {"MAPSTODOWN;",
-     "\xe2"
-     "\x86"
-     "\xa7"
-     ""},
-    {"MAPSTOLEFT;",
-     "\xe2"
-     "\x86"
-     "\xa4"
-     ""},
-    {"MAPSTOUP;",
-     "\xe2"
-     "\x86"
-     "\xa5"
-     ""},
-    {"MARKER;",
-     "\xe2"
-     "\x96"
-     "\xae"
-     ""},
-    {"MCOMMA;",
-     "\xe2"
-     "\xa8"
-     "\xa9"
-     ""},
-    {"MCY;",
-     "\xd0"
-     "\x9c"
-     ""},
-    {"MDASH;",
-     "\xe2"
-     "\x80"
-     "\x94"
-     ""},
-    {"MEASUREDANGLE;",
-     "\xe2"
-     "\x88"
-     "\xa1"
-     ""},
-    {"MFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xaa"
-     ""},
-    {"MHO;",
-     "\xe2"
-     "\x84"
-     "\xa7"
-     ""},
-    {"MICRO;",
-     "\xce"
-     "\x9c"
-     ""},
-    {"MID;",
-     "\xe2"
-     "\x88"
-     "\xa3"
-     ""},
+    {"LSQUO;", "\342\200\230"},
+    {"LSQUOR;", "\342\200\232"},
+    {"LSTROK;", "\305\201"},
+    {"LURDSHAR;", "\342\245\212"},
+    {"LURUHAR;", "\342\245\246"},
+    {"LVERTNEQQ;", "\342\211\250\357\270\200"},
+    {"MACR;", "\302\257"},
+    {"MALE;", "\342\231\202"},
+    {"MALT;", "\342\234\240"},
+    {"MALTESE;", "\342\234\240"},
+    {"MAP;", "\342\206\246"},
+    {"MAPSTO;", "\342\206\246"},
+    {"MAPSTODOWN;", "\342\206\247"},
+    {"MAPSTOLEFT;", "\342\206\244"},
+    {"MAPSTOUP;", "\342\206\245"},
+    {"MARKER;", "\342\226\256"},
+    {"MCOMMA;", "\342\250\251"},
+    {"MCY;", "\320\234"},
+    {"MDASH;", "\342\200\224"},
+    {"MEASUREDANGLE;", "\342\210\241"},
+    {"MFR;", "\360\235\224\252"},
+    {"MHO;", "\342\204\247"},
+    {"MICRO;", "\316\234"},
+    {"MID;", "\342\210\243"},
     {"MIDAST;", "*"},
-    {"MIDCIR;",
-     "\xe2"
-     "\xab"
-     "\xb0"
-     ""},
-    {"MIDDOT;",
-     "\xc2"
-     "\xb7"
-     ""},
-    {"MINUS;",
-     "\xe2"
-     "\x88"
-     "\x92"
-     ""},
-    {"MINUSB;",
-     "\xe2"
-     "\x8a"
-     "\x9f"
-     ""},
-    {"MINUSD;",
-     "\xe2"
-     "\x88"
-     "\xb8"
-     ""},
-    {"MINUSDU;",
-     "\xe2"
-     "\xa8"
-     "\xaa"
-     ""},
-    {"MLCP;",
-     "\xe2"
-     "\xab"
-     "\x9b"
-     ""},
-    {"MLDR;",
-     "\xe2"
-     "\x80"
-     "\xa6"
-     ""},
-    {"MNPLUS;",
-     "\xe2"
-     "\x88"
-     "\x93"
-     ""},
-    {"MODELS;",
-     "\xe2"
-     "\x8a"
-     "\xa7"
-     ""},
-    {"MOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9e"
-     ""},
-    {"MP;",
-     "\xe2"
-     "\x88"
-     "\x93"
-     ""},
-    {"MSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x82"
-     ""},
-    {"MSTPOS;",
-     "\xe2"
-     "\x88"
-     "\xbe"
-     ""},
-    {"MU;",
-     "\xce"
-     "\x9c"
-     ""},
-    {"MULTIMAP;",
-     "\xe2"
-     "\x8a"
-     "\xb8"
-     ""},
-    {"MUMAP;",
-     "\xe2"
-     "\x8a"
-     "\xb8"
-     ""},
-    {"NABLA;",
-     "\xe2"
-     "\x88"
-     "\x87"
-     ""},
-    {"NACUTE;",
-     "\xc5"
-     "\x83"
-     ""},
-    {"NANG;",
-     "\xe2"
-     "\x88"
-     "\xa0"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NAP;",
-     "\xe2"
-     "\x89"
-     "\x89"
-     ""},
-    {"NAPID;",
-     "\xe2"
-     "\x89"
-     "\x8b"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NAPOS;",
-     "\xca"
-     "\xbc"
-     "N"},
-    {"NAPPROX;",
-     "\xe2"
-     "\x89"
-     "\x89"
-     ""},
-    {"NATUR;",
-     "\xe2"
-     "\x99"
-     "\xae"
-     ""},
-    {"NATURAL;",
-     "\xe2"
-     "\x99"
-     "\xae"
-     ""},
-    {"NATURALS;",
-     "\xe2"
-     "\x84"
-     "\x95"
-     ""},
-    {"NBSP;",
-     "\xc2"
-     "\xa0"
-     ""},
-    {"NBUMP;",
-     "\xe2"
-     "\x89"
-     "\x8e"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NBUMPE;",
-     "\xe2"
-     "\x89"
-     "\x8f"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NCAP;",
-     "\xe2"
-     "\xa9"
-     "\x83"
-     ""},
-    {"NCARON;",
-     "\xc5"
-     "\x87"
-     ""},
-    {"NCEDIL;",
-     "\xc5"
-     "\x85"
-     ""},
-    {"NCONG;",
-     "\xe2"
-     "\x89"
-     "\x87"
-     ""},
-    {"NCONGDOT;",
-     "\xe2"
-     "\xa9"
-     "\xad"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NCUP;",
-     "\xe2"
-     "\xa9"
-     "\x82"
-     ""},
-    {"NCY;",
-     "\xd0"
-     "\x9d"
-     ""},
-    {"NDASH;",
-     "\xe2"
-     "\x80"
-     "\x93"
-     ""},
-    {"NE;",
-     "\xe2"
-     "\x89"
-     "\xa0"
-     ""},
-    {"NEARHK;",
-     "\xe2"
-     "\xa4"
-     "\xa4"
-     ""},
-    {"NEARR;",
-     "\xe2"
-     "\x86"
-     "\x97"
-     ""},
-    {"NEARROW;",
-     "\xe2"
-     "\x86"
-     "\x97"
-     ""},
-    {"NEDOT;",
-     "\xe2"
-     "\x89"
-     "\x90"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NEQUIV;",
-     "\xe2"
-     "\x89"
-     "\xa2"
-     ""},
-    {"NESEAR;",
-     "\xe2"
-     "\xa4"
-     "\xa8"
-     ""},
-    {"NESIM;",
-     "\xe2"
-     "\x89"
-     "\x82"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NEXIST;",
-     "\xe2"
-     "\x88"
-     "\x84"
-     ""},
-    {"NEXISTS;",
-     "\xe2"
-     "\x88"
-     "\x84"
-     ""},
-    {"NFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xab"
-     ""},
-    {"NGE;",
-     "\xe2"
-     "\x89"
-     "\xb1"
-     ""},
-    {"NGEQ;",
-     "\xe2"
-     "\x89"
-     "\xb1"
-     ""},
-    {"NGEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa7"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NGEQSLANT;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NGES;",
-     "\xe2"
-     "\xa9"
-     "\xbe"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NGSIM;",
-     "\xe2"
-     "\x89"
-     "\xb5"
-     ""},
-    {"NGT;",
-     "\xe2"
-     "\x89"
-     "\xaf"
-     ""},
-    {"NGTR;",
-     "\xe2"
-     "\x89"
-     "\xaf"
-     ""},
-    {"NHARR;",
-     "\xe2"
-     "\x86"
-     "\xae"
-     ""},
-    {"NHPAR;",
-     "\xe2"
-     "\xab"
-     "\xb2"
-     ""},
-    {"NI;",
-     "\xe2"
-     "\x88"
-     "\x8b"
-     ""},
-    {"NIS;",
-     "\xe2"
-     "\x8b"
-     "\xbc"
-     ""},
-    {"NISD;",
-     "\xe2"
-     "\x8b"
-     "\xba"
-     ""},
-    {"NIV;",
-     "\xe2"
-     "\x88"
-     "\x8b"
-     ""},
-    {"NJCY;",
-     "\xd0"
-     "\x8a"
-     ""},
-    {"NLARR;",
-     "\xe2"
-     "\x86"
-     "\x9a"
-     ""},
-    {"NLDR;",
-     "\xe2"
-     "\x80"
-     "\xa5"
-     ""},
-    {"NLE;",
-     "\xe2"
-     "\x89"
-     "\xb0"
-     ""},
-    {"NLEFTARROW;",
-     "\xe2"
-     "\x86"
-     "\x9a"
-     ""},
-    {"NLEFTRIGHTARROW;",
-     "\xe2"
-     "\x86"
-     "\xae"
-     ""},
-    {"NLEQ;",
-     "\xe2"
-     "\x89"
-     "\xb0"
-     ""},
-    {"NLEQQ;",
-     "\xe2"
-     "\x89"
-     "\xa6"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NLEQSLANT;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NLES;",
-     "\xe2"
-     "\xa9"
-     "\xbd"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NLESS;",
-     "\xe2"
-     "\x89"
-     "\xae"
-     ""},
-    {"NLSIM;",
-     "\xe2"
-     "\x89"
-     "\xb4"
-     ""},
-    {"NLT;",
-     "\xe2"
-     "\x89"
-     "\xae"
-     ""},
-    {"NLTRI;",
-     "\xe2"
-     "\x8b"
-     "\xaa"
-     ""},
-    {"NLTRIE;",
-     "\xe2"
-     "\x8b"
-     "\xac"
-     ""},
-    {"NMID;",
-     "\xe2"
-     "\x88"
-     "\xa4"
-     ""},
-    {"NOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\x9f"
-     ""},
-    {"NOT;",
-     "\xc2"
-     "\xac"
-     ""},
-    {"NOTIN;",
-     "\xe2"
-     "\x88"
-     "\x89"
-     ""},
-    {"NOTINDOT;",
-     "\xe2"
-     "\x8b"
-     "\xb5"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NOTINVA;",
-     "\xe2"
-     "\x88"
-     "\x89"
-     ""},
-    {"NOTINVB;",
-     "\xe2"
-     "\x8b"
-     "\xb7"
-     ""},
-    {"NOTINVC;",
-     "\xe2"
-     "\x8b"
-     "\xb6"
-     ""},
-    {"NOTNI;",
-     "\xe2"
-     "\x88"
-     "\x8c"
-     ""},
-    {"NOTNIVA;",
-     "\xe2"
-     "\x88"
-     "\x8c"
-     ""},
-    {"NOTNIVB;",
-     "\xe2"
-     "\x8b"
-     "\xbe"
-     ""},
-    {"NOTNIVC;",
-     "\xe2"
-     "\x8b"
-     "\xbd"
-     ""},
-    {"NPAR;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"NPARALLEL;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"NPARSL;",
-     "\xe2"
-     "\xab"
-     "\xbd"
-     "\xe2"
-     "\x83"
-     "\xa5"
-     ""},
-    {"NPART;",
-     "\xe2"
-     "\x88"
-     "\x82"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NPOLINT;",
-     "\xe2"
-     "\xa8"
-     "\x94"
-     ""},
-    {"NPR;",
-     "\xe2"
-     "\x8a"
-     "\x80"
-     ""},
-    {"NPRCUE;",
-     "\xe2"
-     "\x8b"
-     "\xa0"
-     ""},
-    {"NPRE;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NPREC;",
-     "\xe2"
-     "\x8a"
-     "\x80"
-     ""},
-    {"NPRECEQ;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NRARR;",
-     "\xe2"
-     "\x86"
-     "\x9b"
-     ""},
-    {"NRARRC;",
-     "\xe2"
-     "\xa4"
-     "\xb3"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NRARRW;",
-     "\xe2"
-     "\x86"
-     "\x9d"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NRIGHTARROW;",
-     "\xe2"
-     "\x86"
-     "\x9b"
-     ""},
-    {"NRTRI;",
-     "\xe2"
-     "\x8b"
-     "\xab"
-     ""},
-    {"NRTRIE;",
-     "\xe2"
-     "\x8b"
-     "\xad"
-     ""},
-    {"NSC;",
-     "\xe2"
-     "\x8a"
-     "\x81"
-     ""},
-    {"NSCCUE;",
-     "\xe2"
-     "\x8b"
-     "\xa1"
-     ""},
-    {"NSCE;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x83"
-     ""},
-    {"NSHORTMID;",
-     "\xe2"
-     "\x88"
-     "\xa4"
-     ""},
-    {"NSHORTPARALLEL;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"NSIM;",
-     "\xe2"
-     "\x89"
-     "\x81"
-     ""},
-    {"NSIME;",
-     "\xe2"
-     "\x89"
-     "\x84"
-     ""},
-    {"NSIMEQ;",
-     "\xe2"
-     "\x89"
-     "\x84"
-     ""},
-    {"NSMID;",
-     "\xe2"
-     "\x88"
-     "\xa4"
-     ""},
-    {"NSPAR;",
-     "\xe2"
-     "\x88"
-     "\xa6"
-     ""},
-    {"NSQSUBE;",
-     "\xe2"
-     "\x8b"
-     "\xa2"
-     ""},
-    {"NSQSUPE;",
-     "\xe2"
-     "\x8b"
-     "\xa3"
-     ""},
-    {"NSUB;",
-     "\xe2"
-     "\x8a"
-     "\x84"
-     ""},
-    {"NSUBE;",
-     "\xe2"
-     "\x8a"
-     "\x88"
-     ""},
-    {"NSUBSET;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NSUBSETEQ;",
-     "\xe2"
-     "\x8a"
-     "\x88"
-     ""},
-    {"NSUBSETEQQ;",
-     "\xe2"
-     "\xab"
-     "\x85"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NSUCC;",
-     "\xe2"
-     "\x8a"
-     "\x81"
-     ""},
-    {"NSUCCEQ;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NSUP;",
-     "\xe2"
-     "\x8a"
-     "\x85"
-     ""},
-    {"NSUPE;",
-     "\xe2"
-     "\x8a"
-     "\x89"
-     ""},
-    {"NSUPSET;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NSUPSETEQ;",
-     "\xe2"
-     "\x8a"
-     "\x89"
-     ""},
-    {"NSUPSETEQQ;",
-     "\xe2"
-     "\xab"
-     "\x86"
-     "\xcc"
-     "\xb8"
-     ""},
-    {"NTGL;",
-     "\xe2"
-     "\x89"
-     "\xb9"
-     ""},
-    {"NTILDE;",
-     "\xc3"
-     "\x91"
-     ""},
-    {"NTLG;",
-     "\xe2"
-     "\x89"
-     "\xb8"
-     ""},
-    {"NTRIANGLELEFT;",
-     "\xe2"
-     "\x8b"
-     "\xaa"
-     ""},
-    {"NTRIANGLELEFTEQ;",
-     "\xe2"
-     "\x8b"
-     "\xac"
-     ""},
-    {"NTRIANGLERIGHT;",
-     "\xe2"
-     "\x8b"
-     "\xab"
-     ""},
-    {"NTRIANGLERIGHTEQ;",
-     "\xe2"
-     "\x8b"
-     "\xad"
-     ""},
-    {"NU;",
-     "\xce"
-     "\x9d"
-     ""},
+    {"MIDCIR;", "\342\253\260"},
+    {"MIDDOT;", "\302\267"},
+    {"MINUS;", "\342\210\222"},
+    {"MINUSB;", "\342\212\237"},
+    {"MINUSD;", "\342\210\270"},
+    {"MINUSDU;", "\342\250\252"},
+    {"MLCP;", "\342\253\233"},
+    {"MLDR;", "\342\200\246"},
+    {"MNPLUS;", "\342\210\223"},
+    {"MODELS;", "\342\212\247"},
+    {"MOPF;", "\360\235\225\236"},
+    {"MP;", "\342\210\223"},
+    {"MSCR;", "\360\235\223\202"},
+    {"MSTPOS;", "\342\210\276"},
+    {"MU;", "\316\234"},
+    {"MULTIMAP;", "\342\212\270"},
+    {"MUMAP;", "\342\212\270"},
+    {"NABLA;", "\342\210\207"},
+    {"NACUTE;", "\305\203"},
+    {"NANG;", "\342\210\240\342\203\222"},
+    {"NAP;", "\342\211\211"},
+    {"NAPID;", "\342\211\213\314\270"},
+    {"NAPOS;", "\312\274N"},
+    {"NAPPROX;", "\342\211\211"},
+    {"NATUR;", "\342\231\256"},
+    {"NATURAL;", "\342\231\256"},
+    {"NATURALS;", "\342\204\225"},
+    {"NBSP;", "\302\240"},
+    {"NBUMP;", "\342\211\216\314\270"},
+    {"NBUMPE;", "\342\211\217\314\270"},
+    {"NCAP;", "\342\251\203"},
+    {"NCARON;", "\305\207"},
+    {"NCEDIL;", "\305\205"},
+    {"NCONG;", "\342\211\207"},
+    {"NCONGDOT;", "\342\251\255\314\270"},
+    {"NCUP;", "\342\251\202"},
+    {"NCY;", "\320\235"},
+    {"NDASH;", "\342\200\223"},
+    {"NE;", "\342\211\240"},
+    {"NEARHK;", "\342\244\244"},
+    {"NEARR;", "\342\206\227"},
+    {"NEARROW;", "\342\206\227"},
+    {"NEDOT;", "\342\211\220\314\270"},
+    {"NEQUIV;", "\342\211\242"},
+    {"NESEAR;", "\342\244\250"},
+    {"NESIM;", "\342\211\202\314\270"},
+    {"NEXIST;", "\342\210\204"},
+    {"NEXISTS;", "\342\210\204"},
+    {"NFR;", "\360\235\224\253"},
+    {"NGE;", "\342\211\261"},
+    {"NGEQ;", "\342\211\261"},
+    {"NGEQQ;", "\342\211\247\314\270"},
+    {"NGEQSLANT;", "\342\251\276\314\270"},
+    {"NGES;", "\342\251\276\314\270"},
+    {"NGSIM;", "\342\211\265"},
+    {"NGT;", "\342\211\257"},
+    {"NGTR;", "\342\211\257"},
+    {"NHARR;", "\342\206\256"},
+    {"NHPAR;", "\342\253\262"},
+    {"NI;", "\342\210\213"},
+    {"NIS;", "\342\213\274"},
+    {"NISD;", "\342\213\272"},
+    {"NIV;", "\342\210\213"},
+    {"NJCY;", "\320\212"},
+    {"NLARR;", "\342\206\232"},
+    {"NLDR;", "\342\200\245"},
+    {"NLE;", "\342\211\260"},
+    {"NLEFTARROW;", "\342\206\232"},
+    {"NLEFTRIGHTARROW;", "\342\206\256"},
+    {"NLEQ;", "\342\211\260"},
+    {"NLEQQ;", "\342\211\246\314\270"},
+    {"NLEQSLANT;", "\342\251\275\314\270"},
+    {"NLES;", "\342\251\275\314\270"},
+    {"NLESS;", "\342\211\256"},
+    {"NLSIM;", "\342\211\264"},
+    {"NLT;", "\342\211\256"},
+    {"NLTRI;", "\342\213\252"},
+    {"NLTRIE;", "\342\213\254"},
+    {"NMID;", "\342\210\244"},
+    {"NOPF;", "\360\235\225\237"},
+    {"NOT;", "\302\254"},
+    {"NOTIN;", "\342\210\211"},
+    {"NOTINDOT;", "\342\213\265\314\270"},
+    {"NOTINVA;", "\342\210\211"},
+    {"NOTINVB;", "\342\213\267"},
+    {"NOTINVC;", "\342\213\266"},
+    {"NOTNI;", "\342\210\214"},
+    {"NOTNIVA;", "\342\210\214"},
+    {"NOTNIVB;", "\342\213\276"},
+    {"NOTNIVC;", "\342\213\275"},
+    {"NPAR;", "\342\210\246"},
+    {"NPARALLEL;", "\342\210\246"},
+    {"NPARSL;", "\342\253\275\342\203\245"},
+    {"NPART;", "\342\210\202\314\270"},
+    {"NPOLINT;", "\342\250\224"},
+    {"NPR;", "\342\212\200"},
+    {"NPRCUE;", "\342\213\240"},
+    {"NPRE;", "\342\252\257\314\270"},
+    {"NPREC;", "\342\212\200"},
+    {"NPRECEQ;", "\342\252\257\314\270"},
+    {"NRARR;", "\342\206\233"},
+    {"NRARRC;", "\342\244\263\314\270"},
+    {"NRARRW;", "\342\206\235\314\270"},
+    {"NRIGHTARROW;", "\342\206\233"},
+    {"NRTRI;", "\342\213\253"},
+    {"NRTRIE;", "\342\213\255"},
+    {"NSC;", "\342\212\201"},
+    {"NSCCUE;", "\342\213\241"},
+    {"NSCE;", "\342\252\260\314\270"},
+    {"NSCR;", "\360\235\223\203"},
+    {"NSHORTMID;", "\342\210\244"},
+    {"NSHORTPARALLEL;", "\342\210\246"},
+    {"NSIM;", "\342\211\201"},
+    {"NSIME;", "\342\211\204"},
+    {"NSIMEQ;", "\342\211\204"},
+    {"NSMID;", "\342\210\244"},
+    {"NSPAR;", "\342\210\246"},
+    {"NSQSUBE;", "\342\213\242"},
+    {"NSQSUPE;", "\342\213\243"},
+    {"NSUB;", "\342\212\204"},
+    {"NSUBE;", "\342\212\210"},
+    {"NSUBSET;", "\342\212\202\342\203\222"},
+    {"NSUBSETEQ;", "\342\212\210"},
+    {"NSUBSETEQQ;", "\342\253\205\314\270"},
+    {"NSUCC;", "\342\212\201"},
+    {"NSUCCEQ;", "\342\252\260\314\270"},
+    {"NSUP;", "\342\212\205"},
+    {"NSUPE;", "\342\212\211"},
+    {"NSUPSET;", "\342\212\203\342\203\222"},
+    {"NSUPSETEQ;", "\342\212\211"},
+    {"NSUPSETEQQ;", "\342\253\206\314\270"},
+    {"NTGL;", "\342\211\271"},
+    {"NTILDE;", "\303\221"},
+    {"NTLG;", "\342\211\270"},
+    {"NTRIANGLELEFT;", "\342\213\252"},
+    {"NTRIANGLELEFTEQ;", "\342\213\254"},
+    {"NTRIANGLERIGHT;", "\342\213\253"},
+    {"NTRIANGLERIGHTEQ;", "\342\213\255"},
+    {"NU;", "\316\235"},
     {"NUM;", "#"},
-    {"NUMERO;",
-     "\xe2"
-     "\x84"
-     "\x96"
-     ""},
-    {"NUMSP;",
-     "\xe2"
-     "\x80"
-     "\x87"
-     ""},
-    {"NVAP;",
-     "\xe2"
-     "\x89"
-     "\x8d"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NVDASH;",
-     "\xe2"
-     "\x8a"
-     "\xac"
-     ""},
-    {"NVGE;",
-     "\xe2"
-     "\x89"
-     "\xa5"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NVGT;",
-     ">\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NVINFIN;",
-     "\xe2"
-     "\xa7"
-     "\x9e"
-     ""},
-    {"NVLE;",
-     "\xe2"
-     "\x89"
-     "\xa4"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NVLT;",
-     "<\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NVLTRIE;",
-     "\xe2"
-     "\x8a"
-     "\xb4"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NVRTRIE;",
-     "\xe2"
-     "\x8a"
-     "\xb5"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NVSIM;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"NWARHK;",
-     "\xe2"
-     "\xa4"
-     "\xa3"
-     ""},
-    {"NWARR;",
-     "\xe2"
-     "\x86"
-     "\x96"
-     ""},
-    {"NWARROW;",
-     "\xe2"
-     "\x86"
-     "\x96"
-     ""},
-    {"NWNEAR;",
-     "\xe2"
-     "\xa4"
-     "\xa7"
-     ""},
-    {"OACUTE;",
-     "\xc3"
-     "\x93"
-     ""},
-    {"OAST;",
-     "\xe2"
-     "\x8a"
-     "\x9b"
-     ""},
-    {"OCIR;",
-     "\xe2"
-     "\x8a"
-     "\x9a"
-     ""},
-    {"OCIRC;",
-     "\xc3"
-     "\x94"
-     ""},
-    {"OCY;",
-     "\xd0"
-     "\x9e"
-     ""},
-    {"ODASH;",
-     "\xe2"
-     "\x8a"
-     "\x9d"
-     ""},
-    {"ODBLAC;",
-     "\xc5"
-     "\x90"
-     ""},
-    {"ODIV;",
-     "\xe2"
-     "\xa8"
-     "\xb8"
-     ""},
-    {"ODOT;",
-     "\xe2"
-     "\x8a"
-     "\x99"
-     ""},
-    {"ODSOLD;",
-     "\xe2"
-     "\xa6"
-     "\xbc"
-     ""},
-    {"OELIG;",
-     "\xc5"
-     "\x92"
-     ""},
-    {"OFCIR;",
-     "\xe2"
-     "\xa6"
-     "\xbf"
-     ""},
-    {"OFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xac"
-     ""},
-    {"OGON;",
-     "\xcb"
-     "\x9b"
-     ""},
-    {"OGRAVE;",
-     "\xc3"
-     "\x92"
-     ""},
-    {"OGT;",
-     "\xe2"
-     "\xa7"
-     "\x81"
-     ""},
-    {"OHBAR;",
-     "\xe2"
-     "\xa6"
-     "\xb5"
-     ""},
-    {"OHM;",
-     "\xce"
-     "\xa9"
-     ""},
-    {"OINT;",
-     "\xe2"
-     "\x88"
-     "\xae"
-     ""},
-    {"OLARR;",
-     "\xe2"
-     "\x86"
-     "\xba"
-     ""},
-    {"OLCIR;",
-     "\xe2"
-     "\xa6"
-     "\xbe"
-     ""},
-    {"OLCROSS;",
-     "\xe2"
-     "\xa6"
-     "\xbb"
-     ""},
-    {"OLINE;",
-     "\xe2"
-     "\x80"
-     "\xbe"
-     ""},
-    {"OLT;",
-     "\xe2"
-     "\xa7"
-     "\x80"
-     ""},
-    {"OMACR;",
-     "\xc5"
-     "\x8c"
-     ""},
-    {"OMEGA;",
-     "\xce"
-     "\xa9"
-     ""},
-    {"OMICRON;",
-     "\xce"
-     "\x9f"
-     ""},
-    {"OMID;",
-     "\xe2"
-     "\xa6"
-     "\xb6"
-     ""},
-    {"OMINUS;",
-     "\xe2"
-     "\x8a"
-     "\x96"
-     ""},
-    {"OOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa0"
-     ""},
-    {"OPAR;",
-     "\xe2"
-     "\xa6"
-     "\xb7"
-     ""},
-    {"OPERP;",
-     "\xe2"
-     "\xa6"
-     "\xb9"
-     ""},
-    {"OPLUS;",
-     "\xe2"
-     "\x8a"
-     "\x95"
-     ""},
-    {"OR;",
-     "\xe2"
-     "\x88"
-     "\xa8"
-     ""},
-    {"ORARR;",
-     "\xe2"
-     "\x86"
-     "\xbb"
-     ""},
-    {"ORD;",
-     "\xe2"
-     "\xa9"
-     "\x9d"
-     ""},
-    {"ORDER;",
-     "\xe2"
-     "\x84"
-     "\xb4"
-     ""},
-    {"ORDEROF;",
-     "\xe2"
-     "\x84"
-     "\xb4"
-     ""},
-    {"ORDF;",
-     "\xc2"
-     "\xaa"
-     ""},
-    {"ORDM;",
-     "\xc2"
-     "\xba"
-     ""},
-    {"ORIGOF;",
-     "\xe2"
-     "\x8a"
-     "\xb6"
-     ""},
-    {"OROR;",
-     "\xe2"
-     "\xa9"
-     "\x96"
-     ""},
-    {"ORSLOPE;",
-     "\xe2"
-     "\xa9"
-     "\x97"
-     ""},
-    {"ORV;",
-     "\xe2"
-     "\xa9"
-     "\x9b"
-     ""},
-    {"OSCR;",
-     "\xe2"
-     "\x84"
-     "\xb4"
-     ""},
-    {"OSLASH;",
-     "\xc3"
-     "\x98"
-     ""},
-    {"OSOL;",
-     "\xe2"
-     "\x8a"
-     "\x98"
-     ""},
-    {"OTILDE;",
-     "\xc3"
-     "\x95"
-     ""},
-    {"OTIMES;",
-     "\xe2"
-     "\x8a"
-     "\x97"
-     ""},
-    {"OTIMESAS;",
-     "\xe2"
-     "\xa8"
-     "\xb6"
-     ""},
-    {"OUML;",
-     "\xc3"
-     "\x96"
-     ""},
-    {"OVBAR;",
-     "\xe2"
-     "\x8c"
-     "\xbd"
-     ""},
-    {"PAR;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"PARA;",
-     "\xc2"
-     "\xb6"
-     ""},
-    {"PARALLEL;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"PARSIM;",
-     "\xe2"
-     "\xab"
-     "\xb3"
-     ""},
-    {"PARSL;",
-     "\xe2"
-     "\xab"
-     "\xbd"
-     ""},
-    {"PART;",
-     "\xe2"
-     "\x88"
-     "\x82"
-     ""},
-    {"PCY;",
-     "\xd0"
-     "\x9f"
-     ""},
+    {"NUMERO;", "\342\204\226"},
+    {"NUMSP;", "\342\200\207"},
+    {"NVAP;", "\342\211\215\342\203\222"},
+    {"NVDASH;", "\342\212\254"},
+    {"NVGE;", "\342\211\245\342\203\222"},
+    {"NVGT;", ">\342\203\222"},
+    {"NVINFIN;", "\342\247\236"},
+    {"NVLE;", "\342\211\244\342\203\222"},
+    {"NVLT;", "<\342\203\222"},
+    {"NVLTRIE;", "\342\212\264\342\203\222"},
+    {"NVRTRIE;", "\342\212\265\342\203\222"},
+    {"NVSIM;", "\342\210\274\342\203\222"},
+    {"NWARHK;", "\342\244\243"},
+    {"NWARR;", "\342\206\226"},
+    {"NWARROW;", "\342\206\226"},
+    {"NWNEAR;", "\342\244\247"},
+    {"OACUTE;", "\303\223"},
+    {"OAST;", "\342\212\233"},
+    {"OCIR;", "\342\212\232"},
+    {"OCIRC;", "\303\224"},
+    {"OCY;", "\320\236"},
+    {"ODASH;", "\342\212\235"},
+    {"ODBLAC;", "\305\220"},
+    {"ODIV;", "\342\250\270"},
+    {"ODOT;", "\342\212\231"},
+    {"ODSOLD;", "\342\246\274"},
+    {"OELIG;", "\305\222"},
+    {"OFCIR;", "\342\246\277"},
+    {"OFR;", "\360\235\224\254"},
+    {"OGON;", "\313\233"},
+    {"OGRAVE;", "\303\222"},
+    {"OGT;", "\342\247\201"},
+    {"OHBAR;", "\342\246\265"},
+    {"OHM;", "\316\251"},
+    {"OINT;", "\342\210\256"},
+    {"OLARR;", "\342\206\272"},
+    {"OLCIR;", "\342\246\276"},
+    {"OLCROSS;", "\342\246\273"},
+    {"OLINE;", "\342\200\276"},
+    {"OLT;", "\342\247\200"},
+    {"OMACR;", "\305\214"},
+    {"OMEGA;", "\316\251"},
+    {"OMICRON;", "\316\237"},
+    {"OMID;", "\342\246\266"},
+    {"OMINUS;", "\342\212\226"},
+    {"OOPF;", "\360\235\225\240"},
+    {"OPAR;", "\342\246\267"},
+    {"OPERP;", "\342\246\271"},
+    {"OPLUS;", "\342\212\225"},
+    {"OR;", "\342\210\250"},
+    {"ORARR;", "\342\206\273"},
+    {"ORD;", "\342\251\235"},
+    {"ORDER;", "\342\204\264"},
+    {"ORDEROF;", "\342\204\264"},
+    {"ORDF;", "\302\252"},
+    {"ORDM;", "\302\272"},
+    {"ORIGOF;", "\342\212\266"},
+    {"OROR;", "\342\251\226"},
+    {"ORSLOPE;", "\342\251\227"},
+    {"ORV;", "\342\251\233"},
+    {"OSCR;", "\342\204\264"},
+    {"OSLASH;", "\303\230"},
+    {"OSOL;", "\342\212\230"},
+    {"OTILDE;", "\303\225"},
+    {"OTIMES;", "\342\212\227"},
+    {"OTIMESAS;", "\342\250\266"},
+    {"OUML;", "\303\226"},
+    {"OVBAR;", "\342\214\275"},
+    {"PAR;", "\342\210\245"},
+    {"PARA;", "\302\266"},
+    {"PARALLEL;", "\342\210\245"},
+    {"PARSIM;", "\342\253\263"},
+    {"PARSL;", "\342\253\275"},
+    {"PART;", "\342\210\202"},
+    {"PCY;", "\320\237"},
     {"PERCNT;", "%"},
     {"PERIOD;", "."},
-    {"PERMIL;",
-     "\xe2"
-     "\x80"
-     "\xb0"
-     ""},
-    {"PERP;",
-     "\xe2"
-     "\x8a"
-     "\xa5"
-     ""},
-    {"PERTENK;",
-     "\xe2"
-     "\x80"
-     "\xb1"
-     ""},
-    {"PFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xad"
-     ""},
-    {"PHI;",
-     "\xce"
-     "\xa6"
-     ""},
-    {"PHIV;",
-     "\xce"
-     "\xa6"
-     ""},
-    {"PHMMAT;",
-     "\xe2"
-     "\x84"
-     "\xb3"
-     ""},
-    {"PHONE;",
-     "\xe2"
-     "\x98"
-     "\x8e"
-     ""},
-    {"PI;",
-     "\xce"
-     "\xa0"
-     ""},
-    {"PITCHFORK;",
-     "\xe2"
-     "\x8b"
-     "\x94"
-     ""},
-    {"PIV;",
-     "\xce"
-     "\xa0"
-     ""},
-    {"PLANCK;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
-    {"PLANCKH;",
-     "\xe2"
-     "\x84"
-     "\x8e"
-     ""},
-    {"PLANKV;",
-     "\xe2"
-     "\x84"
-     "\x8f"
-     ""},
+    {"PERMIL;", "\342\200\260"},
+    {"PERP;", "\342\212\245"},
+    {"PERTENK;", "\342\200\261"},
+    {"PFR;", "\360\235\224\255"},
+    {"PHI;", "\316\246"},
+    {"PHIV;", "\316\246"},
+    {"PHMMAT;", "\342\204\263"},
+    {"PHONE;", "\342\230\216"},
+    {"PI;", "\316\240"},
+    {"PITCHFORK;", "\342\213\224"},
+    {"PIV;", "\316\240"},
+    {"PLANCK;", "\342\204\217"},
+    {"PLANCKH;", "\342\204\216"},
+    {"PLANKV;", "\342\204\217"},
     {"PLUS;", "+"},
-    {"PLUSACIR;",
-     "\xe2"
-     "\xa8"
-     "\xa3"
-     ""},
-    {"PLUSB;",
-     "\xe2"
-     "\x8a"
-     "\x9e"
-     ""},
-    {"PLUSCIR;",
-     "\xe2"
-     "\xa8"
-     "\xa2"
-     ""},
-    {"PLUSDO;",
-     "\xe2"
-     "\x88"
-     "\x94"
-     ""},
-    {"PLUSDU;",
-     "\xe2"
-     "\xa8"
-     "\xa5"
-     ""},
-    {"PLUSE;",
-     "\xe2"
-     "\xa9"
-     "\xb2"
-     ""},
-    {"PLUSMN;",
-     "\xc2"
-     "\xb1"
-     ""},
-    {"PLUSSIM;",
-     "\xe2"
-     "\xa8"
-     "\xa6"
-     ""},
-    {"PLUSTWO;",
-     "\xe2"
-     "\xa8"
-     "\xa7"
-     ""},
-    {"PM;",
-     "\xc2"
-     "\xb1"
-     ""},
-    {"POINTINT;",
-     "\xe2"
-     "\xa8"
-     "\x95"
-     ""},
-    {"POPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa1"
-     ""},
-    {"POUND;",
-     "\xc2"
-     "\xa3"
-     ""},
-    {"PR;",
-     "\xe2"
-     "\x89"
-     "\xba"
-     ""},
-    {"PRAP;",
-     "\xe2"
-     "\xaa"
-     "\xb7"
-     ""},
-    {"PRCUE;",
-     "\xe2"
-     "\x89"
-     "\xbc"
-     ""},
-    {"PRE;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     ""},
-    {"PREC;",
-     "\xe2"
-     "\x89"
-     "\xba"
-     ""},
-    {"PRECAPPROX;",
-     "\xe2"
-     "\xaa"
-     "\xb7"
-     ""},
-    {"PRECCURLYEQ;",
-     "\xe2"
-     "\x89"
-     "\xbc"
-     ""},
-    {"PRECEQ;",
-     "\xe2"
-     "\xaa"
-     "\xaf"
-     ""},
-    {"PRECNAPPROX;",
-     "\xe2"
-     "\xaa"
-     "\xb9"
-     ""},
-    {"PRECNEQQ;",
-     "\xe2"
-     "\xaa"
-     "\xb5"
-     ""},
-    {"PRECNSIM;",
-     "\xe2"
-     "\x8b"
-     "\xa8"
-     ""},
-    {"PRECSIM;",
-     "\xe2"
-     "\x89"
-     "\xbe"
-     ""},
-    {"PRIME;",
-     "\xe2"
-     "\x80"
-     "\xb2"
-     ""},
-    {"PRIMES;",
-     "\xe2"
-     "\x84"
-     "\x99"
-     ""},
-    {"PRNAP;",
-     "\xe2"
-     "\xaa"
-     "\xb9"
-     ""},
-    {"PRNSIM;",
-     "\xe2"
-     "\x8b"
-     "\xa8"
-     ""},
-    {"PROD;",
-     "\xe2"
-     "\x88"
-     "\x8f"
-     ""},
-    {"PROFALAR;",
-     "\xe2"
-     "\x8c"
-     "\xae"
-     ""},
-    {"PROFLINE;",
-     "\xe2"
-     "\x8c"
-     "\x92"
-     ""},
-    {"PROFSURF;",
-     "\xe2"
-     "\x8c"
-     "\x93"
-     ""},
-    {"PROP;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"PROPTO;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"PRSIM;",
-     "\xe2"
-     "\x89"
-     "\xbe"
-     ""},
-    {"PRUREL;",
-     "\xe2"
-     "\x8a"
-     "\xb0"
-     ""},
-    {"PSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x85"
-     ""},
-    {"PSI;",
-     "\xce"
-     "\xa8"
-     ""},
-    {"PUNCSP;",
-     "\xe2"
-     "\x80"
-     "\x88"
-     ""},
-    {"QFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xae"
-     ""},
-    {"QINT;",
-     "\xe2"
-     "\xa8"
-     "\x8c"
-     ""},
-    {"QOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa2"
-     ""},
-    {"QPRIME;",
-     "\xe2"
-     "\x81"
-     "\x97"
-     ""},
-    {"QSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x86"
-     ""},
-    {"QUATERNIONS;",
-     "\xe2"
-     "\x84"
-     "\x8d"
-     ""},
-    {"QUATINT;",
-     "\xe2"
-     "\xa8"
-     "\x96"
-     ""},
-    {"QUEST;",
-     "\x3f"
-     ""},
-    {"QUESTEQ;",
-     "\xe2"
-     "\x89"
-     "\x9f"
-     ""},
-    {"RACE;",
-     "\xe2"
-     "\x88"
-     "\xbd"
-     "\xcc"
-     "\xb1"
-     ""},
-    {"RACUTE;",
-     "\xc5"
-     "\x94"
-     ""},
-    {"RADIC;",
-     "\xe2"
-     "\x88"
-     "\x9a"
-     ""},
-    {"RAEMPTYV;",
-     "\xe2"
-     "\xa6"
-     "\xb3"
-     ""},
-    {"RANG;",
-     "\xe2"
-     "\x9f"
-     "\xa9"
-     ""},
-    {"RANGD;",
-     "\xe2"
-     "\xa6"
-     "\x92"
-     ""},
-    {"RANGE;",
-     "\xe2"
-     "\xa6"
-     "\xa5"
-     ""},
-    {"RANGLE;",
-     "\xe2"
-     "\x9f"
-     "\xa9"
-     ""},
-    {"RAQUO;",
-     "\xc2"
-     "\xbb"
-     ""},
-    {"RARR;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"RARRAP;",
-     "\xe2"
-     "\xa5"
-     "\xb5"
-     ""},
-    {"RARRB;",
-     "\xe2"
-     "\x87"
-     "\xa5"
-     ""},
-    {"RARRBFS;",
-     "\xe2"
-     "\xa4"
-     "\xa0"
-     ""},
-    {"RARRC;",
-     "\xe2"
-     "\xa4"
-     "\xb3"
-     ""},
-    {"RARRFS;",
-     "\xe2"
-     "\xa4"
-     "\x9e"
-     ""},
-    {"RARRHK;",
-     "\xe2"
-     "\x86"
-     "\xaa"
-     ""},
-    {"RARRLP;",
-     "\xe2"
-     "\x86"
-     "\xac"
-     ""},
-    {"RARRPL;",
-     "\xe2"
-     "\xa5"
-     "\x85"
-     ""},
-    {"RARRSIM;",
-     "\xe2"
-     "\xa5"
-     "\xb4"
-     ""},
-    {"RARRTL;",
-     "\xe2"
-     "\x86"
-     "\xa3"
-     ""},
-    {"RARRW;",
-     "\xe2"
-     "\x86"
-     "\x9d"
-     ""},
-    {"RATAIL;",
-     "\xe2"
-     "\xa4"
-     "\x9a"
-     ""},
-    {"RATIO;",
-     "\xe2"
-     "\x88"
-     "\xb6"
-     ""},
-    {"RATIONALS;",
-     "\xe2"
-     "\x84"
-     "\x9a"
-     ""},
-    {"RBARR;",
-     "\xe2"
-     "\xa4"
-     "\x8d"
-     ""},
-    {"RBBRK;",
-     "\xe2"
-     "\x9d"
-     "\xb3"
-     ""},
+    {"PLUSACIR;", "\342\250\243"},
+    {"PLUSB;", "\342\212\236"},
+    {"PLUSCIR;", "\342\250\242"},
+    {"PLUSDO;", "\342\210\224"},
+    {"PLUSDU;", "\342\250\245"},
+    {"PLUSE;", "\342\251\262"},
+    {"PLUSMN;", "\302\261"},
+    {"PLUSSIM;", "\342\250\246"},
+    {"PLUSTWO;", "\342\250\247"},
+    {"PM;", "\302\261"},
+    {"POINTINT;", "\342\250\225"},
+    {"POPF;", "\360\235\225\241"},
+    {"POUND;", "\302\243"},
+    {"PR;", "\342\211\272"},
+    {"PRAP;", "\342\252\267"},
+    {"PRCUE;", "\342\211\274"},
+    {"PRE;", "\342\252\257"},
+    {"PREC;", "\342\211\272"},
+    {"PRECAPPROX;", "\342\252\267"},
+    {"PRECCURLYEQ;", "\342\211\274"},
+    {"PRECEQ;", "\342\252\257"},
+    {"PRECNAPPROX;", "\342\252\271"},
+    {"PRECNEQQ;", "\342\252\265"},
+    {"PRECNSIM;", "\342\213\250"},
+    {"PRECSIM;", "\342\211\276"},
+    {"PRIME;", "\342\200\262"},
+    {"PRIMES;", "\342\204\231"},
+    {"PRNAP;", "\342\252\271"},
+    {"PRNSIM;", "\342\213\250"},
+    {"PROD;", "\342\210\217"},
+    {"PROFALAR;", "\342\214\256"},
+    {"PROFLINE;", "\342\214\222"},
+    {"PROFSURF;", "\342\214\223"},
+    {"PROP;", "\342\210\235"},
+    {"PROPTO;", "\342\210\235"},
+    {"PRSIM;", "\342\211\276"},
+    {"PRUREL;", "\342\212\260"},
+    {"PSCR;", "\360\235\223\205"},
+    {"PSI;", "\316\250"},
+    {"PUNCSP;", "\342\200\210"},
+    {"QFR;", "\360\235\224\256"},
+    {"QINT;", "\342\250\214"},
+    {"QOPF;", "\360\235\225\242"},
+    {"QPRIME;", "\342\201\227"},
+    {"QSCR;", "\360\235\223\206"},
+    {"QUATERNIONS;", "\342\204\215"},
+    {"QUATINT;", "\342\250\226"},
+    {"QUEST;", "\077"},
+    {"QUESTEQ;", "\342\211\237"},
+    {"RACE;", "\342\210\275\314\261"},
+    {"RACUTE;", "\305\224"},
+    {"RADIC;", "\342\210\232"},
+    {"RAEMPTYV;", "\342\246\263"},
+    {"RANG;", "\342\237\251"},
+    {"RANGD;", "\342\246\222"},
+    {"RANGE;", "\342\246\245"},
+    {"RANGLE;", "\342\237\251"},
+    {"RAQUO;", "\302\273"},
+    {"RARR;", "\342\206\222"},
+    {"RARRAP;", "\342\245\265"},
+    {"RARRB;", "\342\207\245"},
+    {"RARRBFS;", "\342\244\240"},
+    {"RARRC;", "\342\244\263"},
+    {"RARRFS;", "\342\244\236"},
+    {"RARRHK;", "\342\206\252"},
+    {"RARRLP;", "\342\206\254"},
+    {"RARRPL;", "\342\245\205"},
+    {"RARRSIM;", "\342\245\264"},
+    {"RARRTL;", "\342\206\243"},
+    {"RARRW;", "\342\206\235"},
+    {"RATAIL;", "\342\244\232"},
+    {"RATIO;", "\342\210\266"},
+    {"RATIONALS;", "\342\204\232"},
+    {"RBARR;", "\342\244\215"},
+    {"RBBRK;", "\342\235\263"},
     {"RBRACE;", "}"},
     {"RBRACK;", "]"},
-    {"RBRKE;",
-     "\xe2"
-     "\xa6"
-     "\x8c"
-     ""},
-    {"RBRKSLD;",
-     "\xe2"
-     "\xa6"
-     "\x8e"
-     ""},
-    {"RBRKSLU;",
-     "\xe2"
-     "\xa6"
-     "\x90"
-     ""},
-    {"RCARON;",
-     "\xc5"
-     "\x98"
-     ""},
-    {"RCEDIL;",
-     "\xc5"
-     "\x96"
-     ""},
-    {"RCEIL;",
-     "\xe2"
-     "\x8c"
-     "\x89"
-     ""},
+    {"RBRKE;", "\342\246\214"},
+    {"RBRKSLD;", "\342\246\216"},
+    {"RBRKSLU;", "\342\246\220"},
+    {"RCARON;", "\305\230"},
+    {"RCEDIL;", "\305\226"},
+    {"RCEIL;", "\342\214\211"},
     {"RCUB;", "}"},
-    {"RCY;",
-     "\xd0"
-     "\xa0"
-     ""},
-    {"RDCA;",
-     "\xe2"
-     "\xa4"
-     "\xb7"
-     ""},
-    {"RDLDHAR;",
-     "\xe2"
-     "\xa5"
-     "\xa9"
-     ""},
-    {"RDQUO;",
-     "\xe2"
-     "\x80"
-     "\x9d"
-     ""},
-    {"RDQUOR;",
-     "\xe2"
-     "\x80"
-     "\x9d"
-     ""},
-    {"RDSH;",
-     "\xe2"
-     "\x86"
-     "\xb3"
-     ""},
-    {"REAL;",
-     "\xe2"
-     "\x84"
-     "\x9c"
-     ""},
-    {"REALINE;",
-     "\xe2"
-     "\x84"
-     "\x9b"
-     ""},
-    {"REALPART;",
-     "\xe2"
-     "\x84"
-     "\x9c"
-     ""},
-    {"REALS;",
-     "\xe2"
-     "\x84"
-     "\x9d"
-     ""},
-    {"RECT;",
-     "\xe2"
-     "\x96"
-     "\xad"
-     ""},
-    {"RFISHT;",
-     "\xe2"
-     "\xa5"
-     "\xbd"
-     ""},
-    {"RFLOOR;",
-     "\xe2"
-     "\x8c"
-     "\x8b"
-     ""},
-    {"RFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xaf"
-     ""},
-    {"RHARD;",
-     "\xe2"
-     "\x87"
-     "\x81"
-     ""},
-    {"RHARU;",
-     "\xe2"
-     "\x87"
-     "\x80"
-     ""},
-    {"RHARUL;",
-     "\xe2"
-     "\xa5"
-     "\xac"
-     ""},
-    {"RHO;",
-     "\xce"
-     "\xa1"
-     ""},
-    {"RHOV;",
-     "\xce"
-     "\xa1"
-     ""},
-    {"RIGHTARROW;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"RIGHTARROWTAIL;",
-     "\xe2"
-     "\x86"
-     "\xa3"
-     ""},
-    {"RIGHTHARPOONDOWN;",
-     "\xe2"
-     "\x87"
-     "\x81"
-     ""},
-    {"RIGHTHARPOONUP;",
-     "\xe2"
-     "\x87"
-     "\x80"
-     ""},
-    {"RIGHTLEFTARROWS;",
-     "\xe2"
-     "\x87"
-     "\x84"
-     ""},
-    {"RIGHTLEFTHARPOONS;",
-     "\xe2"
-     "\x87"
-     "\x8c"
-     ""},
-    {"RIGHTRIGHTARROWS;",
-     "\xe2"
-     "\x87"
-     "\x89"
-     ""},
-    {"RIGHTSQUIGARROW;",
-     "\xe2"
-     "\x86"
-     "\x9d"
-     ""},
-    {"RIGHTTHREETIMES;",
-     "\xe2"
-     "\x8b"
-     "\x8c"
-     ""},
-    {"RING;",
-     "\xcb"
-     "\x9a"
-     ""},
-    {"RISINGDOTSEQ;",
-     "\xe2"
-     "\x89"
-     "\x93"
-     ""},
-    {"RLARR;",
-     "\xe2"
-     "\x87"
-     "\x84"
-     ""},
-    {"RLHAR;",
-     "\xe2"
-     "\x87"
-     "\x8c"
-     ""},
-    {"RLM;",
-     "\xe2"
-     "\x80"
-     "\x8f"
-     ""},
-    {"RMOUST;",
-     "\xe2"
-     "\x8e"
-     "\xb1"
-     ""},
-    {"RMOUSTACHE;",
-     "\xe2"
-     "\x8e"
-     "\xb1"
-     ""},
-    {"RNMID;",
-     "\xe2"
-     "\xab"
-     "\xae"
-     ""},
-    {"ROANG;",
-     "\xe2"
-     "\x9f"
-     "\xad"
-     ""},
-    {"ROARR;",
-     "\xe2"
-     "\x87"
-     "\xbe"
-     ""},
-    {"ROBRK;",
-     "\xe2"
-     "\x9f"
-     "\xa7"
-     ""},
-    {"ROPAR;",
-     "\xe2"
-     "\xa6"
-     "\x86"
-     ""},
-    {"ROPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa3"
-     ""},
-    {"ROPLUS;",
-     "\xe2"
-     "\xa8"
-     "\xae"
-     ""},
-    {"ROTIMES;",
-     "\xe2"
-     "\xa8"
-     "\xb5"
-     ""},
+    {"RCY;", "\320\240"},
+    {"RDCA;", "\342\244\267"},
+    {"RDLDHAR;", "\342\245\251"},
+    {"RDQUO;", "\342\200\235"},
+    {"RDQUOR;", "\342\200\235"},
+    {"RDSH;", "\342\206\263"},
+    {"REAL;", "\342\204\234"},
+    {"REALINE;", "\342\204\233"},
+    {"REALPART;", "\342\204\234"},
+    {"REALS;", "\342\204\235"},
+    {"RECT;", "\342\226\255"},
+    {"RFISHT;", "\342\245\275"},
+    {"RFLOOR;", "\342\214\213"},
+    {"RFR;", "\360\235\224\257"},
+    {"RHARD;", "\342\207\201"},
+    {"RHARU;", "\342\207\200"},
+    {"RHARUL;", "\342\245\254"},
+    {"RHO;", "\316\241"},
+    {"RHOV;", "\316\241"},
+    {"RIGHTARROW;", "\342\206\222"},
+    {"RIGHTARROWTAIL;", "\342\206\243"},
+    {"RIGHTHARPOONDOWN;", "\342\207\201"},
+    {"RIGHTHARPOONUP;", "\342\207\200"},
+    {"RIGHTLEFTARROWS;", "\342\207\204"},
+    {"RIGHTLEFTHARPOONS;", "\342\207\214"},
+    {"RIGHTRIGHTARROWS;", "\342\207\211"},
+    {"RIGHTSQUIGARROW;", "\342\206\235"},
+    {"RIGHTTHREETIMES;", "\342\213\214"},
+    {"RING;", "\313\232"},
+    {"RISINGDOTSEQ;", "\342\211\223"},
+    {"RLARR;", "\342\207\204"},
+    {"RLHAR;", "\342\207\214"},
+    {"RLM;", "\342\200\217"},
+    {"RMOUST;", "\342\216\261"},
+    {"RMOUSTACHE;", "\342\216\261"},
+    {"RNMID;", "\342\253\256"},
+    {"ROANG;", "\342\237\255"},
+    {"ROARR;", "\342\207\276"},
+    {"ROBRK;", "\342\237\247"},
+    {"ROPAR;", "\342\246\206"},
+    {"ROPF;", "\360\235\225\243"},
+    {"ROPLUS;", "\342\250\256"},
+    {"ROTIMES;", "\342\250\265"},
     {"RPAR;", ")"},
-    {"RPARGT;",
-     "\xe2"
-     "\xa6"
-     "\x94"
-     ""},
-    {"RPPOLINT;",
-     "\xe2"
-     "\xa8"
-     "\x92"
-     ""},
-    {"RRARR;",
-     "\xe2"
-     "\x87"
-     "\x89"
-     ""},
-    {"RSAQUO;",
-     "\xe2"
-     "\x80"
-     "\xba"
-     ""},
-    {"RSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x87"
-     ""},
-    {"RSH;",
-     "\xe2"
-     "\x86"
-     "\xb1"
-     ""},
+    {"RPARGT;", "\342\246\224"},
+    {"RPPOLINT;", "\342\250\222"},
+    {"RRARR;", "\342\207\211"},
+    {"RSAQUO;", "\342\200\272"},
+    {"RSCR;", "\360\235\223\207"},
+    {"RSH;", "\342\206\261"},
     {"RSQB;", "]"},
-    {"RSQUO;",
-     "\xe2"
-     "\x80"
-     "\x99"
-     ""},
-    {"RSQUOR;",
-     "\xe2"
-     "\x80"
-     "\x99"
-     ""},
-    {"RTHREE;",
-     "\xe2"
-     "\x8b"
-     "\x8c"
-     ""},
-    {"RTIMES;",
-     "\xe2"
-     "\x8b"
-     "\x8a"
-     ""},
-    {"RTRI;",
-     "\xe2"
-     "\x96"
-     "\xb9"
-     ""},
-    {"RTRIE;",
-     "\xe2"
-     "\x8a"
-     "\xb5"
-     ""},
-    {"RTRIF;",
-     "\xe2"
-     "\x96"
-     "\xb8"
-     ""},
-    {"RTRILTRI;",
-     "\xe2"
-     "\xa7"
-     "\x8e"
-     ""},
-    {"RULUHAR;",
-     "\xe2"
-     "\xa5"
-     "\xa8"
-     ""},
-    {"RX;",
-     "\xe2"
-     "\x84"
-     "\x9e"
-     ""},
-    {"SACUTE;",
-     "\xc5"
-     "\x9a"
-     ""},
-    {"SBQUO;",
-     "\xe2"
-     "\x80"
-     "\x9a"
-     ""},
-    {"SC;",
-     "\xe2"
-     "\x89"
-     "\xbb"
-     ""},
-    {"SCAP;",
-     "\xe2"
-     "\xaa"
-     "\xb8"
-     ""},
-    {"SCARON;",
-     "\xc5"
-     "\xa0"
-     ""},
-    {"SCCUE;",
-     "\xe2"
-     "\x89"
-     "\xbd"
-     ""},
-    {"SCE;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     ""},
-    {"SCEDIL;",
-     "\xc5"
-     "\x9e"
-     ""},
-    {"SCIRC;",
-     "\xc5"
-     "\x9c"
-     ""},
-    {"SCNAP;",
-     "\xe2"
-     "\xaa"
-     "\xba"
-     ""},
-    {"SCNSIM;",
-     "\xe2"
-     "\x8b"
-     "\xa9"
-     ""},
-    {"SCPOLINT;",
-     "\xe2"
-     "\xa8"
-     "\x93"
-     ""},
-    {"SCSIM;",
-     "\xe2"
-     "\x89"
-     "\xbf"
-     ""},
-    {"SCY;",
-     "\xd0"
-     "\xa1"
-     ""},
-    {"SDOT;",
-     "\xe2"
-     "\x8b"
-     "\x85"
-     ""},
-    {"SDOTB;",
-     "\xe2"
-     "\x8a"
-     "\xa1"
-     ""},
-    {"SDOTE;",
-     "\xe2"
-     "\xa9"
-     "\xa6"
-     ""},
-    {"SEARHK;",
-     "\xe2"
-     "\xa4"
-     "\xa5"
-     ""},
-    {"SEARR;",
-     "\xe2"
-     "\x86"
-     "\x98"
-     ""},
-    {"SEARROW;",
-     "\xe2"
-     "\x86"
-     "\x98"
-     ""},
-    {"SECT;",
-     "\xc2"
-     "\xa7"
-     ""},
+    {"RSQUO;", "\342\200\231"},
+    {"RSQUOR;", "\342\200\231"},
+    {"RTHREE;", "\342\213\214"},
+    {"RTIMES;", "\342\213\212"},
+    {"RTRI;", "\342\226\271"},
+    {"RTRIE;", "\342\212\265"},
+    {"RTRIF;", "\342\226\270"},
+    {"RTRILTRI;", "\342\247\216"},
+    {"RULUHAR;", "\342\245\250"},
+    {"RX;", "\342\204\236"},
+    {"SACUTE;", "\305\232"},
+    {"SBQUO;", "\342\200\232"},
+    {"SC;", "\342\211\273"},
+    {"SCAP;", "\342\252\270"},
+    {"SCARON;", "\305\240"},
+    {"SCCUE;", "\342\211\275"},
+    {"SCE;", "\342\252\260"},
+    {"SCEDIL;", "\305\236"},
+    {"SCIRC;", "\305\234"},
+    {"SCNAP;", "\342\252\272"},
+    {"SCNSIM;", "\342\213\251"},
+    {"SCPOLINT;", "\342\250\223"},
+    {"SCSIM;", "\342\211\277"},
+    {"SCY;", "\320\241"},
+    {"SDOT;", "\342\213\205"},
+    {"SDOTB;", "\342\212\241"},
+    {"SDOTE;", "\342\251\246"},
+    {"SEARHK;", "\342\244\245"},
+    {"SEARR;", "\342\206\230"},
+    {"SEARROW;", "\342\206\230"},
+    {"SECT;", "\302\247"},
     {"SEMI;", ";"},
-    {"SESWAR;",
-     "\xe2"
-     "\xa4"
-     "\xa9"
-     ""},
-    {"SETMINUS;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"SETMN;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"SEXT;",
-     "\xe2"
-     "\x9c"
-     "\xb6"
-     ""},
-    {"SFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb0"
-     ""},
-    {"SFROWN;",
-     "\xe2"
-     "\x8c"
-     "\xa2"
-     ""},
-    {"SHARP;",
-     "\xe2"
-     "\x99"
-     "\xaf"
-     ""},
-    {"SHCHCY;",
-     "\xd0"
-     "\xa9"
-     ""},
-    {"SHCY;",
-     "\xd0"
-     "\xa8"
-     ""},
-    {"SHORTMID;",
-     "\xe2"
-     "\x88"
-     "\xa3"
-     ""},
-    {"SHORTPARALLEL;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"SHY;",
-     "\xc2"
-     "\xad"
-     ""},
-    {"SIGMA;",
-     "\xce"
-     "\xa3"
-     ""},
-    {"SIGMAF;",
-     "\xce"
-     "\xa3"
-     ""},
-    {"SIGMAV;",
-     "\xce"
-     "\xa3"
-     ""},
-    {"SIM;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     ""},
-    {"SIMDOT;",
-     "\xe2"
-     "\xa9"
-     "\xaa"
-     ""},
-    {"SIME;",
-     "\xe2"
-     "\x89"
-     "\x83"
-     ""},
-    {"SIMEQ;",
-     "\xe2"
-     "\x89"
-     "\x83"
-     ""},
-    {"SIMG;",
-     "\xe2"
-     "\xaa"
-     "\x9e"
-     ""},
-    {"SIML;",
-     "\xe2"
-     "\xaa"
-     "\x9d"
-     ""},
-    {"SIMNE;",
-     "\xe2"
-     "\x89"
-     "\x86"
-     ""},
-    {"SIMPLUS;",
-     "\xe2"
-     "\xa8"
-     "\xa4"
-     ""},
-    {"SIMRARR;",
-     "\xe2"
-     "\xa5"
-     "\xb2"
-     ""},
-    {"SLARR;",
-     "\xe2"
-     "\x86"
-     "\x90"
-     ""},
-    {"SMALLSETMINUS;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"SMASHP;",
-     "\xe2"
-     "\xa8"
-     "\xb3"
-     ""},
-    {"SMEPARSL;",
-     "\xe2"
-     "\xa7"
-     "\xa4"
-     ""},
-    {"SMID;",
-     "\xe2"
-     "\x88"
-     "\xa3"
-     ""},
-    {"SMILE;",
-     "\xe2"
-     "\x8c"
-     "\xa3"
-     ""},
-    {"SMT;",
-     "\xe2"
-     "\xaa"
-     "\xaa"
-     ""},
-    {"SMTE;",
-     "\xe2"
-     "\xaa"
-     "\xac"
-     ""},
-    {"SMTES;",
-     "\xe2"
-     "\xaa"
-     "\xac"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"SOFTCY;",
-     "\xd0"
-     "\xac"
-     ""},
+    {"SESWAR;", "\342\244\251"},
+    {"SETMINUS;", "\342\210\226"},
+    {"SETMN;", "\342\210\226"},
+    {"SEXT;", "\342\234\266"},
+    {"SFR;", "\360\235\224\260"},
+    {"SFROWN;", "\342\214\242"},
+    {"SHARP;", "\342\231\257"},
+    {"SHCHCY;", "\320\251"},
+    {"SHCY;", "\320\250"},
+    {"SHORTMID;", "\342\210\243"},
+    {"SHORTPARALLEL;", "\342\210\245"},
+    {"SHY;", "\302\255"},
+    {"SIGMA;", "\316\243"},
+    {"SIGMAF;", "\316\243"},
+    {"SIGMAV;", "\316\243"},
+    {"SIM;", "\342\210\274"},
+    {"SIMDOT;", "\342\251\252"},
+    {"SIME;", "\342\211\203"},
+    {"SIMEQ;", "\342\211\203"},
+    {"SIMG;", "\342\252\236"},
+    {"SIML;", "\342\252\235"},
+    {"SIMNE;", "\342\211\206"},
+    {"SIMPLUS;", "\342\250\244"},
+    {"SIMRARR;", "\342\245\262"},
+    {"SLARR;", "\342\206\220"},
+    {"SMALLSETMINUS;", "\342\210\226"},
+    {"SMASHP;", "\342\250\263"},
+    {"SMEPARSL;", "\342\247\244"},
+    {"SMID;", "\342\210\243"},
+    {"SMILE;", "\342\214\243"},
+    {"SMT;", "\342\252\252"},
+    {"SMTE;", "\342\252\254"},
+    {"SMTES;", "\342\252\254\357\270\200"},
+    {"SOFTCY;", "\320\254"},
     {"SOL;", "/"},
-    {"SOLB;",
-     "\xe2"
-     "\xa7"
-     "\x84"
-     ""},
-    {"SOLBAR;",
-     "\xe2"
-     "\x8c"
-     "\xbf"
-     ""},
-    {"SOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa4"
-     ""},
-    {"SPADES;",
-     "\xe2"
-     "\x99"
-     "\xa0"
-     ""},
-    {"SPADESUIT;",
-     "\xe2"
-     "\x99"
-     "\xa0"
-     ""},
-    {"SPAR;",
-     "\xe2"
-     "\x88"
-     "\xa5"
-     ""},
-    {"SQCAP;",
-     "\xe2"
-     "\x8a"
-     "\x93"
-     ""},
-    {"SQCAPS;",
-     "\xe2"
-     "\x8a"
-     "\x93"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"SQCUP;",
-     "\xe2"
-     "\x8a"
-     "\x94"
-     ""},
-    {"SQCUPS;",
-     "\xe2"
-     "\x8a"
-     "\x94"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"SQSUB;",
-     "\xe2"
-     "\x8a"
-     "\x8f"
-     ""},
-    {"SQSUBE;",
-     "\xe2"
-     "\x8a"
-     "\x91"
-     ""},
-    {"SQSUBSET;",
-     "\xe2"
-     "\x8a"
-     "\x8f"
-     ""},
-    {"SQSUBSETEQ;",
-     "\xe2"
-     "\x8a"
-     "\x91"
-     ""},
-    {"SQSUP;",
-     "\xe2"
-     "\x8a"
-     "\x90"
-     ""},
-    {"SQSUPE;",
-     "\xe2"
-     "\x8a"
-     "\x92"
-     ""},
-    {"SQSUPSET;",
-     "\xe2"
-     "\x8a"
-     "\x90"
-     ""},
-    {"SQSUPSETEQ;",
-     "\xe2"
-     "\x8a"
-     "\x92"
-     ""},
-    {"SQU;",
-     "\xe2"
-     "\x96"
-     "\xa1"
-     ""},
-    {"SQUARE;",
-     "\xe2"
-     "\x96"
-     "\xa1"
-     ""},
-    {"SQUARF;",
-     "\xe2"
-     "\x96"
-     "\xaa"
-     ""},
-    {"SQUF;",
-     "\xe2"
-     "\x96"
-     "\xaa"
-     ""},
-    {"SRARR;",
-     "\xe2"
-     "\x86"
-     "\x92"
-     ""},
-    {"SSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x88"
-     ""},
-    {"SSETMN;",
-     "\xe2"
-     "\x88"
-     "\x96"
-     ""},
-    {"SSMILE;",
-     "\xe2"
-     "\x8c"
-     "\xa3"
-     ""},
-    {"SSTARF;",
-     "\xe2"
-     "\x8b"
-     "\x86"
-     ""},
-    {"STAR;",
-     "\xe2"
-     "\x98"
-     "\x86"
-     ""},
-    {"STARF;",
-     "\xe2"
-     "\x98"
-     "\x85"
-     ""},
-    {"STRAIGHTEPSILON;",
-     "\xce"
-     "\x95"
-     ""},
-    {"STRAIGHTPHI;",
-     "\xce"
-     "\xa6"
-     ""},
-    {"STRNS;",
-     "\xc2"
-     "\xaf"
-     ""},
-    {"SUB;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     ""},
-    {"SUBDOT;",
-     "\xe2"
-     "\xaa"
-     "\xbd"
-     ""},
-    {"SUBE;",
-     "\xe2"
-     "\x8a"
-     "\x86"
-     ""},
-    {"SUBEDOT;",
-     "\xe2"
-     "\xab"
-     "\x83"
-     ""},
-    {"SUBMULT;",
-     "\xe2"
-     "\xab"
-     "\x81"
-     ""},
-    {"SUBNE;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     ""},
-    {"SUBPLUS;",
-     "\xe2"
-     "\xaa"
-     "\xbf"
-     ""},
-    {"SUBRARR;",
-     "\xe2"
-     "\xa5"
-     "\xb9"
-     ""},
-    {"SUBSET;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     ""},
-    {"SUBSETEQ;",
-     "\xe2"
-     "\x8a"
-     "\x86"
-     ""},
-    {"SUBSETEQQ;",
-     "\xe2"
-     "\xab"
-     "\x85"
-     ""},
-    {"SUBSETNEQ;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     ""},
-    {"SUBSETNEQQ;",
-     "\xe2"
-     "\xab"
-     "\x8b"
-     ""},
-    {"SUBSIM;",
-     "\xe2"
-     "\xab"
-     "\x87"
-     ""},
-    {"SUBSUB;",
-     "\xe2"
-     "\xab"
-     "\x95"
-     ""},
-    {"SUBSUP;",
-     "\xe2"
-     "\xab"
-     "\x93"
-     ""},
-    {"SUCC;",
-     "\xe2"
-     "\x89"
-     "\xbb"
-     ""},
-    {"SUCCAPPROX;",
-     "\xe2"
-     "\xaa"
-     "\xb8"
-     ""},
-    {"SUCCCURLYEQ;",
-     "\xe2"
-     "\x89"
-     "\xbd"
-     ""},
-    {"SUCCEQ;",
-     "\xe2"
-     "\xaa"
-     "\xb0"
-     ""},
-    {"SUCCNAPPROX;",
-     "\xe2"
-     "\xaa"
-     "\xba"
-     ""},
-    {"SUCCNEQQ;",
-     "\xe2"
-     "\xaa"
-     "\xb6"
-     ""},
-    {"SUCCNSIM;",
-     "\xe2"
-     "\x8b"
-     "\xa9"
-     ""},
-    {"SUCCSIM;",
-     "\xe2"
-     "\x89"
-     "\xbf"
-     ""},
-    {"SUM;",
-     "\xe2"
-     "\x88"
-     "\x91"
-     ""},
-    {"SUNG;",
-     "\xe2"
-     "\x99"
-     "\xaa"
-     ""},
-    {"SUP1;",
-     "\xc2"
-     "\xb9"
-     ""},
-    {"SUP2;",
-     "\xc2"
-     "\xb2"
-     ""},
-    {"SUP3;",
-     "\xc2"
-     "\xb3"
-     ""},
-    {"SUP;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     ""},
-    {"SUPDOT;",
-     "\xe2"
-     "\xaa"
-     "\xbe"
-     ""},
-    {"SUPDSUB;",
-     "\xe2"
-     "\xab"
-     "\x98"
-     ""},
-    {"SUPE;",
-     "\xe2"
-     "\x8a"
-     "\x87"
-     ""},
-    {"SUPEDOT;",
-     "\xe2"
-     "\xab"
-     "\x84"
-     ""},
-    {"SUPHSOL;",
-     "\xe2"
-     "\x9f"
-     "\x89"
-     ""},
-    {"SUPHSUB;",
-     "\xe2"
-     "\xab"
-     "\x97"
-     ""},
-    {"SUPLARR;",
-     "\xe2"
-     "\xa5"
-     "\xbb"
-     ""},
-    {"SUPMULT;",
-     "\xe2"
-     "\xab"
-     "\x82"
-     ""},
-    {"SUPNE;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     ""},
-    {"SUPPLUS;",
-     "\xe2"
-     "\xab"
-     "\x80"
-     ""},
-    {"SUPSET;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     ""},
-    {"SUPSETEQ;",
-     "\xe2"
-     "\x8a"
-     "\x87"
-     ""},
-    {"SUPSETEQQ;",
-     "\xe2"
-     "\xab"
-     "\x86"
-     ""},
-    {"SUPSETNEQ;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     ""},
-    {"SUPSETNEQQ;",
-     "\xe2"
-     "\xab"
-     "\x8c"
-     ""},
-    {"SUPSIM;",
-     "\xe2"
-     "\xab"
-     "\x88"
-     ""},
-    {"SUPSUB;",
-     "\xe2"
-     "\xab"
-     "\x94"
-     ""},
-    {"SUPSUP;",
-     "\xe2"
-     "\xab"
-     "\x96"
-     ""},
-    {"SWARHK;",
-     "\xe2"
-     "\xa4"
-     "\xa6"
-     ""},
-    {"SWARR;",
-     "\xe2"
-     "\x86"
-     "\x99"
-     ""},
-    {"SWARROW;",
-     "\xe2"
-     "\x86"
-     "\x99"
-     ""},
-    {"SWNWAR;",
-     "\xe2"
-     "\xa4"
-     "\xaa"
-     ""},
+    {"SOLB;", "\342\247\204"},
+    {"SOLBAR;", "\342\214\277"},
+    {"SOPF;", "\360\235\225\244"},
+    {"SPADES;", "\342\231\240"},
+    {"SPADESUIT;", "\342\231\240"},
+    {"SPAR;", "\342\210\245"},
+    {"SQCAP;", "\342\212\223"},
+    {"SQCAPS;", "\342\212\223\357\270\200"},
+    {"SQCUP;", "\342\212\224"},
+    {"SQCUPS;", "\342\212\224\357\270\200"},
+    {"SQSUB;", "\342\212\217"},
+    {"SQSUBE;", "\342\212\221"},
+    {"SQSUBSET;", "\342\212\217"},
+    {"SQSUBSETEQ;", "\342\212\221"},
+    {"SQSUP;", "\342\212\220"},
+    {"SQSUPE;", "\342\212\222"},
+    {"SQSUPSET;", "\342\212\220"},
+    {"SQSUPSETEQ;", "\342\212\222"},
+    {"SQU;", "\342\226\241"},
+    {"SQUARE;", "\342\226\241"},
+    {"SQUARF;", "\342\226\252"},
+    {"SQUF;", "\342\226\252"},
+    {"SRARR;", "\342\206\222"},
+    {"SSCR;", "\360\235\223\210"},
+    {"SSETMN;", "\342\210\226"},
+    {"SSMILE;", "\342\214\243"},
+    {"SSTARF;", "\342\213\206"},
+    {"STAR;", "\342\230\206"},
+    {"STARF;", "\342\230\205"},
+    {"STRAIGHTEPSILON;", "\316\225"},
+    {"STRAIGHTPHI;", "\316\246"},
+    {"STRNS;", "\302\257"},
+    {"SUB;", "\342\212\202"},
+    {"SUBDOT;", "\342\252\275"},
+    {"SUBE;", "\342\212\206"},
+    {"SUBEDOT;", "\342\253\203"},
+    {"SUBMULT;", "\342\253\201"},
+    {"SUBNE;", "\342\212\212"},
+    {"SUBPLUS;", "\342\252\277"},
+    {"SUBRARR;", "\342\245\271"},
+    {"SUBSET;", "\342\212\202"},
+    {"SUBSETEQ;", "\342\212\206"},
+    {"SUBSETEQQ;", "\342\253\205"},
+    {"SUBSETNEQ;", "\342\212\212"},
+    {"SUBSETNEQQ;", "\342\253\213"},
+    {"SUBSIM;", "\342\253\207"},
+    {"SUBSUB;", "\342\253\225"},
+    {"SUBSUP;", "\342\253\223"},
+    {"SUCC;", "\342\211\273"},
+    {"SUCCAPPROX;", "\342\252\270"},
+    {"SUCCCURLYEQ;", "\342\211\275"},
+    {"SUCCEQ;", "\342\252\260"},
+    {"SUCCNAPPROX;", "\342\252\272"},
+    {"SUCCNEQQ;", "\342\252\266"},
+    {"SUCCNSIM;", "\342\213\251"},
+    {"SUCCSIM;", "\342\211\277"},
+    {"SUM;", "\342\210\221"},
+    {"SUNG;", "\342\231\252"},
+    {"SUP1;", "\302\271"},
+    {"SUP2;", "\302\262"},
+    {"SUP3;", "\302\263"},
+    {"SUP;", "\342\212\203"},
+    {"SUPDOT;", "\342\252\276"},
+    {"SUPDSUB;", "\342\253\230"},
+    {"SUPE;", "\342\212\207"},
+    {"SUPEDOT;", "\342\253\204"},
+    {"SUPHSOL;", "\342\237\211"},
+    {"SUPHSUB;", "\342\253\227"},
+    {"SUPLARR;", "\342\245\273"},
+    {"SUPMULT;", "\342\253\202"},
+    {"SUPNE;", "\342\212\213"},
+    {"SUPPLUS;", "\342\253\200"},
+    {"SUPSET;", "\342\212\203"},
+    {"SUPSETEQ;", "\342\212\207"},
+    {"SUPSETEQQ;", "\342\253\206"},
+    {"SUPSETNEQ;", "\342\212\213"},
+    {"SUPSETNEQQ;", "\342\253\214"},
+    {"SUPSIM;", "\342\253\210"},
+    {"SUPSUB;", "\342\253\224"},
+    {"SUPSUP;", "\342\253\226"},
+    {"SWARHK;", "\342\244\246"},
+    {"SWARR;", "\342\206\231"},
+    {"SWARROW;", "\342\206\231"},
+    {"SWNWAR;", "\342\244\252"},
     {"SZLIG;", "SS"},
-    {"TARGET;",
-     "\xe2"
-     "\x8c"
-     "\x96"
-     ""},
-    {"TAU;",
-     "\xce"
-     "\xa4"
-     ""},
-    {"TBRK;",
-     "\xe2"
-     "\x8e"
-     "\xb4"
-     ""},
-    {"TCARON;",
-     "\xc5"
-     "\xa4"
-     ""},
-    {"TCEDIL;",
-     "\xc5"
-     "\xa2"
-     ""},
-    {"TCY;",
-     "\xd0"
-     "\xa2"
-     ""},
-    {"TDOT;",
-     "\xe2"
-     "\x83"
-     "\x9b"
-     ""},
-    {"TELREC;",
-     "\xe2"
-     "\x8c"
-     "\x95"
-     ""},
-    {"TFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb1"
-     ""},
-    {"THERE4;",
-     "\xe2"
-     "\x88"
-     "\xb4"
-     ""},
-    {"THEREFORE;",
-     "\xe2"
-     "\x88"
-     "\xb4"
-     ""},
-    {"THETA;",
-     "\xce"
-     "\x98"
-     ""},
-    {"THETASYM;",
-     "\xce"
-     "\x98"
-     ""},
-    {"THETAV;",
-     "\xce"
-     "\x98"
-     ""},
-    {"THICKAPPROX;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"THICKSIM;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     ""},
-    {"THINSP;",
-     "\xe2"
-     "\x80"
-     "\x89"
-     ""},
-    {"THKAP;",
-     "\xe2"
-     "\x89"
-     "\x88"
-     ""},
-    {"THKSIM;",
-     "\xe2"
-     "\x88"
-     "\xbc"
-     ""},
-    {"TILDE;",
-     "\xcb"
-     "\x9c"
-     ""},
-    {"TIMES;",
-     "\xc3"
-     "\x97"
-     ""},
-    {"TIMESB;",
-     "\xe2"
-     "\x8a"
-     "\xa0"
-     ""},
-    {"TIMESBAR;",
-     "\xe2"
-     "\xa8"
-     "\xb1"
-     ""},
-    {"TIMESD;",
-     "\xe2"
-     "\xa8"
-     "\xb0"
-     ""},
-    {"TINT;",
-     "\xe2"
-     "\x88"
-     "\xad"
-     ""},
-    {"TOEA;",
-     "\xe2"
-     "\xa4"
-     "\xa8"
-     ""},
-    {"TOP;",
-     "\xe2"
-     "\x8a"
-     "\xa4"
-     ""},
-    {"TOPBOT;",
-     "\xe2"
-     "\x8c"
-     "\xb6"
-     ""},
-    {"TOPCIR;",
-     "\xe2"
-     "\xab"
-     "\xb1"
-     ""},
-    {"TOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa5"
-     ""},
-    {"TOPFORK;",
-     "\xe2"
-     "\xab"
-     "\x9a"
-     ""},
-    {"TOSA;",
-     "\xe2"
-     "\xa4"
-     "\xa9"
-     ""},
-    {"TPRIME;",
-     "\xe2"
-     "\x80"
-     "\xb4"
-     ""},
-    {"TRIANGLE;",
-     "\xe2"
-     "\x96"
-     "\xb5"
-     ""},
-    {"TRIANGLEDOWN;",
-     "\xe2"
-     "\x96"
-     "\xbf"
-     ""},
-    {"TRIANGLELEFT;",
-     "\xe2"
-     "\x97"
-     "\x83"
-     ""},
-    {"TRIANGLELEFTEQ;",
-     "\xe2"
-     "\x8a"
-     "\xb4"
-     ""},
-    {"TRIANGLEQ;",
-     "\xe2"
-     "\x89"
-     "\x9c"
-     ""},
-    {"TRIANGLERIGHT;",
-     "\xe2"
-     "\x96"
-     "\xb9"
-     ""},
-    {"TRIANGLERIGHTEQ;",
-     "\xe2"
-     "\x8a"
-     "\xb5"
-     ""},
-    {"TRIDOT;",
-     "\xe2"
-     "\x97"
-     "\xac"
-     ""},
-    {"TRIE;",
-     "\xe2"
-     "\x89"
-     "\x9c"
-     ""},
-    {"TRIMINUS;",
-     "\xe2"
-     "\xa8"
-     "\xba"
-     ""},
-    {"TRIPLUS;",
-     "\xe2"
-     "\xa8"
-     "\xb9"
-     ""},
-    {"TRISB;",
-     "\xe2"
-     "\xa7"
-     "\x8d"
-     ""},
-    {"TRITIME;",
-     "\xe2"
-     "\xa8"
-     "\xbb"
-     ""},
-    {"TRPEZIUM;",
-     "\xe2"
-     "\x8f"
-     "\xa2"
-     ""},
-    {"TSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x89"
-     ""},
-    {"TSCY;",
-     "\xd0"
-     "\xa6"
-     ""},
-    {"TSHCY;",
-     "\xd0"
-     "\x8b"
-     ""},
-    {"TSTROK;",
-     "\xc5"
-     "\xa6"
-     ""},
-    {"TWIXT;",
-     "\xe2"
-     "\x89"
-     "\xac"
-     ""},
-    {"TWOHEADLEFTARROW;",
-     "\xe2"
-     "\x86"
-     "\x9e"
-     ""},
-    {"TWOHEADRIGHTARROW;",
-     "\xe2"
-     "\x86"
-     "\xa0"
-     ""},
-    {"UACUTE;",
-     "\xc3"
-     "\x9a"
-     ""},
-    {"UARR;",
-     "\xe2"
-     "\x86"
-     "\x91"
-     ""},
-    {"UBRCY;",
-     "\xd0"
-     "\x8e"
-     ""},
-    {"UBREVE;",
-     "\xc5"
-     "\xac"
-     ""},
-    {"UCIRC;",
-     "\xc3"
-     "\x9b"
-     ""},
-    {"UCY;",
-     "\xd0"
-     "\xa3"
-     ""},
-    {"UDARR;",
-     "\xe2"
-     "\x87"
-     "\x85"
-     ""},
-    {"UDBLAC;",
-     "\xc5"
-     "\xb0"
-     ""},
-    {"UDHAR;",
-     "\xe2"
-     "\xa5"
-     "\xae"
-     ""},
-    {"UFISHT;",
-     "\xe2"
-     "\xa5"
-     "\xbe"
-     ""},
-    {"UFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb2"
-     ""},
-    {"UGRAVE;",
-     "\xc3"
-     "\x99"
-     ""},
-    {"UHARL;",
-     "\xe2"
-     "\x86"
-     "\xbf"
-     ""},
-    {"UHARR;",
-     "\xe2"
-     "\x86"
-     "\xbe"
-     ""},
-    {"UHBLK;",
-     "\xe2"
-     "\x96"
-     "\x80"
-     ""},
-    {"ULCORN;",
-     "\xe2"
-     "\x8c"
-     "\x9c"
-     ""},
-    {"ULCORNER;",
-     "\xe2"
-     "\x8c"
-     "\x9c"
-     ""},
-    {"ULCROP;",
-     "\xe2"
-     "\x8c"
-     "\x8f"
-     ""},
-    {"ULTRI;",
-     "\xe2"
-     "\x97"
-     "\xb8"
-     ""},
-    {"UMACR;",
-     "\xc5"
-     "\xaa"
-     ""},
-    {"UML;",
-     "\xc2"
-     "\xa8"
-     ""},
-    {"UOGON;",
-     "\xc5"
-     "\xb2"
-     ""},
-    {"UOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa6"
-     ""},
-    {"UPARROW;",
-     "\xe2"
-     "\x86"
-     "\x91"
-     ""},
-    {"UPDOWNARROW;",
-     "\xe2"
-     "\x86"
-     "\x95"
-     ""},
-    {"UPHARPOONLEFT;",
-     "\xe2"
-     "\x86"
-     "\xbf"
-     ""},
-    {"UPHARPOONRIGHT;",
-     "\xe2"
-     "\x86"
-     "\xbe"
-     ""},
-    {"UPLUS;",
-     "\xe2"
-     "\x8a"
-     "\x8e"
-     ""},
-    {"UPSI;",
-     "\xce"
-     "\xa5"
-     ""},
-    {"UPSIH;",
-     "\xcf"
-     "\x92"
-     ""},
-    {"UPSILON;",
-     "\xce"
-     "\xa5"
-     ""},
-    {"UPUPARROWS;",
-     "\xe2"
-     "\x87"
-     "\x88"
-     ""},
-    {"URCORN;",
-     "\xe2"
-     "\x8c"
-     "\x9d"
-     ""},
-    {"URCORNER;",
-     "\xe2"
-     "\x8c"
-     "\x9d"
-     ""},
-    {"URCROP;",
-     "\xe2"
-     "\x8c"
-     "\x8e"
-     ""},
-    {"URING;",
-     "\xc5"
-     "\xae"
-     ""},
-    {"URTRI;",
-     "\xe2"
-     "\x97"
-     "\xb9"
-     ""},
-    {"USCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8a"
-     ""},
-    {"UTDOT;",
-     "\xe2"
-     "\x8b"
-     "\xb0"
-     ""},
-    {"UTILDE;",
-     "\xc5"
-     "\xa8"
-     ""},
-    {"UTRI;",
-     "\xe2"
-     "\x96"
-     "\xb5"
-     ""},
-    {"UTRIF;",
-     "\xe2"
-     "\x96"
-     "\xb4"
-     ""},
-    {"UUARR;",
-     "\xe2"
-     "\x87"
-     "\x88"
-     ""},
-    {"UUML;",
-     "\xc3"
-     "\x9c"
-     ""},
-    {"UWANGLE;",
-     "\xe2"
-     "\xa6"
-     "\xa7"
-     ""},
-    {"VANGRT;",
-     "\xe2"
-     "\xa6"
-     "\x9c"
-     ""},
-    {"VAREPSILON;",
-     "\xce"
-     "\x95"
-     ""},
-    {"VARKAPPA;",
-     "\xce"
-     "\x9a"
-     ""},
-    {"VARNOTHING;",
-     "\xe2"
-     "\x88"
-     "\x85"
-     ""},
-    {"VARPHI;",
-     "\xce"
-     "\xa6"
-     ""},
-    {"VARPI;",
-     "\xce"
-     "\xa0"
-     ""},
-    {"VARPROPTO;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"VARR;",
-     "\xe2"
-     "\x86"
-     "\x95"
-     ""},
-    {"VARRHO;",
-     "\xce"
-     "\xa1"
-     ""},
-    {"VARSIGMA;",
-     "\xce"
-     "\xa3"
-     ""},
-    {"VARSUBSETNEQ;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"VARSUBSETNEQQ;",
-     "\xe2"
-     "\xab"
-     "\x8b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"VARSUPSETNEQ;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"VARSUPSETNEQQ;",
-     "\xe2"
-     "\xab"
-     "\x8c"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"VARTHETA;",
-     "\xce"
-     "\x98"
-     ""},
-    {"VARTRIANGLELEFT;",
-     "\xe2"
-     "\x8a"
-     "\xb2"
-     ""},
-    {"VARTRIANGLERIGHT;",
-     "\xe2"
-     "\x8a"
-     "\xb3"
-     ""},
-    {"VCY;",
-     "\xd0"
-     "\x92"
-     ""},
-    {"VDASH;",
-     "\xe2"
-     "\x8a"
-     "\xa2"
-     ""},
-    {"VEE;",
-     "\xe2"
-     "\x88"
-     "\xa8"
-     ""},
-    {"VEEBAR;",
-     "\xe2"
-     "\x8a"
-     "\xbb"
-     ""},
-    {"VEEEQ;",
-     "\xe2"
-     "\x89"
-     "\x9a"
-     ""},
-    {"VELLIP;",
-     "\xe2"
-     "\x8b"
-     "\xae"
-     ""},
+    {"TARGET;", "\342\214\226"},
+    {"TAU;", "\316\244"},
+    {"TBRK;", "\342\216\264"},
+    {"TCARON;", "\305\244"},
+    {"TCEDIL;", "\305\242"},
+    {"TCY;", "\320\242"},
+    {"TDOT;", "\342\203\233"},
+    {"TELREC;", "\342\214\225"},
+    {"TFR;", "\360\235\224\261"},
+    {"THERE4;", "\342\210\264"},
+    {"THEREFORE;", "\342\210\264"},
+    {"THETA;", "\316\230"},
+    {"THETASYM;", "\316\230"},
+    {"THETAV;", "\316\230"},
+    {"THICKAPPROX;", "\342\211\210"},
+    {"THICKSIM;", "\342\210\274"},
+    {"THINSP;", "\342\200\211"},
+    {"THKAP;", "\342\211\210"},
+    {"THKSIM;", "\342\210\274"},
+    {"TILDE;", "\313\234"},
+    {"TIMES;", "\303\227"},
+    {"TIMESB;", "\342\212\240"},
+    {"TIMESBAR;", "\342\250\261"},
+    {"TIMESD;", "\342\250\260"},
+    {"TINT;", "\342\210\255"},
+    {"TOEA;", "\342\244\250"},
+    {"TOP;", "\342\212\244"},
+    {"TOPBOT;", "\342\214\266"},
+    {"TOPCIR;", "\342\253\261"},
+    {"TOPF;", "\360\235\225\245"},
+    {"TOPFORK;", "\342\253\232"},
+    {"TOSA;", "\342\244\251"},
+    {"TPRIME;", "\342\200\264"},
+    {"TRIANGLE;", "\342\226\265"},
+    {"TRIANGLEDOWN;", "\342\226\277"},
+    {"TRIANGLELEFT;", "\342\227\203"},
+    {"TRIANGLELEFTEQ;", "\342\212\264"},
+    {"TRIANGLEQ;", "\342\211\234"},
+    {"TRIANGLERIGHT;", "\342\226\271"},
+    {"TRIANGLERIGHTEQ;", "\342\212\265"},
+    {"TRIDOT;", "\342\227\254"},
+    {"TRIE;", "\342\211\234"},
+    {"TRIMINUS;", "\342\250\272"},
+    {"TRIPLUS;", "\342\250\271"},
+    {"TRISB;", "\342\247\215"},
+    {"TRITIME;", "\342\250\273"},
+    {"TRPEZIUM;", "\342\217\242"},
+    {"TSCR;", "\360\235\223\211"},
+    {"TSCY;", "\320\246"},
+    {"TSHCY;", "\320\213"},
+    {"TSTROK;", "\305\246"},
+    {"TWIXT;", "\342\211\254"},
+    {"TWOHEADLEFTARROW;", "\342\206\236"},
+    {"TWOHEADRIGHTARROW;", "\342\206\240"},
+    {"UACUTE;", "\303\232"},
+    {"UARR;", "\342\206\221"},
+    {"UBRCY;", "\320\216"},
+    {"UBREVE;", "\305\254"},
+    {"UCIRC;", "\303\233"},
+    {"UCY;", "\320\243"},
+    {"UDARR;", "\342\207\205"},
+    {"UDBLAC;", "\305\260"},
+    {"UDHAR;", "\342\245\256"},
+    {"UFISHT;", "\342\245\276"},
+    {"UFR;", "\360\235\224\262"},
+    {"UGRAVE;", "\303\231"},
+    {"UHARL;", "\342\206\277"},
+    {"UHARR;", "\342\206\276"},
+    {"UHBLK;", "\342\226\200"},
+    {"ULCORN;", "\342\214\234"},
+    {"ULCORNER;", "\342\214\234"},
+    {"ULCROP;", "\342\214\217"},
+    {"ULTRI;", "\342\227\270"},
+    {"UMACR;", "\305\252"},
+    {"UML;", "\302\250"},
+    {"UOGON;", "\305\262"},
+    {"UOPF;", "\360\235\225\246"},
+    {"UPARROW;", "\342\206\221"},
+    {"UPDOWNARROW;", "\342\206\225"},
+    {"UPHARPOONLEFT;", "\342\206\277"},
+    {"UPHARPOONRIGHT;", "\342\206\276"},
+    {"UPLUS;", "\342\212\216"},
+    {"UPSI;", "\316\245"},
+    {"UPSIH;", "\317\222"},
+    {"UPSILON;", "\316\245"},
+    {"UPUPARROWS;", "\342\207\210"},
+    {"URCORN;", "\342\214\235"},
+    {"URCORNER;", "\342\214\235"},
+    {"URCROP;", "\342\214\216"},
+    {"URING;", "\305\256"},
+    {"URTRI;", "\342\227\271"},
+    {"USCR;", "\360\235\223\212"},
+    {"UTDOT;", "\342\213\260"},
+    {"UTILDE;", "\305\250"},
+    {"UTRI;", "\342\226\265"},
+    {"UTRIF;", "\342\226\264"},
+    {"UUARR;", "\342\207\210"},
+    {"UUML;", "\303\234"},
+    {"UWANGLE;", "\342\246\247"},
+    {"VANGRT;", "\342\246\234"},
+    {"VAREPSILON;", "\316\225"},
+    {"VARKAPPA;", "\316\232"},
+    {"VARNOTHING;", "\342\210\205"},
+    {"VARPHI;", "\316\246"},
+    {"VARPI;", "\316\240"},
+    {"VARPROPTO;", "\342\210\235"},
+    {"VARR;", "\342\206\225"},
+    {"VARRHO;", "\316\241"},
+    {"VARSIGMA;", "\316\243"},
+    {"VARSUBSETNEQ;", "\342\212\212\357\270\200"},
+    {"VARSUBSETNEQQ;", "\342\253\213\357\270\200"},
+    {"VARSUPSETNEQ;", "\342\212\213\357\270\200"},
+    {"VARSUPSETNEQQ;", "\342\253\214\357\270\200"},
+    {"VARTHETA;", "\316\230"},
+    {"VARTRIANGLELEFT;", "\342\212\262"},
+    {"VARTRIANGLERIGHT;", "\342\212\263"},
+    {"VCY;", "\320\222"},
+    {"VDASH;", "\342\212\242"},
+    {"VEE;", "\342\210\250"},
+    {"VEEBAR;", "\342\212\273"},
+    {"VEEEQ;", "\342\211\232"},
+    {"VELLIP;", "\342\213\256"},
     {"VERBAR;", "|"},
     {"VERT;", "|"},
-    {"VFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb3"
-     ""},
-    {"VLTRI;",
-     "\xe2"
-     "\x8a"
-     "\xb2"
-     ""},
-    {"VNSUB;",
-     "\xe2"
-     "\x8a"
-     "\x82"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"VNSUP;",
-     "\xe2"
-     "\x8a"
-     "\x83"
-     "\xe2"
-     "\x83"
-     "\x92"
-     ""},
-    {"VOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa7"
-     ""},
-    {"VPROP;",
-     "\xe2"
-     "\x88"
-     "\x9d"
-     ""},
-    {"VRTRI;",
-     "\xe2"
-     "\x8a"
-     "\xb3"
-     ""},
-    {"VSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8b"
-     ""},
-    {"VSUBNE;",
-     "\xe2"
-     "\x8a"
-     "\x8a"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"VSUPNE;",
-     "\xe2"
-     "\x8a"
-     "\x8b"
-     "\xef"
-     "\xb8"
-     "\x80"
-     ""},
-    {"VZIGZAG;",
-     "\xe2"
-     "\xa6"
-     "\x9a"
-     ""},
-    {"WCIRC;",
-     "\xc5"
-     "\xb4"
-     ""},
-    {"WEDBAR;",
-     "\xe2"
-     "\xa9"
-     "\x9f"
-     ""},
-    {"WEDGE;",
-     "\xe2"
-     "\x88"
-     "\xa7"
-     ""},
-    {"WEDGEQ;",
-     "\xe2"
-     "\x89"
-     "\x99"
-     ""},
-    {"WEIERP;",
-     "\xe2"
-     "\x84"
-     "\x98"
-     ""},
-    {"WFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb4"
-     ""},
-    {"WOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa8"
-     ""},
-    {"WP;",
-     "\xe2"
-     "\x84"
-     "\x98"
-     ""},
-    {"WR;",
-     "\xe2"
-     "\x89"
-     "\x80"
-     ""},
-    {"WREATH;",
-     "\xe2"
-     "\x89"
-     "\x80"
-     ""},
-    {"WSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8c"
-     ""},
-    {"XCAP;",
-     "\xe2"
-     "\x8b"
-     "\x82"
-     ""},
-    {"XCIRC;",
-     "\xe2"
-     "\x97"
-     "\xaf"
-     ""},
-    {"XCUP;",
-     "\xe2"
-     "\x8b"
-     "\x83"
-     ""},
-    {"XDTRI;",
-     "\xe2"
-     "\x96"
-     "\xbd"
-     ""},
-    {"XFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb5"
-     ""},
-    {"XHARR;",
-     "\xe2"
-     "\x9f"
-     "\xb7"
-     ""},
-    {"XI;",
-     "\xce"
-     "\x9e"
-     ""},
-    {"XLARR;",
-     "\xe2"
-     "\x9f"
-     "\xb5"
-     ""},
-    {"XMAP;",
-     "\xe2"
-     "\x9f"
-     "\xbc"
-     ""},
-    {"XNIS;",
-     "\xe2"
-     "\x8b"
-     "\xbb"
-     ""},
-    {"XODOT;",
-     "\xe2"
-     "\xa8"
-     "\x80"
-     ""},
-    {"XOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xa9"
-     ""},
-    {"XOPLUS;",
-     "\xe2"
-     "\xa8"
-     "\x81"
-     ""},
-    {"XOTIME;",
-     "\xe2"
-     "\xa8"
-     "\x82"
-     ""},
-    {"XRARR;",
-     "\xe2"
-     "\x9f"
-     "\xb6"
-     ""},
-    {"XSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8d"
-     ""},
-    {"XSQCUP;",
-     "\xe2"
-     "\xa8"
-     "\x86"
-     ""},
-    {"XUPLUS;",
-     "\xe2"
-     "\xa8"
-     "\x84"
-     ""},
-    {"XUTRI;",
-     "\xe2"
-     "\x96"
-     "\xb3"
-     ""},
-    {"XVEE;",
-     "\xe2"
-     "\x8b"
-     "\x81"
-     ""},
-    {"XWEDGE;",
-     "\xe2"
-     "\x8b"
-     "\x80"
-     ""},
-    {"YACUTE;",
-     "\xc3"
-     "\x9d"
-     ""},
-    {"YACY;",
-     "\xd0"
-     "\xaf"
-     ""},
-    {"YCIRC;",
-     "\xc5"
-     "\xb6"
-     ""},
-    {"YCY;",
-     "\xd0"
-     "\xab"
-     ""},
-    {"YEN;",
-     "\xc2"
-     "\xa5"
-     ""},
-    {"YFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb6"
-     ""},
-    {"YICY;",
-     "\xd0"
-     "\x87"
-     ""},
-    {"YOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xaa"
-     ""},
-    {"YSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8e"
-     ""},
-    {"YUCY;",
-     "\xd0"
-     "\xae"
-     ""},
-    {"YUML;",
-     "\xc5"
-     "\xb8"
-     ""},
-    {"ZACUTE;",
-     "\xc5"
-     "\xb9"
-     ""},
-    {"ZCARON;",
-     "\xc5"
-     "\xbd"
-     ""},
-    {"ZCY;",
-     "\xd0"
-     "\x97"
-     ""},
-    {"ZDOT;",
-     "\xc5"
-     "\xbb"
-     ""},
-    {"ZEETRF;",
-     "\xe2"
-     "\x84"
-     "\xa8"
-     ""},
-    {"ZETA;",
-     "\xce"
-     "\x96"
-     ""},
-    {"ZFR;",
-     "\xf0"
-     "\x9d"
-     "\x94"
-     "\xb7"
-     ""},
-    {"ZHCY;",
-     "\xd0"
-     "\x96"
-     ""},
-    {"ZIGRARR;",
-     "\xe2"
-     "\x87"
-     "\x9d"
-     ""},
-    {"ZOPF;",
-     "\xf0"
-     "\x9d"
-     "\x95"
-     "\xab"
-     ""},
-    {"ZSCR;",
-     "\xf0"
-     "\x9d"
-     "\x93"
-     "\x8f"
-     ""},
-    {"ZWJ;",
-     "\xe2"
-     "\x80"
-     "\x8d"
-     ""},
-    {"ZWNJ;",
-     "\xe2"
-     "\x80"
-     "\x8c"
-     ""},
+    {"VFR;", "\360\235\224\263"},
+    {"VLTRI;", "\342\212\262"},
+    {"VNSUB;", "\342\212\202\342\203\222"},
+    {"VNSUP;", "\342\212\203\342\203\222"},
+    {"VOPF;", "\360\235\225\247"},
+    {"VPROP;", "\342\210\235"},
+    {"VRTRI;", "\342\212\263"},
+    {"VSCR;", "\360\235\223\213"},
+    {"VSUBNE;", "\342\212\212\357\270\200"},
+    {"VSUPNE;", "\342\212\213\357\270\200"},
+    {"VZIGZAG;", "\342\246\232"},
+    {"WCIRC;", "\305\264"},
+    {"WEDBAR;", "\342\251\237"},
+    {"WEDGE;", "\342\210\247"},
+    {"WEDGEQ;", "\342\211\231"},
+    {"WEIERP;", "\342\204\230"},
+    {"WFR;", "\360\235\224\264"},
+    {"WOPF;", "\360\235\225\250"},
+    {"WP;", "\342\204\230"},
+    {"WR;", "\342\211\200"},
+    {"WREATH;", "\342\211\200"},
+    {"WSCR;", "\360\235\223\214"},
+    {"XCAP;", "\342\213\202"},
+    {"XCIRC;", "\342\227\257"},
+    {"XCUP;", "\342\213\203"},
+    {"XDTRI;", "\342\226\275"},
+    {"XFR;", "\360\235\224\265"},
+    {"XHARR;", "\342\237\267"},
+    {"XI;", "\316\236"},
+    {"XLARR;", "\342\237\265"},
+    {"XMAP;", "\342\237\274"},
+    {"XNIS;", "\342\213\273"},
+    {"XODOT;", "\342\250\200"},
+    {"XOPF;", "\360\235\225\251"},
+    {"XOPLUS;", "\342\250\201"},
+    {"XOTIME;", "\342\250\202"},
+    {"XRARR;", "\342\237\266"},
+    {"XSCR;", "\360\235\223\215"},
+    {"XSQCUP;", "\342\250\206"},
+    {"XUPLUS;", "\342\250\204"},
+    {"XUTRI;", "\342\226\263"},
+    {"XVEE;", "\342\213\201"},
+    {"XWEDGE;", "\342\213\200"},
+    {"YACUTE;", "\303\235"},
+    {"YACY;", "\320\257"},
+    {"YCIRC;", "\305\266"},
+    {"YCY;", "\320\253"},
+    {"YEN;", "\302\245"},
+    {"YFR;", "\360\235\224\266"},
+    {"YICY;", "\320\207"},
+    {"YOPF;", "\360\235\225\252"},
+    {"YSCR;", "\360\235\223\216"},
+    {"YUCY;", "\320\256"},
+    {"YUML;", "\305\270"},
+    {"ZACUTE;", "\305\271"},
+    {"ZCARON;", "\305\275"},
+    {"ZCY;", "\320\227"},
+    {"ZDOT;", "\305\273"},
+    {"ZEETRF;", "\342\204\250"},
+    {"ZETA;", "\316\226"},
+    {"ZFR;", "\360\235\224\267"},
+    {"ZHCY;", "\320\226"},
+    {"ZIGRARR;", "\342\207\235"},
+    {"ZOPF;", "\360\235\225\253"},
+    {"ZSCR;", "\360\235\223\217"},
+    {"ZWJ;", "\342\200\215"},
+    {"ZWNJ;", "\342\200\214"},
 };
 const size_t kFtfyUpperEntityCount = 1376;
 

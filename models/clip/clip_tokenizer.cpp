@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -671,8 +672,16 @@ Status ClipTokenizer::finish(const std::string& name) {
     if (!vocab_.count(*s)) return invalid_input(name + ": lacks the special token " + *s);
   sot_id_ = vocab_.at(sot_);
   eot_id_ = vocab_.at(eot_);
+  // The reference's \s (Python `regex`) is White_Space; PCRE2's \s also has
+  // U+180E, so the class is spelled out. Under IGNORECASE `regex` also keeps
+  // U+0345 out of [^\s\p{L}\p{N}] (it case-folds to the letter iota) without
+  // letting \p{L} match it: the reference drops it, and so does this.
+  const std::string ws =
+      R"(\t\n\x{0b}\f\r\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f})"
+      R"(\x{205f}\x{3000})";
   const std::string pattern = escape_regex(sot_) + "|" + escape_regex(eot_) +
-                              R"(|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
+                              R"(|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^)" + ws +
+                              R"(\p{L}\p{N}\x{345}]+)";
   int err = 0;
   PCRE2_SIZE err_offset = 0;
   split_ = std::make_unique<Regex>();

@@ -12,7 +12,7 @@
 //    then each part gets ftfy.fix_text, whitespace clean and lower(); no
 //    html.unescape. This is the path transformers takes when ftfy is
 //    installed; its fallback without ftfy (BasicTokenizer) is not reproduced.
-// Then both split with the regex
+// Then both split with the regex (\s spelled out as Python regex's White_Space)
 //   specials|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+
 // (case-insensitive, PCRE2 with Unicode properties), byte-encode every match
 // and merge it by BPE with "</w>" on its last symbol.
