@@ -178,6 +178,8 @@ def main() -> None:
     ap.add_argument("--sam3-tokenizer", required=True, help="sam3/model/tokenizer_ve.py")
     ap.add_argument("--out", required=True)
     ap.add_argument("--merges", type=int, default=3000, help="0: all (the real vocabulary)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="every code point alone (ids only, fix_encoding off; not committed)")
     args = ap.parse_args()
 
     import ftfy
@@ -222,6 +224,22 @@ def main() -> None:
                 "hf_77": hf(text, max_length=77, truncation=True, padding="max_length")["input_ids"],
             })
         return out
+
+    if args.sweep:
+        sam3.ftfy.fix_text = oc.ftfy.fix_text = hf.fix_text = no_fix_encoding
+        cases = []
+        for cp in range(0x110000):
+            if 0xD800 <= cp < 0xE000:
+                continue
+            text = chr(cp)
+            cases.append({"text": text, "simple": simple.encode(text),
+                          "hf": hf(text, add_special_tokens=False)["input_ids"]})
+            simple.cache.clear()
+            simple.cache.update({t: t for t in ["<start_of_text>", "<end_of_text>"]})
+            hf.cache = {"<|startoftext|>": "<|startoftext|>", "<|endoftext|>": "<|endoftext|>"}
+        with open(os.path.join(args.out, "cases.json"), "w", encoding="utf-8") as f:
+            json.dump({"sot": simple.sot_token_id, "eot": simple.eot_token_id, "cases": cases}, f)
+        return
 
     ref = run(real_fix)
     plain = run(no_fix_encoding)

@@ -78,6 +78,7 @@ TEST(ClipTokenizer, SimpleTokenizerMatchesSam3TokenForToken) {
     Expected<std::vector<int32_t>> got = t.encode(text);
     ASSERT_TRUE(got.ok()) << got.status().message();
     EXPECT_EQ(*got, ids(c["simple"]));
+    if (!c.contains("simple_ctx32")) continue;  // a --sweep file: ids only
     Expected<std::vector<int32_t>> ctx32 = t.encode_padded(text, 32);
     ASSERT_TRUE(ctx32.ok());
     EXPECT_EQ(*ctx32, ids(c["simple_ctx32"]));
@@ -100,6 +101,7 @@ TEST(ClipTokenizer, HfTokenizerMatchesTransformersTokenForToken) {
     Expected<std::vector<int32_t>> got = t.encode(text);
     ASSERT_TRUE(got.ok()) << got.status().message();
     EXPECT_EQ(*got, ids(c["hf"]));
+    if (!c.contains("hf_77")) continue;
     Expected<std::vector<int32_t>> padded = t.encode_padded(text, 77);
     ASSERT_TRUE(padded.ok());
     EXPECT_EQ(*padded, ids(c["hf_77"]));
