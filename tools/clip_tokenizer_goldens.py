@@ -179,7 +179,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--merges", type=int, default=3000, help="0: all (the real vocabulary)")
     ap.add_argument("--sweep", action="store_true",
-                    help="every code point alone (ids only, fix_encoding off; not committed)")
+                    help="every code point (ids only, fix_encoding off; not committed)")
+    ap.add_argument("--sweep-format", default="a{}a", help="the text of each code point")
     args = ap.parse_args()
 
     import ftfy
@@ -231,7 +232,9 @@ def main() -> None:
         for cp in range(0x110000):
             if 0xD800 <= cp < 0xE000:
                 continue
-            text = chr(cp)
+            # Between letters, so that a character the two sides classify
+            # differently (letter, digit, space, other) splits differently.
+            text = args.sweep_format.format(chr(cp))
             cases.append({"text": text, "simple": simple.encode(text),
                           "hf": hf(text, add_special_tokens=False)["input_ids"]})
             simple.cache.clear()
