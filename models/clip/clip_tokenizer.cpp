@@ -11,6 +11,7 @@
 #include <array>
 #include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <queue>
 
@@ -599,18 +600,62 @@ Expected<ClipTokenizer> ClipTokenizer::from_simple_merges(std::string_view text,
 }
 
 Expected<ClipTokenizer> ClipTokenizer::load_hf(const std::string& vocab_path,
-                                               const std::string& merges_path) {
+                                               const std::string& merges_path,
+                                               const std::string& pad_token) {
   FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> v, read_file(vocab_path, kMaxFileBytes));
   FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> m, read_file(merges_path, kMaxFileBytes));
   return from_hf(std::string_view(reinterpret_cast<const char*>(v.data()), v.size()),
                  std::string_view(reinterpret_cast<const char*>(m.data()), m.size()), vocab_path,
-                 merges_path);
+                 merges_path, pad_token);
+}
+
+namespace {
+
+// A JSON config if the file exists; its "pad_token" (a string, or an
+// AddedToken object's "content") when it has one.
+Expected<std::optional<Json>> read_config(const std::string& path) {
+  if (!std::filesystem::exists(path)) return std::optional<Json>();
+  FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file(path, kMaxFileBytes));
+  Json j = Json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return invalid_input(path + ": not a JSON object");
+  return std::optional<Json>(std::move(j));
+}
+Expected<std::optional<std::string>> pad_token_of(const Json& j, const std::string& path) {
+  if (!j.contains("pad_token")) return std::optional<std::string>();
+  const Json& p = j["pad_token"];
+  if (p.is_string()) return std::optional<std::string>(p.get<std::string>());
+  if (p.is_object() && p.contains("content") && p["content"].is_string())
+    return std::optional<std::string>(p["content"].get<std::string>());
+  return invalid_input(path + ": pad_token: expected a string or an object with \"content\"" +
+                       (p.is_null() ? " (null: transformers could not pad to max_length)" : ""));
+}
+
+}  // namespace
+
+Expected<ClipTokenizer> ClipTokenizer::load_hf_dir(const std::string& dir) {
+  const std::string config_path = dir + "/tokenizer_config.json";
+  const std::string map_path = dir + "/special_tokens_map.json";
+  std::string pad = "<|endoftext|>";
+  FLICK_ASSIGN_OR_RETURN(std::optional<Json> config, read_config(config_path));
+  if (config) {
+    FLICK_ASSIGN_OR_RETURN(std::optional<std::string> p, pad_token_of(*config, config_path));
+    if (p) pad = *p;
+  }
+  if (!config || !config->contains("added_tokens_decoder")) {  // transformers' legacy path
+    FLICK_ASSIGN_OR_RETURN(std::optional<Json> map, read_config(map_path));
+    if (map) {
+      FLICK_ASSIGN_OR_RETURN(std::optional<std::string> p, pad_token_of(*map, map_path));
+      if (p) pad = *p;
+    }
+  }
+  return load_hf(dir + "/vocab.json", dir + "/merges.txt", pad);
 }
 
 Expected<ClipTokenizer> ClipTokenizer::from_hf(std::string_view vocab_json,
                                                std::string_view merges_text,
                                                const std::string& vocab_name,
-                                               const std::string& merges_name) {
+                                               const std::string& merges_name,
+                                               const std::string& pad_token) {
   ClipTokenizer t;
   t.flavor_ = Flavor::kHf;
   t.sot_ = "<|startoftext|>";
@@ -649,7 +694,12 @@ Expected<ClipTokenizer> ClipTokenizer::from_hf(std::string_view vocab_json,
     t.merges_[key] = Merge{static_cast<int32_t>(i - 1), mi->second};  // later rank wins
   }
   FLICK_TRY(t.finish(vocab_name));
-  t.pad_id_ = t.eot_id_;  // CLIPTokenizer's pad_token defaults to "<|endoftext|>"
+  // transformers would add a pad token missing from the vocabulary as a new
+  // id that the text encoder has no embedding for; refuse it.
+  const auto pad = t.vocab_.find(pad_token);
+  if (pad == t.vocab_.end())
+    return invalid_input(vocab_name + ": lacks the pad token \"" + pad_token + "\"");
+  t.pad_id_ = pad->second;
   return t;
 }
 

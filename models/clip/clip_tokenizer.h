@@ -57,12 +57,20 @@ class ClipTokenizer {
   static Expected<ClipTokenizer> from_simple_merges(std::string_view merges,
                                                     const std::string& name);
 
-  // transformers CLIPTokenizer: vocab.json + merges.txt of a download.
+  // transformers CLIPTokenizer: vocab.json + merges.txt of a download, and
+  // the padding token (CLIPTokenizer's default "<|endoftext|>").
   static Expected<ClipTokenizer> load_hf(const std::string& vocab_json_path,
-                                         const std::string& merges_txt_path);
+                                         const std::string& merges_txt_path,
+                                         const std::string& pad_token = "<|endoftext|>");
   static Expected<ClipTokenizer> from_hf(std::string_view vocab_json, std::string_view merges,
                                          const std::string& vocab_name,
-                                         const std::string& merges_name);
+                                         const std::string& merges_name,
+                                         const std::string& pad_token = "<|endoftext|>");
+  // A tokenizer folder (FramePack's `tokenizer_2/`): vocab.json, merges.txt,
+  // and the pad token as from_pretrained picks it: tokenizer_config.json's
+  // pad_token, overridden by special_tokens_map.json's only for a legacy
+  // config (one without added_tokens_decoder); neither file: the default.
+  static Expected<ClipTokenizer> load_hf_dir(const std::string& dir);
 
   ClipTokenizer(ClipTokenizer&&) noexcept;
   ClipTokenizer& operator=(ClipTokenizer&&) noexcept;

@@ -9,8 +9,10 @@
 // layouts). FLICK_CLIP_TOKENIZER_DIR=dir runs the same on the script's
 // output for the whole vocabulary (--merges 0).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -143,6 +145,53 @@ TEST(ClipTokenizer, CleaningFollowsPythonLowerAndHtmlUnescape) {
   EXPECT_EQ(*hf().clean("&lt;b&gt;"), "<b>");        // ftfy's own unescape_html
   EXPECT_EQ(*hf().clean("&amp;lt;<"), "&amp;lt;<");  // ftfy skips text holding '<'
   EXPECT_EQ(*t.clean("&amp;lt;<"), "<<");            // SimpleTokenizer's html.unescape twice
+}
+
+// The pad token as transformers' from_pretrained picks it (checked with
+// transformers 4.46.2 on these very files: both folders pad with "!", id 0).
+TEST(ClipTokenizer, HfFolderTakesThePadTokenFromItsConfig) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(testing::TempDir()) / ("clip_tok_" + std::to_string(getpid()));
+  auto folder = [&](const std::string& name, const std::string& config, const std::string& map) {
+    const fs::path d = root / name;
+    fs::create_directories(d);
+    fs::copy_file(data_dir() + "/vocab.json", d / "vocab.json",
+                  fs::copy_options::overwrite_existing);
+    fs::copy_file(data_dir() + "/merges.txt", d / "merges.txt",
+                  fs::copy_options::overwrite_existing);
+    if (!config.empty()) std::ofstream(d / "tokenizer_config.json") << config;
+    if (!map.empty()) std::ofstream(d / "special_tokens_map.json") << map;
+    return d.string();
+  };
+  // No config: CLIPTokenizer's default.
+  Expected<ClipTokenizer> plain = ClipTokenizer::load_hf_dir(folder("plain", "", ""));
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->pad_id(), plain->eot_id());
+  // A current config: its pad_token; special_tokens_map.json is not read.
+  Expected<ClipTokenizer> current = ClipTokenizer::load_hf_dir(
+      folder("current", R"({"pad_token": "!", "added_tokens_decoder": {}})",
+             R"({"pad_token": "<|endoftext|>"})"));
+  ASSERT_TRUE(current.ok()) << current.status().message();
+  EXPECT_EQ(current->pad_id(), 0);
+  // A legacy config: special_tokens_map.json overrides it.
+  Expected<ClipTokenizer> legacy = ClipTokenizer::load_hf_dir(
+      folder("legacy", R"({"pad_token": "<|endoftext|>"})", R"({"pad_token": {"content": "!"}})"));
+  ASSERT_TRUE(legacy.ok()) << legacy.status().message();
+  EXPECT_EQ(legacy->pad_id(), 0);
+  Expected<std::vector<int32_t>> ids = legacy->encode_padded("a cat", 8);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{3512, 320, 2368, 3513, 0, 0, 0, 0}));
+  // Errors name the file and key.
+  Expected<ClipTokenizer> bad = ClipTokenizer::load_hf_dir(
+      folder("bad", R"({"pad_token": 7, "added_tokens_decoder": {}})", ""));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tokenizer_config.json: pad_token"), std::string::npos)
+      << bad.status().message();
+  Expected<ClipTokenizer> unknown = ClipTokenizer::load_hf_dir(
+      folder("unknown", R"({"pad_token": "<pad>", "added_tokens_decoder": {}})", ""));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("<pad>"), std::string::npos);
+  fs::remove_all(root);
 }
 
 TEST(ClipTokenizer, InvalidUtf8IsAnErrorNamingTheByte) {
