@@ -11,10 +11,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "models/clip/clip_tokenizer.h"
@@ -202,6 +204,38 @@ TEST(ClipTokenizer, InvalidUtf8IsAnErrorNamingTheByte) {
     EXPECT_NE(e.status().message().find("byte 3"), std::string::npos) << e.status().message();
     EXPECT_FALSE(t->encode("\xED\xA0\x80").ok());  // a surrogate
     EXPECT_FALSE(t->encode("\xC0\xAF").ok());      // overlong
+  }
+}
+
+// Valid text of any kind fills the context: sot first, an eot, ids in range.
+TEST(ClipTokenizer, RandomTextAlwaysFillsTheContext) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string text;
+    for (int k = static_cast<int>(rng() % 40); k > 0; --k) {
+      uint32_t cp = rng() % 4 == 0 ? rng() % 0x110000 : rng() % 0x3000;
+      if (cp >= 0xD800 && cp < 0xE000) cp = '&';
+      if (cp < 0x80) {
+        text.push_back(static_cast<char>(cp));
+      } else if (cp < 0x800) {
+        text += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 63))};
+      } else if (cp < 0x10000) {
+        text += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 63)),
+                 static_cast<char>(0x80 | (cp & 63))};
+      } else {
+        text += {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 63)),
+                 static_cast<char>(0x80 | ((cp >> 6) & 63)), static_cast<char>(0x80 | (cp & 63))};
+      }
+    }
+    for (const ClipTokenizer* t : {&simple(), &hf()}) {
+      const auto ctx = static_cast<int32_t>(2 + rng() % 40);
+      Expected<std::vector<int32_t>> ids = t->encode_padded(text, ctx);
+      ASSERT_TRUE(ids.ok()) << ids.status().message();
+      ASSERT_EQ(ids->size(), static_cast<size_t>(ctx));
+      EXPECT_EQ(ids->front(), t->sot_id());
+      EXPECT_NE(std::find(ids->begin() + 1, ids->end(), t->eot_id()), ids->end());
+      for (int32_t id : *ids) ASSERT_TRUE(id >= 0 && id < t->size()) << id;
+    }
   }
 }
 
