@@ -73,9 +73,12 @@ TEST_F(Packaging, SystemdAnalyzeVerifyPassesOnTheInstalledUnits) {
   if (!have("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not installed";
   const std::string dir = prefix_ + "/lib/systemd/system/";
   std::string out;
-  const int rc = sh("SYSTEMD_LOG_LEVEL=notice systemd-analyze verify '" + dir + "flick.service' '" +
-                        dir + "flick-drain.service' '" + dir + "flick-drain.timer'",
-                    &out);
+  // --man=no: Documentation=man:... links are not checked (a minimal system
+  // has no man; what the units say is what is tested).
+  const int rc =
+      sh("SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no '" + dir + "flick.service' '" +
+             dir + "flick-drain.service' '" + dir + "flick-drain.timer'",
+         &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out.find("flick"), std::string::npos) << "warnings about the units:\n" << out;
 }
