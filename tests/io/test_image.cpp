@@ -3,9 +3,9 @@
 
 #include <fstream>
 
-#include "runtime/file_util.h"
 #include "io/image.h"
 #include "io_test_util.h"
+#include "runtime/file_util.h"
 
 namespace flick {
 namespace {
@@ -189,6 +189,29 @@ TEST(Jpeg, TruncatedFileIsAnErrorNamingIt) {
   EXPECT_EQ(frame.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(frame.status().message().find("cut.jpg"), std::string::npos)
       << frame.status().message();
+}
+
+// A valid progressive JPEG of 694 scans (tools/gen_many_scans_jpeg.py: every
+// AC coefficient in its own scan, refined bit by bit). Each scan revisits the
+// whole image, so at 32768x4096 such a 400 kB file took 40 s of CPU to decode;
+// more than 500 scans are refused (TJFLAG_LIMITSCANS), with the file named.
+TEST(Jpeg, ProgressiveWithTooManyScansIsRefused) {
+  auto frame = read_image(fixture("progressive_694_scans.jpg"));
+  ASSERT_FALSE(frame.ok());
+  EXPECT_EQ(frame.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(frame.status().message().find("progressive_694_scans.jpg"), std::string::npos)
+      << frame.status().message();
+  EXPECT_NE(frame.status().message().find("500 scans"), std::string::npos)
+      << frame.status().message();
+  // The same image with an ordinary progressive script (jpegtran -progressive).
+  auto ordinary = read_image(fixture("progressive_gray.jpg"));
+  ASSERT_TRUE(ordinary.ok()) << ordinary.status().message();
+  ASSERT_EQ(ordinary->width, 16);
+  ASSERT_EQ(ordinary->height, 16);
+  for (size_t i = 0; i < ordinary->rgb.size(); i += 3) {
+    ASSERT_EQ(ordinary->rgb[i], ordinary->rgb[i + 1]);
+    ASSERT_EQ(ordinary->rgb[i], ordinary->rgb[i + 2]);
+  }
 }
 
 TEST(Image, SniffsBySignatureNotExtension) {
