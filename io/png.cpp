@@ -133,6 +133,15 @@ bool png_decode_impl(PngSource* src, PngReadTarget* target, PngError* err) {
   }
   png_set_read_fn(png, src, on_png_read);
   png_set_user_limits(png, kMaxImageSide, kMaxImageSide);
+  // libpng reads each variable-length ancillary chunk it knows (text, EXIF,
+  // ICC profile, ...) whole into memory before checking it, and its chunk
+  // size limit is only a warning when reading: a 200-byte file whose iTXt
+  // chunk claimed 2 GB made it allocate 2 GB (found by fuzz_png). flick uses
+  // none of them (it reads the orientation metadata itself,
+  // image_orientation.cpp, and applies no ICC profile, as Pillow's
+  // convert("RGB")), so they are skipped unread, like unknown chunks.
+  static constexpr png_byte kSkipped[] = "iCCP\0iTXt\0tEXt\0zTXt\0eXIf\0sPLT\0pCAL\0sCAL";
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, kSkipped, sizeof(kSkipped) / 5);
   png_read_info(png, info);
   const png_uint_32 width = png_get_image_width(png, info);
   const png_uint_32 height = png_get_image_height(png, info);

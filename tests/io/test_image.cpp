@@ -3,9 +3,9 @@
 
 #include <fstream>
 
-#include "runtime/file_util.h"
 #include "io/image.h"
 #include "io_test_util.h"
+#include "runtime/file_util.h"
 
 namespace flick {
 namespace {
@@ -128,6 +128,79 @@ TEST(Png, HugeHeaderIsRefused) {
   EXPECT_NE(info.status().message().find("huge.png"), std::string::npos);
 }
 
+namespace {
+
+// The peak resident memory of this process, in kB (VmHWM), after resetting it
+// to the current resident size (/proc/self/clear_refs, "5").
+int64_t reset_peak_rss_kb() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+int64_t peak_rss_kb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Found by fuzz_png: libpng reads a text / EXIF / ICC chunk whole before
+// checking its size (its limit only warns when reading), so a 200-byte file
+// whose iTXt chunk claimed 2 GB made it allocate 2 GB. Those chunks are now
+// skipped unread: a file with a 64 MB iTXt chunk decodes to its pixels while
+// the peak memory stays far below the chunk's size.
+TEST(Png, LargeTextChunksAreSkippedUnread) {
+  TempDir dir;
+  const Frame frame = noise_frame(16, 16, 7);
+  std::vector<uint8_t> png;
+  ASSERT_TRUE(encode_png(frame.view(), 6, &png).ok());
+  std::vector<uint8_t> chunk = {'i', 'T', 'X', 't'};
+  const std::string head = std::string("XML:com.adobe.xmp") + '\0' + '\0' + '\0' + '\0' + '\0';
+  chunk.insert(chunk.end(), head.begin(), head.end());
+  chunk.resize(chunk.size() + (64 << 20), 'x');
+  const uint32_t n = static_cast<uint32_t>(chunk.size() - 4);
+  const uint32_t crc = crc32(0, chunk.data(), static_cast<uInt>(chunk.size()));
+  std::vector<uint8_t> bytes(chunk.size() + 8);
+  for (int i = 0; i < 4; ++i) {
+    bytes[i] = static_cast<uint8_t>(n >> (24 - 8 * i));
+    bytes[bytes.size() - 4 + i] = static_cast<uint8_t>(crc >> (24 - 8 * i));
+  }
+  std::copy(chunk.begin(), chunk.end(), bytes.begin() + 4);
+  chunk = {};
+  png.insert(png.begin() + 33, bytes.begin(), bytes.end());  // after the signature and IHDR
+  const std::string path = dir.file("big_itxt.png");
+  write_bytes(path, png.data(), png.size());
+  png = {};
+  bytes = {};
+
+  const int64_t before = reset_peak_rss_kb();
+  ASSERT_GT(before, 0);
+  auto decoded = read_png(path);
+  const int64_t grown_kb = peak_rss_kb() - before;
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(decoded->rgb, frame.rgb);
+  EXPECT_LT(grown_kb, 16 << 10) << "decoding grew the peak by " << grown_kb << " kB";
+
+  // The 2 GB claim the fuzzer found: refused as truncated, naming the file.
+  const uint8_t claim[] = {0x7a, 0x54, 0x58, 0x74, 'i', 'T', 'X', 't', 'X', 'M', 'L'};
+  std::vector<uint8_t> cut;
+  ASSERT_TRUE(encode_png(frame.view(), 6, &cut).ok());
+  cut.resize(33);
+  cut.insert(cut.end(), std::begin(claim), std::end(claim));
+  write_bytes(dir.file("claims_2gb.png"), cut.data(), cut.size());
+  auto refused = read_png(dir.file("claims_2gb.png"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("claims_2gb.png"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(Jpeg, RoundTripPsnrAtQuality95) {
   TempDir dir;
   const Frame src = smooth_frame(96, 64);
@@ -189,6 +262,29 @@ TEST(Jpeg, TruncatedFileIsAnErrorNamingIt) {
   EXPECT_EQ(frame.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(frame.status().message().find("cut.jpg"), std::string::npos)
       << frame.status().message();
+}
+
+// A valid progressive JPEG of 694 scans (tools/gen_many_scans_jpeg.py: every
+// AC coefficient in its own scan, refined bit by bit). Each scan revisits the
+// whole image, so at 32768x4096 such a 400 kB file took 40 s of CPU to decode;
+// more than 500 scans are refused (TJFLAG_LIMITSCANS), with the file named.
+TEST(Jpeg, ProgressiveWithTooManyScansIsRefused) {
+  auto frame = read_image(fixture("progressive_694_scans.jpg"));
+  ASSERT_FALSE(frame.ok());
+  EXPECT_EQ(frame.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(frame.status().message().find("progressive_694_scans.jpg"), std::string::npos)
+      << frame.status().message();
+  EXPECT_NE(frame.status().message().find("500 scans"), std::string::npos)
+      << frame.status().message();
+  // The same image with an ordinary progressive script (jpegtran -progressive).
+  auto ordinary = read_image(fixture("progressive_gray.jpg"));
+  ASSERT_TRUE(ordinary.ok()) << ordinary.status().message();
+  ASSERT_EQ(ordinary->width, 16);
+  ASSERT_EQ(ordinary->height, 16);
+  for (size_t i = 0; i < ordinary->rgb.size(); i += 3) {
+    ASSERT_EQ(ordinary->rgb[i], ordinary->rgb[i + 1]);
+    ASSERT_EQ(ordinary->rgb[i], ordinary->rgb[i + 2]);
+  }
 }
 
 TEST(Image, SniffsBySignatureNotExtension) {
