@@ -6,7 +6,6 @@
 
 namespace flick {
 
-
 Expected<WanVaeDecoderConfig> WanVaeDecoderConfig::detect(const WeightView& root) {
   WanVaeDecoderConfig c;
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* conv2, root.require("conv2.weight", 5));

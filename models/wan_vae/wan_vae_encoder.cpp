@@ -6,7 +6,6 @@
 
 namespace flick {
 
-
 Expected<WanVaeEncoderConfig> WanVaeEncoderConfig::detect(const WeightView& root) {
   WanVaeEncoderConfig c;
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* quant, root.require("conv1.weight", 5));
