@@ -13,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <queue>
 
 #include "models/clip/clip_text_tables.h"
 #include "runtime/file_util.h"
@@ -591,8 +590,8 @@ Expected<ClipTokenizer> ClipTokenizer::from_simple_merges(std::string_view text,
     if (li == t.vocab_.end() || ri == t.vocab_.end())
       return invalid_input(name + ": line " + std::to_string(r + 2) + " (\"" + a + " " + b +
                            "\"): a symbol that no earlier merge or byte makes");
-    const uint64_t key = (uint64_t(uint32_t(li->second)) << 32) | uint32_t(ri->second);
-    t.merges_[key] = Merge{static_cast<int32_t>(r), t.vocab_.at(a + b)};  // later rank wins
+    const uint64_t key = bpe_pair_key(li->second, ri->second);
+    t.merges_[key] = BpeMerge{static_cast<int32_t>(r), t.vocab_.at(a + b)};  // later rank wins
   }
   t.pad_id_ = 0;  // SimpleTokenizer pads with zeros
   FLICK_TRY(t.finish(name));
@@ -690,8 +689,8 @@ Expected<ClipTokenizer> ClipTokenizer::from_hf(std::string_view vocab_json,
                            "\"): a part or the merged token "
                            "is not in " +
                            vocab_name);
-    const uint64_t key = (uint64_t(uint32_t(li->second)) << 32) | uint32_t(ri->second);
-    t.merges_[key] = Merge{static_cast<int32_t>(i - 1), mi->second};  // later rank wins
+    const uint64_t key = bpe_pair_key(li->second, ri->second);
+    t.merges_[key] = BpeMerge{static_cast<int32_t>(i - 1), mi->second};  // later rank wins
   }
   FLICK_TRY(t.finish(vocab_name));
   // transformers would add a pad token missing from the vocabulary as a new
@@ -755,47 +754,13 @@ std::optional<int32_t> ClipTokenizer::token_id(std::string_view token) const {
 // longer than either part).
 void ClipTokenizer::encode_word(std::string_view bytes, std::vector<int32_t>& out) const {
   if (bytes.empty()) return;
-  struct Symbol {
-    int32_t id, prev, next;
-    bool alive;
-  };
-  const auto n = static_cast<int32_t>(bytes.size());
-  std::vector<Symbol> s(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) {
+  // The last byte carries the end-of-word marker ("</w>").
+  std::vector<int32_t> ids(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
     const auto b = static_cast<uint8_t>(bytes[i]);
-    s[i] = {i + 1 < n ? byte_ids_[b] : byte_eow_ids_[b], i - 1, i + 1 < n ? i + 1 : -1, true};
+    ids[i] = i + 1 < bytes.size() ? byte_ids_[b] : byte_eow_ids_[b];
   }
-  struct Candidate {
-    int32_t rank, pos, merged;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  auto merge_of = [&](int32_t pos) -> const Merge* {
-    const int32_t next = s[pos].next;
-    if (next < 0) return nullptr;
-    auto it = merges_.find((uint64_t(uint32_t(s[pos].id)) << 32) | uint32_t(s[next].id));
-    return it == merges_.end() ? nullptr : &it->second;
-  };
-  auto push = [&](int32_t pos) {
-    if (const Merge* m = merge_of(pos)) heap.push({m->rank, pos, m->merged});
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    const Merge* m = s[c.pos].alive ? merge_of(c.pos) : nullptr;
-    if (!m || m->merged != c.merged || m->rank != c.rank) continue;  // stale
-    const int32_t right = s[c.pos].next;
-    s[c.pos].id = c.merged;
-    s[right].alive = false;
-    s[c.pos].next = s[right].next;
-    if (s[c.pos].next >= 0) s[s[c.pos].next].prev = c.pos;
-    if (s[c.pos].prev >= 0) push(s[c.pos].prev);
-    push(c.pos);
-  }
-  for (int32_t i = 0; i >= 0; i = s[i].next) out.push_back(s[i].id);
+  bpe_merge(ids, merges_, out);
 }
 
 // re.findall: only the matches count, the text between them is dropped.

@@ -44,6 +44,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "models/bpe_merge.h"
 #include "runtime/status.h"
 
 namespace flick::clip {
@@ -94,10 +95,6 @@ class ClipTokenizer {
 
  private:
   struct Regex;
-  struct Merge {
-    int32_t rank;
-    int32_t merged;
-  };
   enum class Flavor { kSimple, kHf };
 
   ClipTokenizer();
@@ -108,8 +105,8 @@ class ClipTokenizer {
 
   Flavor flavor_ = Flavor::kSimple;
   std::unordered_map<std::string, int32_t> vocab_;  // byte-level string -> id
-  std::unordered_map<uint64_t, Merge> merges_;      // (left id << 32 | right id)
-  std::vector<int32_t> byte_ids_, byte_eow_ids_;    // id of each byte, alone / with </w>
+  BpeMerges merges_;
+  std::vector<int32_t> byte_ids_, byte_eow_ids_;  // id of each byte, alone / with </w>
   std::string sot_, eot_;
   int32_t sot_id_ = 0, eot_id_ = 0, pad_id_ = 0, size_ = 0;
   std::unique_ptr<Regex> split_;

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
-#include <queue>
 
+#include "models/bpe_merge.h"
 #include "runtime/file_util.h"
 
 namespace flick::llama {
@@ -175,8 +175,8 @@ Expected<LlamaTokenizer> LlamaTokenizer::from_json(std::string_view text, const 
     if (li == t.vocab_.end() || ri == t.vocab_.end() || mi == t.vocab_.end())
       return fail("model.merges[" + std::to_string(rank) + "] (\"" + left + "\", \"" + right +
                   "\"): a part or the merged token is not in model.vocab");
-    const uint64_t key = (uint64_t(uint32_t(li->second)) << 32) | uint32_t(ri->second);
-    t.merges_.emplace(key, Merge{static_cast<int32_t>(rank), mi->second});  // first rank wins
+    const uint64_t key = bpe_pair_key(li->second, ri->second);
+    t.merges_.emplace(key, BpeMerge{static_cast<int32_t>(rank), mi->second});  // first rank wins
   }
 
   // Added tokens are matched in the raw text before anything else.
@@ -313,46 +313,9 @@ void LlamaTokenizer::encode_piece(std::string_view bytes, std::vector<int32_t>& 
       return;
     }
   }
-  struct Symbol {
-    int32_t id, prev, next;
-    bool alive;
-  };
-  const auto n = static_cast<int32_t>(bytes.size());
-  std::vector<Symbol> s(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i)
-    s[i] = {byte_ids_[static_cast<uint8_t>(bytes[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
-  struct Candidate {
-    int32_t rank, pos, merged;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  auto merge_of = [&](int32_t pos) -> const Merge* {
-    const int32_t next = s[pos].next;
-    if (next < 0) return nullptr;
-    auto it = merges_.find((uint64_t(uint32_t(s[pos].id)) << 32) | uint32_t(s[next].id));
-    return it == merges_.end() ? nullptr : &it->second;
-  };
-  auto push = [&](int32_t pos) {
-    if (const Merge* m = merge_of(pos)) heap.push({m->rank, pos, m->merged});
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    // Stale when either symbol changed since it was queued.
-    const Merge* m = s[c.pos].alive ? merge_of(c.pos) : nullptr;
-    if (!m || m->merged != c.merged) continue;
-    const int32_t right = s[c.pos].next;
-    s[c.pos].id = c.merged;
-    s[right].alive = false;
-    s[c.pos].next = s[right].next;
-    if (s[c.pos].next >= 0) s[s[c.pos].next].prev = c.pos;
-    if (s[c.pos].prev >= 0) push(s[c.pos].prev);
-    push(c.pos);
-  }
-  for (int32_t i = 0; i >= 0; i = s[i].next) out.push_back(s[i].id);
+  std::vector<int32_t> ids(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) ids[i] = byte_ids_[static_cast<uint8_t>(bytes[i])];
+  bpe_merge(ids, merges_, out);
 }
 
 // Split (Isolated) on the regex: every match and every gap between matches

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "models/bpe_merge.h"
 #include "runtime/status.h"
 
 namespace flick::llama {
@@ -48,10 +49,6 @@ class LlamaTokenizer {
     std::string content;
     int32_t id;
   };
-  struct Merge {
-    int32_t rank;
-    int32_t merged;
-  };
 
   LlamaTokenizer();
   void encode_piece(std::string_view bytes, std::vector<int32_t>& out) const;
@@ -60,11 +57,11 @@ class LlamaTokenizer {
 
   // Vocabulary keyed by raw bytes (the file's ByteLevel strings decoded).
   std::unordered_map<std::string, int32_t> vocab_;
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
-  std::vector<AddedToken> added_;               // longest first
-  std::vector<bool> added_first_byte_;          // a byte some added token starts with
-  std::vector<int32_t> byte_ids_;               // id of each single byte
-  std::vector<int32_t> prefix_, suffix_;        // the template around $A
+  BpeMerges merges_;
+  std::vector<AddedToken> added_;         // longest first
+  std::vector<bool> added_first_byte_;    // a byte some added token starts with
+  std::vector<int32_t> byte_ids_;         // id of each single byte
+  std::vector<int32_t> prefix_, suffix_;  // the template around $A
   std::unique_ptr<Regex> split_;
   bool ignore_merges_ = false;
   int32_t size_ = 0;
