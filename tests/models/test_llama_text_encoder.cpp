@@ -211,18 +211,26 @@ TEST(LlamaTextEncoder, ConfigAndCheckpointMismatchesAreNamed) {
       WeightStore::open({kWeights + "model-00001-of-00003.safetensors",
                          kWeights + "model-00002-of-00003.safetensors"});
   ASSERT_TRUE(partial.ok()) << partial.status().message();
-  Expected<LlamaConfig> cfg =
+  // A missing shard drops the last layers: config.json and the shapes disagree.
+  Expected<LlamaConfig> partial_cfg =
       LlamaConfig::detect(llama_model_view(*partial), kWeights + "config.json");
-  if (cfg.ok()) {
-    std::unique_ptr<Backend> backend = make_ref_backend();
-    Expected<LlamaTextEncoder> enc =
-        LlamaTextEncoder::load(llama_model_view(*partial), *cfg, *backend, Precision::F32, 8, 3);
-    ASSERT_FALSE(enc.ok());
-    EXPECT_NE(enc.status().message().find("layers."), std::string::npos) << enc.status().message();
-  } else {
-    EXPECT_NE(cfg.status().message().find("config.json"), std::string::npos)
-        << cfg.status().message();
-  }
+  ASSERT_FALSE(partial_cfg.ok());
+  EXPECT_NE(partial_cfg.status().message().find("num_hidden_layers is 5"), std::string::npos)
+      << partial_cfg.status().message();
+  // With the complete checkpoint's config, the loader names the first missing tensor.
+  Expected<WeightStore> full = open_weights();
+  ASSERT_TRUE(full.ok());
+  Expected<LlamaConfig> cfg =
+      LlamaConfig::detect(llama_model_view(*full), kWeights + "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  std::unique_ptr<Backend> backend = make_ref_backend();
+  Expected<LlamaTextEncoder> enc = LlamaTextEncoder::load(llama_model_view(*partial), *cfg,
+                                                          *backend, Precision::F32, 8, cfg->layers);
+  ASSERT_FALSE(enc.ok());
+  EXPECT_NE(enc.status().message().find("layers.3.input_layernorm.weight"), std::string::npos)
+      << enc.status().message();
+  EXPECT_NE(enc.status().message().find("no such tensor"), std::string::npos)
+      << enc.status().message();
 }
 
 }  // namespace
