@@ -1,0 +1,78 @@
+// The EfficientSAM3 image model with a text prompt, composed from the
+// components of models/sam3 (spec ../shared/research/sam3-and-style.md Part A):
+//
+//   frame   RGB8 [H, W] -> resize 1008 x 1008 (torchvision v2, antialias) ->
+//           (v/255 - 0.5)/0.5                                   // [1, 3, S, S]
+//   image   = RepViT trunk + head -> SAM3 neck (scalp 1)        // once per frame
+//   prompt  = CLIP BPE tokens -> MobileCLIP text -> projector   // cached per prompt
+//   per prompt: geometry CLS, fusion encoder, DETR decoder, dot scoring,
+//           seg head -> post-processing at the frame's size
+//
+// One frame at a time: encode_image() keeps the image side in the model's
+// arena, then detect() runs the prompt-dependent part for each prompt against
+// it. Text encodings are cached per prompt string for the model's lifetime.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "io/frame.h"
+#include "models/sam3/postprocess.h"
+#include "models/sam3/sam3_checkpoint.h"
+#include "runtime/backend.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace flick {
+
+struct Sam3Options {
+  // The checkpoint (.pth as released, or .safetensors with the same keys).
+  std::string weights;
+  // bpe_simple_vocab_16e6.txt.gz; empty: the copy flick installs beside its
+  // data (see the README).
+  std::string vocab;
+  Precision precision = Precision::F32;  // F32, BF16 (INT8 where supported)
+  // The square input side: 1008 for the released models; tests use less
+  // (a multiple of 14 * the trunk's total stride, checked at load).
+  int64_t image_size = 1008;
+};
+
+class Sam3ImageModel {
+ public:
+  // Called with named intermediates (golden tests, `flick run --dump`):
+  // "pixels", "trunk", "neck.level{i}", per prompt "tokens", "text",
+  // "prompt", "memory", "decoder.hs{l}", "decoder.ref{l}",
+  // "decoder.presence{l}", "scores", "boxes", "mask_logits". Views are valid
+  // during the call only.
+  using Tap = std::function<void(std::string_view name, const Tensor& t)>;
+
+  // Loads and checks the checkpoint (errors name the file and tensor),
+  // folds BatchNorm/RepVGG branches, and plans every buffer for `backend`
+  // (which must outlive the model).
+  static Expected<std::unique_ptr<Sam3ImageModel>> load(const Sam3Options& options,
+                                                        Backend& backend);
+  ~Sam3ImageModel();
+
+  const Sam3Options& options() const;
+  const Sam3Checkpoint& checkpoint() const;
+  // "bf16 trunk, bf16 text, bf16 head" for status files.
+  std::string precision_summary() const;
+
+  // Runs the image side of one frame (any size >= 1 x 1).
+  Status encode_image(const FrameView& frame, const Tap& tap = {});
+  // The prompt-dependent part against the last encode_image() frame:
+  // detections with prob > threshold (0 keeps every query), boxes in the
+  // frame's pixels and masks at the frame's size. Errors on an empty prompt
+  // or before any encode_image().
+  Expected<Sam3Detections> detect(std::string_view prompt, float threshold, const Tap& tap = {});
+
+ private:
+  struct Impl;
+  explicit Sam3ImageModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flick
