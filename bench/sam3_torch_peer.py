@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The PyTorch peer for flick's EfficientSAM3 benchmark (issue 12 targets).
+
+Times the reference image model (SimonZeng7108/efficientsam3, RepViT-M0.9 +
+MobileCLIP-S1, the released student; exported at run time by
+tools/sam3_refenv.py, nothing of it is stored in flick) on the CPU through its
+own Sam3Processor, eager, in fp32 and with bf16 autocast:
+
+  image side   processor.set_image(frame)            trunk, head, neck
+  prompt       processor.set_text_prompt(p, state)   text encoder, geometry CLS,
+                                                     fusion encoder, decoder,
+                                                     seg head, post-processing
+
+per 1008^2 frame (the frame is 1280x720, as flick's benchmark uses). Weights:
+a checkpoint in the released layout (`flick synth --model efficientsam3
+--size full`, or the real file) with --weights, else the builder's random
+initialisation (same cost).
+
+With --flick PATH it also runs `flick bench --filter sam3` in the same run
+(same machine state) and prints the ratios. Without torch it prints why and
+exits 0, so scripts can call it unconditionally.
+
+  /work/venv-sam3/bin/python bench/sam3_torch_peer.py [--flick build/flick]
+      [--weights FILE.pth] [--threads N] [--repeat N]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run_flick(flick, weights, threads):
+    cmd = [flick, "bench", "--filter", "sam3"]
+    if weights:
+        cmd += ["--sam3-weights", weights]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    sys.stdout.write(out.stdout)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        return {}
+    # Rows look like "sam3.bf16 image 1008   1234.5  ...": the column after
+    # the name is milliseconds.
+    found = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"(sam3\.\w+ (?:image|prompt))\b.*?\s([0-9.]+)\s", line)
+        if m:
+            found[m.group(1)] = float(m.group(2)) / 1e3
+    return found
+
+
+def build(mb, weights):
+    model = mb.build_efficientsam3_image_model(
+        device="cpu", eval_mode=True, load_from_HF=False, enable_inst_interactivity=False,
+        backbone_type="repvit", model_name="m0.9", text_encoder_type="MobileCLIP-S1",
+        text_encoder_context_length=77, checkpoint_path=weights)
+    return model
+
+
+def time_model(processor, frame, prompts, repeat, autocast):
+    import torch
+    ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.autocast(
+        "cpu", enabled=False))
+    image_s, prompt_s = [], []
+    with torch.inference_mode(), ctx:
+        state = processor.set_image(frame)  # warm-up: first-call allocations
+        processor.set_text_prompt(prompts[0], state)
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            state = processor.set_image(frame)
+            image_s.append(time.perf_counter() - t0)
+            for p in prompts:
+                t0 = time.perf_counter()
+                processor.set_text_prompt(p, state)
+                prompt_s.append(time.perf_counter() - t0)
+    return min(image_s), min(prompt_s)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flick", help="flick binary: also run its sam3 benchmark")
+    ap.add_argument("--weights", help="checkpoint in the released layout (.pth)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--mirror", help="efficientsam3 git mirror (tools/sam3_refenv.py default)")
+    args = ap.parse_args()
+
+    try:
+        import torch
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+        import sam3_refenv
+    except ImportError as e:
+        print(f"sam3_torch_peer: skipped, the reference environment is missing ({e}); "
+              "see tools/sam3_refenv.py")
+        return 0
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    frame = torch.randint(0, 256, (3, 720, 1280), dtype=torch.uint8)
+    prompts = ["person", "red car", "dog"]
+    mirror = args.mirror or sam3_refenv.DEFAULT_MIRROR
+    rows = {}
+    with sam3_refenv.reference(mirror) as root:
+        import sam3.model_builder as mb
+        from sam3.model.sam3_image_processor import Sam3Processor
+        model = build(mb, args.weights)
+        processor = Sam3Processor(model, device="cpu", confidence_threshold=0.5)
+        for name, autocast in (("f32", False), ("bf16", True)):
+            img, prm = time_model(processor, frame, prompts, args.repeat, autocast)
+            rows[name] = (img, prm)
+            print(f"torch.{name:<5} image 1008  {img * 1e3:10.1f} ms   prompt {prm * 1e3:10.1f} ms   "
+                  f"frame+1 prompt {(img + prm):6.2f} s   ({args.threads} threads, "
+                  f"torch {torch.__version__}, eager{' bf16 autocast' if autocast else ''})")
+
+    if args.flick:
+        found = run_flick(args.flick, args.weights, args.threads)
+        for name in ("f32", "bf16"):
+            fi, fp = found.get(f"sam3.{name} image"), found.get(f"sam3.{name} prompt")
+            if fi is None or fp is None:
+                print(f"flick sam3.{name}: no figures in `flick bench` output")
+                continue
+            ti, tp = rows[name]
+            print(f"flick vs torch, {name}: image side {ti / fi:.2f}x, prompt {tp / fp:.2f}x, "
+                  f"frame + 1 prompt {(ti + tp) / (fi + fp):.2f}x "
+                  f"(flick {fi + fp:.2f} s, torch {ti + tp:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
