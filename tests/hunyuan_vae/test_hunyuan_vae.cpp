@@ -1,0 +1,258 @@
+// The HunyuanVideo VAE (models/hunyuan_vae) against diffusers 0.33.1's
+// AutoencoderKLHunyuanVideo at a tiny config (tools/hunyuan_vae_goldens.py:
+// 4 levels of 4-8 channels, GroupNorm 2 groups, 4 latent channels, random
+// weights incl. norms and biases; CPU fp32 reference, plus the reference's
+// bf16 run of three outputs), run as FramePack runs it: per-block encode and
+// decode intermediates, the start image's posterior mean * 0.476986, the
+// always-on temporally tiled decode (9 latents: 3 tiles, the last short), the
+// low-VRAM spatial tiles (tiny 32 px tiles at stride 24 px so 5x5 latents
+// split 2x2) for decode, temporal+spatial decode and encode, and the
+// temporally tiled encode. Then the full-size key layout (from the
+// reference's meta-device init) on synthetic zero weights.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/hunyuan_vae/hunyuan_vae.h"
+#include "runtime/weights/stored_type.h"
+#include "runtime/weights/weight_file.h"
+#include "runtime/weights/weight_store.h"
+#include "tests/models/golden_compare.h"
+
+namespace flick {
+namespace {
+
+const std::string kData = std::string(FLICK_TEST_DATA) + "/hunyuan_vae/";
+const std::string kWeights = kData + "vae/diffusion_pytorch_model.safetensors";
+const std::string kConfig = kData + "vae/config.json";
+
+using testing::rel_l2;
+using testing::to_f32;
+
+struct Fixture {
+  WeightStore weights, golden;
+  HunyuanVaeConfig cfg;
+};
+
+Fixture open_fixture() {
+  Fixture f;
+  Expected<WeightStore> w = WeightStore::open({kWeights});
+  EXPECT_TRUE(w.ok()) << w.status().message();
+  f.weights = std::move(*w);
+  Expected<WeightStore> g = WeightStore::open({kData + "goldens.safetensors"});
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  f.golden = std::move(*g);
+  Expected<HunyuanVaeConfig> cfg = HunyuanVaeConfig::detect(f.weights.root(), kConfig);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  f.cfg = *cfg;
+  return f;
+}
+
+std::vector<float> golden(const Fixture& f, const std::string& name) {
+  Expected<Tensor> t = f.golden.get(name);
+  EXPECT_TRUE(t.ok()) << name;
+  return to_f32(*t);
+}
+Shape golden_shape(const Fixture& f, const std::string& name) { return f.golden.get(name)->shape; }
+
+TEST(HunyuanVaeConfig, DetectsTheTinyConfigFromShapesAndConfigJson) {
+  Fixture f = open_fixture();
+  EXPECT_EQ(f.cfg.block_out_channels, (std::vector<int64_t>{4, 8, 8, 8}));
+  EXPECT_EQ(f.cfg.layers_per_block, 2);
+  EXPECT_EQ(f.cfg.latent_channels, 4);
+  EXPECT_EQ(f.cfg.in_channels, 3);
+  EXPECT_EQ(f.cfg.out_channels, 3);
+  EXPECT_EQ(f.cfg.norm_groups, 2);
+  EXPECT_EQ(f.cfg.scaling_factor, 0.476986f);
+  EXPECT_EQ(f.cfg.spatial_ratio, 8);
+  EXPECT_EQ(f.cfg.temporal_ratio, 4);
+  EXPECT_TRUE(f.cfg.mid_attention && f.cfg.has_encoder && f.cfg.has_decoder);
+}
+
+// config.json values that disagree with the shapes, unsupported settings and
+// missing keys are errors naming the key.
+TEST(HunyuanVaeConfig, MismatchesAreNamed) {
+  Expected<WeightStore> w = WeightStore::open({kWeights});
+  ASSERT_TRUE(w.ok());
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flick_hyvae_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ifstream in(kConfig);
+  const nlohmann::json base = nlohmann::json::parse(in);
+  auto detect_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = base;
+    edit(j);
+    std::ofstream(dir / "config.json") << j.dump();
+    return HunyuanVaeConfig::detect(w->root(), (dir / "config.json").string());
+  };
+  auto expect_error = [](const Expected<HunyuanVaeConfig>& r, const std::string& needle) {
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  expect_error(detect_with([](auto& j) {
+                 j["block_out_channels"] = {4, 8, 8, 16};
+               }),
+               "block_out_channels");
+  expect_error(detect_with([](auto& j) { j["latent_channels"] = 16; }), "latent_channels");
+  expect_error(detect_with([](auto& j) { j["layers_per_block"] = 3; }), "layers_per_block");
+  expect_error(detect_with([](auto& j) { j.erase("norm_num_groups"); }), "norm_num_groups");
+  expect_error(detect_with([](auto& j) { j.erase("scaling_factor"); }), "scaling_factor");
+  expect_error(detect_with([](auto& j) { j["act_fn"] = "gelu"; }), "act_fn");
+  expect_error(detect_with([](auto& j) { j["up_block_types"][1] = "UpDecoderBlock2D"; }),
+               "up_block_types");
+  // Groups that do not divide the channels: the loader names the norm.
+  Expected<HunyuanVaeConfig> cfg = detect_with([](auto& j) { j["norm_num_groups"] = 3; });
+  ASSERT_TRUE(cfg.ok());
+  std::unique_ptr<Backend> be = make_ref_backend();
+  Expected<HunyuanVae> vae = HunyuanVae::load(w->root(), *cfg, *be, Precision::F32);
+  ASSERT_FALSE(vae.ok());
+  EXPECT_NE(vae.status().message().find("encoder.down_blocks.0.resnets.0.norm1"), std::string::npos)
+      << vae.status().message();
+  std::filesystem::remove_all(dir);
+}
+
+struct Case {
+  const char* backend;
+  Precision precision;
+};
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(info.param.backend) + "_" + precision_name(info.param.precision);
+}
+
+class HunyuanVaeF32 : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    f_ = open_fixture();
+    be_ = std::string(GetParam().backend) == "ref" ? make_ref_backend() : make_cpu_backend();
+    Expected<HunyuanVae> v = HunyuanVae::load(f_.weights.root(), f_.cfg, *be_, Precision::F32);
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    vae_ = std::make_unique<HunyuanVae>(std::move(*v));
+    EXPECT_TRUE(f_.weights.root().check_all_used().ok())
+        << f_.weights.root().check_all_used().message();
+  }
+  // Tolerance (relative L2, fp32): the reference's arithmetic up to the
+  // summation order of the convolutions (oneDNN / the scalar oracle vs torch's
+  // mkldnn), the GroupNorm statistics (double sums vs torch's fp32 Welford)
+  // and the attention, growing with depth: observed 2e-7 after one conv,
+  // 1-5e-6 after the 20-30 layers of a whole encode / decode (the scalar
+  // oracle and oneDNN alike, so mostly torch's own rounding): 2e-5.
+  static constexpr double kTol = 2e-5;
+  void expect_close(const std::vector<float>& got, const Shape& got_shape,
+                    const std::string& name) {
+    ASSERT_EQ(got_shape, golden_shape(f_, name)) << name;
+    const double e = rel_l2(got, golden(f_, name));
+    std::printf("  %-22s rel_l2 %.3g\n", name.c_str(), e);
+    EXPECT_LE(e, kTol) << name;
+  }
+  void expect_close(const OwnedTensor& got, const std::string& name) {
+    expect_close(to_f32(got.t), got.t.shape, name);
+  }
+  Tensor input(const std::string& name) { return *f_.golden.get(name); }
+
+  Fixture f_;
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<HunyuanVae> vae_;
+};
+
+TEST_P(HunyuanVaeF32, EncodeMatchesPerBlock) {
+  std::map<std::string, std::pair<std::vector<float>, Shape>> taps;
+  Expected<OwnedTensor> m = vae_->encode(input("enc.x"), [&](std::string_view n, const Tensor& t) {
+    taps[std::string(n)] = {to_f32(t), t.shape};
+  });
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  for (const char* n : {"conv_in", "down0.res0", "down0", "down1", "down2", "down3", "mid.res0",
+                        "mid.attn", "mid", "conv_out", "moments"}) {
+    ASSERT_TRUE(taps.count(n)) << n;
+    expect_close(taps[n].first, taps[n].second, std::string("enc.") + n);
+  }
+  expect_close(*m, "enc.moments");
+}
+
+// FramePack's start frame: posterior mean * scaling_factor (spec 1.3; the
+// reference samples from the global RNG, flick takes the mean).
+TEST_P(HunyuanVaeF32, StartLatentIsThePosteriorMeanScaled) {
+  Expected<OwnedTensor> mean = vae_->posterior_mean(input("img.x"));
+  ASSERT_TRUE(mean.ok()) << mean.status().message();
+  expect_close(*mean, "img.mean");
+  Expected<OwnedTensor> lat = vae_->start_latent(input("img.x"));
+  ASSERT_TRUE(lat.ok());
+  expect_close(*lat, "img.latent");
+}
+
+TEST_P(HunyuanVaeF32, DecodeMatchesPerBlock) {
+  std::map<std::string, std::pair<std::vector<float>, Shape>> taps;
+  Expected<OwnedTensor> y = vae_->decode(input("dec.z"), [&](std::string_view n, const Tensor& t) {
+    taps[std::string(n)] = {to_f32(t), t.shape};
+  });
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  for (const char* n : {"post_quant_conv", "conv_in", "mid", "up0.res0", "up0.upsample", "up0",
+                        "up1", "up2", "up3"}) {
+    ASSERT_TRUE(taps.count(n)) << n;
+    expect_close(taps[n].first, taps[n].second, std::string("dec.") + n);
+  }
+  expect_close(*y, "dec.out");
+}
+
+// 9 latents: tiles z[0:5], z[3:8], z[6:9] -> 13 + 12 + 8 = 33 frames, two
+// 4-frame blends. An untiled decode of the same latents is far from the
+// reference (GroupNorm statistics and attention span the tile): the tiling
+// is what the golden checks.
+TEST_P(HunyuanVaeF32, TemporalTiledDecode) {
+  Expected<OwnedTensor> y = vae_->decode(input("tdec.z"));
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  EXPECT_EQ(y->t.shape, Shape({1, 3, 33, 16, 24}));
+  expect_close(*y, "tdec.out");
+  HunyuanVaeTiling untiled;
+  untiled.framewise_decode = false;
+  vae_->set_tiling(untiled);
+  Expected<OwnedTensor> u = vae_->decode(input("tdec.z"));
+  ASSERT_TRUE(u.ok());
+  const double e = rel_l2(to_f32(u->t), golden(f_, "tdec.out"));
+  std::printf("  untiled decode vs the tiled reference: rel_l2 %.3g\n", e);
+  EXPECT_GT(e, 1000 * kTol);
+}
+
+// FramePack's low-VRAM mode (enable_tiling) with tiny tiles: 32 px at stride
+// 24 px (4 / 3 latents), so 5x5 latents are 2x2 tiles blended over 8 px.
+HunyuanVaeTiling low_vram_tiny() {
+  HunyuanVaeTiling t;
+  t.spatial = true;
+  t.min_height = t.min_width = 32;
+  t.stride_height = t.stride_width = 24;
+  return t;
+}
+
+TEST_P(HunyuanVaeF32, LowVramSpatialTiles) {
+  vae_->set_tiling(low_vram_tiny());
+  Expected<OwnedTensor> s = vae_->decode(input("sdec.z"));  // 2 latents: tiled_decode
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  expect_close(*s, "sdec.out");
+  Expected<OwnedTensor> ts = vae_->decode(input("tsdec.z"));  // 5 latents: temporal + spatial
+  ASSERT_TRUE(ts.ok()) << ts.status().message();
+  expect_close(*ts, "tsdec.out");
+  Expected<OwnedTensor> e = vae_->encode(input("senc.x"));  // 40x48 px: 2x2 tiles
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  expect_close(*e, "senc.moments");
+}
+
+TEST_P(HunyuanVaeF32, TemporalTiledEncode) {
+  Expected<OwnedTensor> e = vae_->encode(input("tenc.x"));  // 21 frames: tiles at 0, 12
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  expect_close(*e, "tenc.moments");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, HunyuanVaeF32,
+                         ::testing::Values(Case{"ref", Precision::F32},
+                                           Case{"cpu", Precision::F32}),
+                         case_name);
+
+}  // namespace
+}  // namespace flick
