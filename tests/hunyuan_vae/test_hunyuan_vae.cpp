@@ -11,6 +11,7 @@
 // reference's meta-device init) on synthetic zero weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -253,6 +254,147 @@ INSTANTIATE_TEST_SUITE_P(Backends, HunyuanVaeF32,
                          ::testing::Values(Case{"ref", Precision::F32},
                                            Case{"cpu", Precision::F32}),
                          case_name);
+
+class HunyuanVaeBf16 : public ::testing::TestWithParam<Case> {};
+
+// bf16 against the reference's own bf16 run (CPU, bf16 weights and
+// activations) and its fp32 run. Both round every op's output to bf16 (8
+// mantissa bits, 2^-9 relative) but sum in different orders, so single
+// roundings flip and the flips propagate through ~30 layers; at these tiny
+// widths (GroupNorm over 2-4 channels) that is 2-4 % from fp32 for either
+// implementation, and two such independent error patterns are ~sqrt(2) times
+// that apart. Observed: flick's bf16 is 1.6-5.1 % from the fp32 run where the
+// reference's bf16 is 2.1-3.8 %, and 2.9-5.7 % from the reference's bf16 run.
+// Bound for both distances: twice the reference's own bf16-vs-fp32 distance
+// (printed). A wrong blend, mask or rounding point shows up as tens of %.
+TEST_P(HunyuanVaeBf16, WithinTheReferencesBf16Error) {
+  Fixture f = open_fixture();
+  std::unique_ptr<Backend> be =
+      std::string(GetParam().backend) == "ref" ? make_ref_backend() : make_cpu_backend();
+  Expected<HunyuanVae> vae = HunyuanVae::load(f.weights.root(), f.cfg, *be, Precision::BF16);
+  ASSERT_TRUE(vae.ok()) << vae.status().message();
+  auto check = [&](const OwnedTensor& got, const std::string& name, const std::string& fp32) {
+    ASSERT_EQ(got.t.shape, golden_shape(f, fp32)) << name;
+    const std::vector<float> g = to_f32(got.t), ref16 = golden(f, "bf16." + name),
+                             ref32 = golden(f, fp32);
+    const double e16 = rel_l2(g, ref16), e32 = rel_l2(g, ref32), gap = rel_l2(ref16, ref32);
+    std::printf("  %-10s vs ref bf16 %.3g, vs ref fp32 %.3g (ref bf16 vs fp32 %.3g)\n",
+                name.c_str(), e16, e32, gap);
+    EXPECT_LE(e16, 2 * gap) << name;
+    EXPECT_LE(e32, 2 * gap) << name;
+  };
+  Expected<OwnedTensor> y = vae->decode(*f.golden.get("tdec.z"));
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  check(*y, "tdec.out", "tdec.out");
+  Expected<OwnedTensor> m = vae->posterior_mean(*f.golden.get("enc.x"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  check(*m, "enc.mean", "enc.mean");
+  Expected<OwnedTensor> im = vae->posterior_mean(*f.golden.get("img.x"));
+  ASSERT_TRUE(im.ok()) << im.status().message();
+  check(*im, "img.mean", "img.mean");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, HunyuanVaeBf16,
+                         ::testing::Values(Case{"ref", Precision::BF16},
+                                           Case{"cpu", Precision::BF16}),
+                         case_name);
+
+// Every key and shape of the released checkpoint layout (full_layout.json,
+// written by the goldens script from the reference class's default config on
+// the meta device), F32 zeros from one shared buffer.
+class ZeroFile final : public WeightFile {
+ public:
+  explicit ZeroFile(const nlohmann::json& tensors) {
+    path_ = "synthetic:hunyuan_vae_full";
+    uint64_t largest = 0;
+    for (const auto& [name, shape] : tensors.items()) {
+      TensorInfo info;
+      info.name = name;
+      info.type = &stored_type_of(DType::F32);
+      info.shape = shape.get<std::vector<int64_t>>();
+      info.numel = 1;
+      for (int64_t d : info.shape) info.numel *= static_cast<uint64_t>(d);
+      info.nbytes = info.numel * 4;
+      largest = std::max(largest, info.nbytes);
+      tensors_.push_back(std::move(info));
+    }
+    std::sort(tensors_.begin(), tensors_.end(),
+              [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+    zeros_.assign(largest, 0);
+  }
+  std::string_view format() const override { return "synthetic"; }
+  Expected<const uint8_t*> data(size_t) override { return zeros_.data(); }
+
+ private:
+  std::vector<uint8_t> zeros_;
+};
+
+// The full-size layout: config detection from the real keys and shapes, every
+// tensor used, the parameter counts of the spec (100.3 M + 146.1 M), and the
+// shapes of an encode and a (temporally tiled) decode at the real widths.
+TEST(HunyuanVaeFullSize, LoadsTheReleasedLayoutAndRunsShapes) {
+  std::ifstream in(kData + "full_layout.json");
+  const nlohmann::json layout = nlohmann::json::parse(in);
+  uint64_t enc = 0, dec = 0;
+  for (const auto& [name, shape] : layout["tensors"].items()) {
+    uint64_t n = 1;
+    for (int64_t d : shape.get<std::vector<int64_t>>()) n *= static_cast<uint64_t>(d);
+    if (name.starts_with("encoder.")) enc += n;
+    if (name.starts_with("decoder.")) dec += n;
+  }
+  EXPECT_EQ(enc, 100341408u);
+  EXPECT_EQ(dec, 146136067u);
+  WeightStore store;
+  ASSERT_TRUE(store.add(std::make_unique<ZeroFile>(layout["tensors"])).ok());
+  const std::filesystem::path cfg_path =
+      std::filesystem::temp_directory_path() /
+      ("flick_hyvae_full_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(cfg_path) << layout["config"].dump();
+  Expected<HunyuanVaeConfig> cfg = HunyuanVaeConfig::detect(store.root(), cfg_path.string());
+  std::filesystem::remove(cfg_path);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->block_out_channels, (std::vector<int64_t>{128, 256, 512, 512}));
+  EXPECT_EQ(cfg->latent_channels, 16);
+  EXPECT_EQ(cfg->layers_per_block, 2);
+  EXPECT_EQ(cfg->norm_groups, 32);
+  EXPECT_EQ(cfg->scaling_factor, 0.476986f);
+  EXPECT_TRUE(cfg->mid_attention);
+  // BF16 packs half the bytes of F32 (0.5 GB); the shapes are the same.
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  Expected<HunyuanVae> vae = HunyuanVae::load(store.root(), *cfg, *be, Precision::BF16);
+  ASSERT_TRUE(vae.ok()) << vae.status().message();
+  EXPECT_TRUE(store.root().check_all_used().ok()) << store.root().check_all_used().message();
+
+  OwnedTensor x(DType::F32, Shape{1, 3, 9, 16, 16});
+  std::memset(x.t.data, 0, x.t.nbytes());
+  Expected<OwnedTensor> m = vae->encode(x.t);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->t.shape, Shape({1, 32, 3, 2, 2}));    // (9 - 1) / 4 + 1 latents, 8x smaller
+  OwnedTensor z(DType::F32, Shape{1, 16, 5, 2, 2});  // 5 latents: 2 temporal tiles
+  std::memset(z.t.data, 0, z.t.nbytes());
+  Expected<OwnedTensor> y = vae->decode_latents(z.t);
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  EXPECT_EQ(y->t.shape, Shape({1, 3, 17, 16, 16}));
+  for (float v : to_f32(y->t)) ASSERT_EQ(v, 0.f);  // zero weights: zero output, no NaN
+}
+
+// A checkpoint lacking a tensor: the loader names it.
+TEST(HunyuanVaeFullSize, MissingTensorIsNamed) {
+  std::ifstream in(kData + "full_layout.json");
+  nlohmann::json layout = nlohmann::json::parse(in);
+  layout["tensors"].erase("decoder.up_blocks.2.resnets.0.conv_shortcut.conv.bias");
+  WeightStore store;
+  ASSERT_TRUE(store.add(std::make_unique<ZeroFile>(layout["tensors"])).ok());
+  HunyuanVaeConfig cfg;  // the released config, decoder only
+  cfg.block_out_channels = {128, 256, 512, 512};
+  cfg.has_encoder = false;
+  std::unique_ptr<Backend> be = make_ref_backend();
+  Expected<HunyuanVae> vae = HunyuanVae::load(store.root(), cfg, *be, Precision::BF16);
+  ASSERT_FALSE(vae.ok());
+  EXPECT_NE(vae.status().message().find("decoder.up_blocks.2.resnets.0.conv_shortcut.conv.bias"),
+            std::string::npos)
+      << vae.status().message();
+}
 
 }  // namespace
 }  // namespace flick
