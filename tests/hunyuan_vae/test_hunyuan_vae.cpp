@@ -211,6 +211,13 @@ TEST_P(HunyuanVaeF32, TemporalTiledDecode) {
   ASSERT_TRUE(y.ok()) << y.status().message();
   EXPECT_EQ(y->t.shape, Shape({1, 3, 33, 16, 24}));
   expect_close(*y, "tdec.out");
+  // FramePack's vae_decode: the sampler's latents (z * scaling_factor) are
+  // divided by it first (flick multiplies by the fp32 reciprocal: 1 ulp).
+  OwnedTensor scaled(DType::F32, input("tdec.z").shape);
+  be_->affine(input("tdec.z"), f_.cfg.scaling_factor, 0.f, scaled.t);
+  Expected<OwnedTensor> yl = vae_->decode_latents(scaled.t);
+  ASSERT_TRUE(yl.ok()) << yl.status().message();
+  expect_close(*yl, "tdec.out");
   HunyuanVaeTiling untiled;
   untiled.framewise_decode = false;
   vae_->set_tiling(untiled);
@@ -254,6 +261,21 @@ INSTANTIATE_TEST_SUITE_P(Backends, HunyuanVaeF32,
                          ::testing::Values(Case{"ref", Precision::F32},
                                            Case{"cpu", Precision::F32}),
                          case_name);
+
+TEST_P(HunyuanVaeF32, RejectsInputsOfTheWrongShape) {
+  OwnedTensor x(DType::F32, Shape{1, 4, 1, 16, 16});  // 4 channels, not 3
+  std::memset(x.t.data, 0, x.t.nbytes());
+  Expected<OwnedTensor> m = vae_->encode(x.t);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("[1, 3, T, H, W]"), std::string::npos)
+      << m.status().message();
+  OwnedTensor z(DType::F32, Shape{2, 4, 1, 2, 2});  // batch 2
+  std::memset(z.t.data, 0, z.t.nbytes());
+  EXPECT_FALSE(vae_->decode(z.t).ok());
+  OwnedTensor z3(DType::F32, Shape{1, 4, 2, 2});  // no time axis
+  std::memset(z3.t.data, 0, z3.t.nbytes());
+  EXPECT_FALSE(vae_->decode(z3.t).ok());
+}
 
 class HunyuanVaeBf16 : public ::testing::TestWithParam<Case> {};
 
