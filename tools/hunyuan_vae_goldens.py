@@ -138,6 +138,16 @@ def main():
         g["tdec.out"] = vae.decode(zt).sample
         assert g["tdec.out"].shape[2] == 33
 
+    # --- FramePack's section lengths (spec 3.3): 19 latents -> 13 + 5 x 12 + 0
+    # = 73 frames (the last tile z[18:19] decodes to one frame, dropped), and 7
+    # latents -> 13 + 12 + 0 = 25. 1x1 latents keep them small.
+    for n in (7, 19):
+        zn = rand(1, 4, n, 1, 1, scale=2.0)
+        with torch.no_grad():
+            g[f"tdec{n}.z"] = zn
+            g[f"tdec{n}.out"] = vae.decode(zn).sample
+            assert g[f"tdec{n}.out"].shape[2] == 4 * (n - 1) + 1
+
     # --- low-VRAM mode: spatial tiles of 32 px at stride 24 px (4 / 3 latents).
     vae.enable_tiling(tile_sample_min_height=32, tile_sample_min_width=32,
                       tile_sample_stride_height=24, tile_sample_stride_width=24)

@@ -228,6 +228,18 @@ TEST_P(HunyuanVaeF32, TemporalTiledDecode) {
   EXPECT_GT(e, 1000 * kTol);
 }
 
+// FramePack's section lengths: 19 latents (73 frames: tiles at 0, 3, .., 18,
+// the last one's single frame dropped) and 7 (25 frames, likewise).
+TEST_P(HunyuanVaeF32, TemporalTiledDecodeOfSectionLengths) {
+  for (int n : {7, 19}) {
+    const std::string tag = "tdec" + std::to_string(n);
+    Expected<OwnedTensor> y = vae_->decode(input(tag + ".z"));
+    ASSERT_TRUE(y.ok()) << y.status().message();
+    EXPECT_EQ(y->t.dim(2), 4 * (n - 1) + 1);
+    expect_close(*y, tag + ".out");
+  }
+}
+
 // FramePack's low-VRAM mode (enable_tiling) with tiny tiles: 32 px at stride
 // 24 px (4 / 3 latents), so 5x5 latents are 2x2 tiles blended over 8 px.
 HunyuanVaeTiling low_vram_tiny() {
