@@ -83,29 +83,40 @@ Expected<CausalConv3d> CausalConv3d::load_pointwise(const WeightView& v, std::st
 }
 
 OwnedTensor CausalConv3d::forward(Backend& be, const Tensor& x) const {
+  OwnedTensor view;
+  view.t = x;  // not owned: nothing to free
+  return forward(be, std::move(view));
+}
+
+OwnedTensor CausalConv3d::forward(Backend& be, OwnedTensor&& in) const {
+  const Tensor& x = in.t;
   FLICK_CHECK(x.ndim() == 5 && x.dim(0) == 1 && x.dim(1) == cin_,
               "CausalConv3d: x " + x.str() + ", expected " + std::to_string(cin_) + " channels");
   const int64_t pt = kernel_[0] - 1, ph = kernel_[1] / 2, pw = kernel_[2] / 2;
   const int64_t tp = x.dim(2) + pt, hp = x.dim(3) + 2 * ph, wp = x.dim(4) + 2 * pw;
-  OwnedTensor y(
-      act_, Shape{1, cout_, (tp - kernel_[0]) / stride_[0] + 1, (hp - kernel_[1]) / stride_[1] + 1,
-                  (wp - kernel_[2]) / stride_[2] + 1});
-  if (pt == 0 && ph == 0 && pw == 0) {
-    if (x.is_contiguous() && x.dtype == act_) {
-      be.conv(x, *conv_, y.t, Activation::None);
-    } else {
-      be.conv(contiguous_copy(be, x, act_).t, *conv_, y.t, Activation::None);
+  const Shape out_shape{1, cout_, (tp - kernel_[0]) / stride_[0] + 1,
+                        (hp - kernel_[1]) / stride_[1] + 1, (wp - kernel_[2]) / stride_[2] + 1};
+  // The convolution's input: x itself when it is dense in the activation
+  // dtype and needs no padding, else a padded (or converted) copy.
+  OwnedTensor padded;
+  const bool pointwise = pt == 0 && ph == 0 && pw == 0;
+  if (!(pointwise && x.is_contiguous() && x.dtype == act_)) {
+    OwnedTensor converted;
+    const Tensor* src = &x;
+    if (!x.is_contiguous() || x.dtype != act_) {
+      converted = contiguous_copy(be, x, act_);
+      src = &converted.t;
     }
-    return y;
+    if (pointwise) {
+      padded = std::move(converted);
+    } else {
+      padded = OwnedTensor(act_, Shape{1, cin_, tp, hp, wp});
+      replicate_pad(*src, padded.t, pt, ph, pw);
+    }
+    in = OwnedTensor();  // x is no longer needed (a no-op for a borrowed view)
   }
-  OwnedTensor padded(act_, Shape{1, cin_, tp, hp, wp});
-  if (x.is_contiguous() && x.dtype == act_) {
-    replicate_pad(x, padded.t, pt, ph, pw);
-  } else {
-    const OwnedTensor xc = contiguous_copy(be, x, act_);
-    replicate_pad(xc.t, padded.t, pt, ph, pw);
-  }
-  be.conv(padded.t, *conv_, y.t, Activation::None);
+  OwnedTensor y(act_, out_shape);
+  be.conv(padded.t.empty() ? in.t : padded.t, *conv_, y.t, Activation::None);
   return y;
 }
 

@@ -35,6 +35,9 @@ class CausalConv3d {
   // in the activation dtype, T' = (T - 1) / st + 1 (the causal padding adds
   // kt - 1 frames), H' = (H - 1) / sh + 1.
   OwnedTensor forward(Backend& be, const Tensor& x) const;
+  // The same, freeing x once it is copied into the padded input: a block-sized
+  // buffer less at the convolution's peak (x, padded input, output).
+  OwnedTensor forward(Backend& be, OwnedTensor&& x) const;
 
  private:
   std::unique_ptr<PackedConv> conv_;

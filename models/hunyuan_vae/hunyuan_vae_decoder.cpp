@@ -41,7 +41,7 @@ OwnedTensor Decoder::forward(Backend& be, const Tensor& z, const Tap& tap) const
     h = up_[i].forward(be, h.t, tap, name + ".");
     tap_if(tap, name, h.t);
   }
-  return conv_out_.forward(be, norm_out_.forward(be, h.t, /*silu=*/true).t);
+  return conv_out_.forward(be, norm_out_.forward(be, h.t, /*silu=*/true));
 }
 
 }  // namespace flick::hunyuan_vae

@@ -42,7 +42,7 @@ OwnedTensor Encoder::forward(Backend& be, const Tensor& x, const Tap& tap) const
   }
   h = mid_.forward(be, h.t, tap, "mid.");
   tap_if(tap, "mid", h.t);
-  h = conv_out_.forward(be, norm_out_.forward(be, h.t, /*silu=*/true).t);
+  h = conv_out_.forward(be, norm_out_.forward(be, h.t, /*silu=*/true));
   tap_if(tap, "conv_out", h.t);
   return h;
 }

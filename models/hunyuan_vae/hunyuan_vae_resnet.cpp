@@ -24,8 +24,12 @@ Expected<ResnetBlock> ResnetBlock::load(const WeightView& v, Backend& be, const 
 }
 
 OwnedTensor ResnetBlock::forward(Backend& be, const Tensor& x) const {
-  OwnedTensor h = conv1_.forward(be, norm1_.forward(be, x, /*silu=*/true).t);
-  OwnedTensor y = conv2_.forward(be, norm2_.forward(be, h.t, /*silu=*/true).t);
+  // Each normalised input is freed once padded, h once normalised: at most
+  // x, one padded input and one output are alive besides the block's result.
+  OwnedTensor h = conv1_.forward(be, norm1_.forward(be, x, /*silu=*/true));
+  OwnedTensor n2 = norm2_.forward(be, h.t, /*silu=*/true);
+  h = OwnedTensor();
+  OwnedTensor y = conv2_.forward(be, std::move(n2));
   if (shortcut_) {
     const OwnedTensor s = shortcut_->forward(be, x);
     be.add(y.t, s.t, y.t);  // hidden_states + residual (AKHV:186)
