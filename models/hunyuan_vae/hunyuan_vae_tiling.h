@@ -20,6 +20,17 @@ struct HunyuanVaeTiling {
   int64_t stride_height = 192, stride_width = 192, stride_frames = 12;
   // use_framewise_{en,de}coding: always true in 0.33.1 (AKHV:709-710).
   bool framewise_encode = true, framewise_decode = true;
+
+  // FramePack's two memory modes (demo_gradio.py:44, :66-68): high VRAM
+  // (free memory > 60 GB) keeps the defaults, low VRAM calls enable_tiling()
+  // without arguments. [P] Their outputs differ: mirror the mode of the run
+  // being reproduced.
+  static HunyuanVaeTiling high_vram() { return {}; }
+  static HunyuanVaeTiling low_vram() {
+    HunyuanVaeTiling t;
+    t.spatial = true;
+    return t;
+  }
 };
 
 namespace hunyuan_vae {

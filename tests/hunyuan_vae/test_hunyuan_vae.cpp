@@ -243,8 +243,7 @@ TEST_P(HunyuanVaeF32, TemporalTiledDecodeOfSectionLengths) {
 // FramePack's low-VRAM mode (enable_tiling) with tiny tiles: 32 px at stride
 // 24 px (4 / 3 latents), so 5x5 latents are 2x2 tiles blended over 8 px.
 HunyuanVaeTiling low_vram_tiny() {
-  HunyuanVaeTiling t;
-  t.spatial = true;
+  HunyuanVaeTiling t = HunyuanVaeTiling::low_vram();
   t.min_height = t.min_width = 32;
   t.stride_height = t.stride_width = 24;
   return t;
