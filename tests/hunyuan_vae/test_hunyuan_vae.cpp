@@ -10,12 +10,14 @@
 // temporally tiled encode. Then the full-size key layout (from the
 // reference's meta-device init) on synthetic zero weights.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
