@@ -42,6 +42,19 @@ Expected<FramePackDit> FramePackDit::load(const WeightView& model, const FramePa
   return m;
 }
 
+Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backend& backend,
+                                               Precision precision) {
+  FLICK_ASSIGN_OR_RETURN(const std::string weights, framepack_dit_weights_path(folder));
+  FramePackDitModel m;
+  FLICK_ASSIGN_OR_RETURN(m.store, WeightStore::open({weights}));
+  FLICK_ASSIGN_OR_RETURN(const FramePackDitConfig config,
+                         FramePackDitConfig::detect(m.store.root(), folder + "/config.json"));
+  FLICK_ASSIGN_OR_RETURN(m.dit, FramePackDit::load(m.store.root(), config, backend, precision));
+  FLICK_TRY(m.store.check_all_used());
+  m.store.release_pages();
+  return m;
+}
+
 Expected<OwnedTensor> FramePackDit::forward(const FramePackDitInputs& in, const DitTap& tap) const {
   const FramePackDitConfig& c = cfg_;
   Backend& be = *run_.be;

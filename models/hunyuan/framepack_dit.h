@@ -23,6 +23,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "models/hunyuan/framepack_dit_common.h"
@@ -74,5 +75,16 @@ class FramePackDit {
   std::vector<DitSingleBlock> single_;
   DitOutputHead head_;
 };
+
+// A diffusers transformer folder opened and loaded: config.json plus
+// diffusion_pytorch_model.safetensors(.index.json); the store stays with the
+// model (views of it may back packed weights). Every tensor of the folder
+// must be used.
+struct FramePackDitModel {
+  WeightStore store;
+  FramePackDit dit;
+};
+Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backend& backend,
+                                               Precision precision);
 
 }  // namespace flick::hunyuan

@@ -307,6 +307,76 @@ TEST(FramePackDit, RejectsInputsThatDoNotFitTheModel) {
   expect_error(in, "2 latent indices for 3 noisy frames");
 }
 
+// The tiny checkpoint as F32, every value moved up by 2^-11 relative: less
+// than half a bf16 ulp, so a bf16 module made from it (torch_dtype=bf16)
+// holds the original values again.
+class PerturbedF32File final : public WeightFile {
+ public:
+  explicit PerturbedF32File(const WeightStore& src) {
+    path_ = "perturbed-f32";
+    for (const std::string& name : src.names()) {
+      const Tensor t = *src.get(name);
+      std::vector<float>& v = data_.emplace_back(static_cast<size_t>(t.numel()));
+      convert(t.dtype, t.data, DType::F32, v.data(), t.numel());
+      for (float& x : v) x *= 1.f + 1.f / 2048.f;
+      TensorInfo info;
+      info.name = name;
+      info.shape = t.shape.to_vector();
+      info.type = &stored_type_of(DType::F32);
+      info.numel = static_cast<uint64_t>(t.numel());
+      info.nbytes = info.numel * 4;
+      tensors_.push_back(std::move(info));
+    }
+  }
+  std::string_view format() const override { return "f32"; }
+  Expected<const uint8_t*> data(size_t i) override {
+    return reinterpret_cast<const uint8_t*>(data_[i].data());
+  }
+
+ private:
+  std::vector<std::vector<float>> data_;
+};
+
+// A float32 checkpoint in BF16 runs as the reference's bf16 module of it:
+// every weight, bias and norm parameter is rounded to bf16, proj_out
+// included (bf16 values in an fp32 layer). The output equals the bf16
+// checkpoint's bit for bit, while in F32 the perturbation shows.
+TEST(FramePackDit, AnF32CheckpointRunsAsItsBf16Module) {
+  Tiny t = open_tiny();
+  WeightStore f32;
+  ASSERT_TRUE(f32.add(std::make_unique<PerturbedF32File>(t.store)).ok());
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  int64_t n_valid = 0;
+  const FramePackDitInputs in = golden_inputs(t.golden, &n_valid);
+  auto run = [&](const WeightStore& s, Precision p) {
+    Expected<FramePackDit> dit = FramePackDit::load(s.root(), t.cfg, *backend, p);
+    EXPECT_TRUE(dit.ok()) << dit.status().message();
+    Expected<OwnedTensor> out = dit->forward(in);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return to_f32(out->t);
+  };
+  EXPECT_EQ(run(f32, Precision::BF16), run(t.store, Precision::BF16));
+  const double moved = rel_l2(run(f32, Precision::F32), run(t.store, Precision::F32));
+  std::printf("  f32 run, weights x (1 + 2^-11): output moves %.3g\n", moved);
+  EXPECT_GT(moved, 1e-5);
+}
+
+TEST(FramePackDit, OpensADiffusersFolder) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Expected<FramePackDitModel> m = open_framepack_dit(kModel, *backend, Precision::BF16);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->dit.config().layers, 2);
+  EXPECT_EQ(m->store.sources().front().format, "sharded safetensors");
+  Expected<FramePackDitModel> none = open_framepack_dit(kData, *backend, Precision::BF16);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("diffusion_pytorch_model.safetensors"), std::string::npos)
+      << none.status().message();
+  Expected<FramePackDitModel> int8 = open_framepack_dit(kModel, *backend, Precision::INT8);
+  ASSERT_FALSE(int8.ok());
+  EXPECT_NE(int8.status().message().find("int8 is not supported"), std::string::npos)
+      << int8.status().message();
+}
+
 // ---- the released model's layout (shapes only) ----
 
 // A checkpoint file that has names and shapes but no bytes: the released
