@@ -162,6 +162,38 @@ def inputs():
     )
 
 
+# A second case laid out as demo_gradio.py's sections (latent_window_size
+# 9, padding 1: p = 9): 9 noisy frames, 2 / 2 / 16 clean frames, a
+# 8 x 10 latent (the 4x stream pads 8 x 10 -> 8 x 16) and every text token
+# valid. Only the packing and the output are kept.
+DEMO_T, DEMO_H, DEMO_W, DEMO_P = 9, 8, 10, 9
+
+
+def demo_inputs():
+    g = torch.Generator().manual_seed(2)
+    r = lambda *s: torch.randn(s, generator=g)  # noqa: E731
+    p, t = DEMO_P, DEMO_T
+    idx = list(range(1 + p + t + 1 + 2 + 16))  # demo_gradio.py:196-198
+    latent, post = idx[1 + p:1 + p + t], idx[1 + p + t]
+    i2x, i4x = idx[2 + p + t:4 + p + t], idx[4 + p + t:]
+    return dict(
+        hidden_states=r(1, 16, t, DEMO_H, DEMO_W),
+        timestep=torch.tensor([226.0]),  # bf16(0.2258 * 1000): the last step of 25
+        encoder_hidden_states=r(1, 5, TINY["text_embed_dim"]),
+        encoder_attention_mask=torch.ones(1, 5, dtype=torch.bool),
+        pooled_projections=r(1, TINY["pooled_projection_dim"]),
+        guidance=torch.tensor([GUIDANCE]),
+        latent_indices=torch.tensor([latent]),
+        clean_latents=r(1, 16, 2, DEMO_H, DEMO_W),
+        clean_latent_indices=torch.tensor([[0, post]]),
+        clean_latents_2x=r(1, 16, 2, DEMO_H, DEMO_W),
+        clean_latent_2x_indices=torch.tensor([i2x]),
+        clean_latents_4x=r(1, 16, 16, DEMO_H, DEMO_W),
+        clean_latent_4x_indices=torch.tensor([i4x]),
+        image_embeddings=r(1, IMG_TOKENS, TINY["image_proj_dim"]),
+    )
+
+
 def run(model, inp, dtype):
     """One forward as k_diffusion_hunyuan.py / wrapper.py call it (every
     float input in the run dtype), with every intermediate captured."""
@@ -228,15 +260,14 @@ def main():
         f.unlink()
     model.to(torch.bfloat16).save_pretrained(tr, max_shard_size="120KB", safe_serialization=True)
 
-    inp = inputs()
+    inp, demo = inputs(), demo_inputs()
     tensors = {}
-    for k, v in inp.items():
-        if k == "encoder_attention_mask":
-            tensors["input." + k] = v[0].to(torch.int32)
-        elif v.is_floating_point():
-            tensors["input." + k] = v[0].float().contiguous()
-        else:
-            tensors["input." + k] = v[0].to(torch.int32).contiguous()
+    for prefix, case in (("", inp), ("demo.", demo)):
+        for k, v in case.items():
+            if k == "encoder_attention_mask" or not v.is_floating_point():
+                tensors[prefix + "input." + k] = v[0].to(torch.int32).contiguous()
+            else:
+                tensors[prefix + "input." + k] = v[0].float().contiguous()
     caps = {}
     for tag, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         m = HunyuanVideoTransformer3DModelPacked.from_pretrained(tr, torch_dtype=dtype).eval()
@@ -244,7 +275,12 @@ def main():
         m.initialize_teacache(enable_teacache=False)
         caps[tag] = run(m, inp, dtype)
         for k, v in caps[tag].items():
-            tensors[f"{tag}.{k}"] = v.contiguous()
+            if not (tag == "bf16" and k == "rope"):  # fp32 tables in both runs
+                tensors[f"{tag}.{k}"] = v.contiguous()
+        d = run(m, demo, dtype)
+        for k in ("packed", "rope", "output") if tag == "fp32" else ("output",):
+            tensors[f"demo.{tag}.{k}"] = d[k].contiguous()
+    assert torch.equal(caps["bf16"]["rope"], caps["fp32"]["rope"])
     from safetensors.torch import save_file
     save_file(tensors, str(OUT / "goldens.safetensors"))
 

@@ -3,8 +3,10 @@
 // diffusers 0.33.1) at a tiny config (tools/framepack_dit_goldens.py: 2 heads
 // x 16, rope axes (4, 6, 6), 2 double + 2 single blocks, 1 refiner layer,
 // latent 16 x 3 x 10 x 12 with 2 / 3 / 6 clean 1x / 2x / 4x frames, 9 image
-// tokens, 7 of 12 text tokens valid; sharded bf16 safetensors + config.json
-// as the released folder), run in fp32 and in bf16 on the scalar reference
+// tokens, 7 of 12 text tokens valid; plus a demo-shaped case: 9 noisy frames,
+// 2 / 2 / 16 clean frames at demo_gradio.py's section indices; sharded bf16
+// safetensors + config.json as the released folder), run in fp32 and in
+// bf16 on the scalar reference
 // backend and the CPU backend; and the loader on the released model's full
 // key / shape table (tests/data/framepack_dit/full_keys.json, from the
 // reference class on the meta device).
@@ -70,7 +72,7 @@ Tiny open_tiny() {
 }
 
 std::vector<int64_t> indices(const WeightStore& g, const std::string& name) {
-  const Tensor t = *g.get("input." + name);
+  const Tensor t = *g.get(name);
   return std::vector<int64_t>(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
 }
 
@@ -80,25 +82,28 @@ Tensor batched(const Tensor& t) {  // [a, b, ...] -> [1, a, b, ...]
   return t.reshape(Shape::from_vector(dims));
 }
 
-// The golden inputs as FramePackDitInputs: the text is cropped to its valid
-// (mask = 1) rows, as the DiT's B = 1 path keeps them.
-FramePackDitInputs golden_inputs(const WeightStore& g, int64_t* n_valid) {
+// The golden inputs of a case ("" or "demo.") as FramePackDitInputs: the
+// text is cropped to its valid (mask = 1) rows, as the DiT's B = 1 path
+// keeps them.
+FramePackDitInputs golden_inputs(const WeightStore& g, int64_t* n_valid,
+                                 const std::string& prefix = "") {
+  const std::string p = prefix + "input.";
   FramePackDitInputs in;
-  const Tensor mask = *g.get("input.encoder_attention_mask");
+  const Tensor mask = *g.get(p + "encoder_attention_mask");
   int64_t n = 0;
   for (int64_t i = 0; i < mask.numel(); ++i) n += mask.ptr<int32_t>()[i];
   *n_valid = n;
-  in.latents.noisy = {batched(*g.get("input.hidden_states")), indices(g, "latent_indices")};
-  in.latents.clean = {batched(*g.get("input.clean_latents")), indices(g, "clean_latent_indices")};
-  in.latents.clean_2x = {batched(*g.get("input.clean_latents_2x")),
-                         indices(g, "clean_latent_2x_indices")};
-  in.latents.clean_4x = {batched(*g.get("input.clean_latents_4x")),
-                         indices(g, "clean_latent_4x_indices")};
-  in.timestep = g.get("input.timestep")->ptr<float>()[0];
-  in.guidance = g.get("input.guidance")->ptr<float>()[0];
-  in.text = batched(g.get("input.encoder_hidden_states")->slice(0, 0, n));
-  in.pooled = batched(*g.get("input.pooled_projections"));
-  in.image_embeddings = batched(*g.get("input.image_embeddings"));
+  in.latents.noisy = {batched(*g.get(p + "hidden_states")), indices(g, p + "latent_indices")};
+  in.latents.clean = {batched(*g.get(p + "clean_latents")), indices(g, p + "clean_latent_indices")};
+  in.latents.clean_2x = {batched(*g.get(p + "clean_latents_2x")),
+                         indices(g, p + "clean_latent_2x_indices")};
+  in.latents.clean_4x = {batched(*g.get(p + "clean_latents_4x")),
+                         indices(g, p + "clean_latent_4x_indices")};
+  in.timestep = g.get(p + "timestep")->ptr<float>()[0];
+  in.guidance = g.get(p + "guidance")->ptr<float>()[0];
+  in.text = batched(g.get(p + "encoder_hidden_states")->slice(0, 0, n));
+  in.pooled = batched(*g.get(p + "pooled_projections"));
+  in.image_embeddings = batched(*g.get(p + "image_embeddings"));
   return in;
 }
 
@@ -243,6 +248,30 @@ TEST_P(FramePackDitGolden, MatchesTheReferenceBlockByBlock) {
   }
   const std::vector<float> final_out = to_f32(out->t);
   EXPECT_EQ(final_out, taps["output"]);
+
+  // The demo-shaped case (9 noisy frames, 2 / 2 / 16 clean frames at the
+  // section indices of demo_gradio.py, all text valid): packing and output.
+  const FramePackDitInputs demo = golden_inputs(t.golden, &n_valid, "demo.");
+  std::vector<float> packed;
+  Expected<OwnedTensor> dout = dit->forward(demo, [&](std::string_view name, const Tensor& x) {
+    if (name == "packed") packed = to_f32(x);
+  });
+  ASSERT_TRUE(dout.ok()) << dout.status().message();
+  EXPECT_EQ(dout->t.shape, Shape({1, 16, 9, 8, 10}));
+  const double ep = rel_l2(packed, to_f32(*t.golden.get("demo.fp32.packed")));
+  const std::vector<float> want = to_f32(*t.golden.get("demo." + tag + "output"));
+  const double eo = rel_l2(to_f32(dout->t), want);
+  const double gap =
+      rel_l2(to_f32(*t.golden.get("demo.bf16.output")), to_f32(*t.golden.get("demo.fp32.output")));
+  std::printf(
+      "  demo case: packed rel_l2 %.3g (vs fp32), output rel_l2 %.3g (reference bf16 vs "
+      "fp32: %.3g)\n",
+      ep, eo, gap);
+  EXPECT_LE(ep, bf16 ? 5e-3 : 1e-6);  // bf16: the packed tokens are bf16 (2^-9 relative)
+  EXPECT_LE(eo, bound);
+  if (bf16) {
+    EXPECT_LT(eo, gap);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FramePackDitGolden,
