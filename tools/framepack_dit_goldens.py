@@ -281,6 +281,13 @@ def main():
         for k in ("packed", "rope", "output") if tag == "fp32" else ("output",):
             tensors[f"demo.{tag}.{k}"] = d[k].contiguous()
     assert torch.equal(caps["bf16"]["rope"], caps["fp32"]["rope"])
+    # The released RoPE (axes 16 / 56 / 56, theta 256) on two thin grids that
+    # reach the positions of a 640 bucket: frame 37 x 1 x 48 and frame 0 x
+    # 48 x 1 (errata 4: w needs torch's double pow to match).
+    rope = hvp.HunyuanVideoRotaryPosEmbed(FULL["rope_axes_dim"], FULL["rope_theta"])
+    for name, (frames, hh, ww) in {"rope_full_x": ([37], 1, 48), "rope_full_y": ([0], 48, 1)}.items():
+        tensors[name] = rope(frame_indices=torch.tensor([frames]), height=hh, width=ww,
+                             device="cpu")[0].flatten(1).transpose(0, 1)[:, ::2].contiguous()  # [L, 128]
     from safetensors.torch import save_file
     save_file(tensors, str(OUT / "goldens.safetensors"))
 
