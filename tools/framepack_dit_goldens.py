@@ -144,7 +144,7 @@ def inputs():
     ctx[:, N_VALID:] = 0  # crop_or_pad_yield_mask zero-pads (utils.py:477-489)
     mask = torch.zeros(1, TEXT_PAD, dtype=torch.bool)
     mask[:, :N_VALID] = True
-    return dict(
+    return bf16_exact(dict(
         hidden_states=r(1, 16, T, H, W),
         timestep=torch.tensor([TIMESTEP]),
         encoder_hidden_states=ctx,
@@ -159,7 +159,13 @@ def inputs():
         clean_latents_4x=r(1, 16, 6, H, W),
         clean_latent_4x_indices=torch.tensor([IDX_4X]),
         image_embeddings=r(1, IMG_TOKENS, TINY["image_proj_dim"]),
-    )
+    ))
+
+
+def bf16_exact(d):
+    """Inputs rounded to bf16 values (stored as bf16: the fp32 run reads the
+    same values, the fixture stays small)."""
+    return {k: (v.bfloat16().float() if v.is_floating_point() else v) for k, v in d.items()}
 
 
 # A second case laid out as demo_gradio.py's sections (latent_window_size
@@ -176,7 +182,7 @@ def demo_inputs():
     idx = list(range(1 + p + t + 1 + 2 + 16))  # demo_gradio.py:196-198
     latent, post = idx[1 + p:1 + p + t], idx[1 + p + t]
     i2x, i4x = idx[2 + p + t:4 + p + t], idx[4 + p + t:]
-    return dict(
+    return bf16_exact(dict(
         hidden_states=r(1, 16, t, DEMO_H, DEMO_W),
         timestep=torch.tensor([226.0]),  # bf16(0.2258 * 1000): the last step of 25
         encoder_hidden_states=r(1, 5, TINY["text_embed_dim"]),
@@ -191,7 +197,38 @@ def demo_inputs():
         clean_latents_4x=r(1, 16, 16, DEMO_H, DEMO_W),
         clean_latent_4x_indices=torch.tensor([i4x]),
         image_embeddings=r(1, IMG_TOKENS, TINY["image_proj_dim"]),
-    )
+    ))
+
+
+# TeaCache (hunyuan_video_packed.py:950-995) over one 5-step cycle of the
+# first case: latents x_k = bf16(x + 0.03 k d), timesteps of a schedule.
+# With rel_l1_thresh 0.15 calls 1 and 3 reuse the residual.
+TEA_STEPS, TEA_THRESH, TEA_EPS = 5, 0.15, 0.03
+TEA_TIMESTEPS = [1000.0, 996.0, 988.0, 981.0, 973.0]
+
+
+def tea_latents(inp):
+    g = torch.Generator().manual_seed(3)
+    d = torch.randn(inp["hidden_states"].shape, generator=g)
+    return [(inp["hidden_states"] + TEA_EPS * k * d).bfloat16().float() for k in range(TEA_STEPS)]
+
+
+def run_teacache(model, inp, dtype):
+    model.initialize_teacache(enable_teacache=True, num_steps=TEA_STEPS, rel_l1_thresh=TEA_THRESH)
+    calls = []
+    hook = model.transformer_blocks[0].register_forward_pre_hook(lambda *a: calls.append(1))
+    outs, calc, acc = [], [], []
+    for x, t in zip(tea_latents(inp), TEA_TIMESTEPS):
+        a = dict(inp, hidden_states=x, timestep=torch.tensor([t]))
+        a = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in a.items()}
+        n = len(calls)
+        with torch.no_grad(), torch.backends.mkldnn.flags(enabled=dtype == torch.float32):
+            outs.append(model(**a, return_dict=False)[0][0].clone())
+        calc.append(int(len(calls) > n))
+        acc.append(float(model.accumulated_rel_l1_distance))
+    hook.remove()
+    model.initialize_teacache(enable_teacache=False)
+    return torch.stack(outs), torch.tensor(calc, dtype=torch.int32), torch.tensor(acc, dtype=torch.float32)  # float64 values, fp32 stored
 
 
 def run(model, inp, dtype):
@@ -266,8 +303,12 @@ def main():
         for k, v in case.items():
             if k == "encoder_attention_mask" or not v.is_floating_point():
                 tensors[prefix + "input." + k] = v[0].to(torch.int32).contiguous()
-            else:
+            elif v.numel() == 1:
                 tensors[prefix + "input." + k] = v[0].float().contiguous()
+            else:
+                tensors[prefix + "input." + k] = v[0].bfloat16().contiguous()
+    tensors["tea.input.hidden_states"] = torch.stack([x[0] for x in tea_latents(inp)]).bfloat16()
+    tensors["tea.input.timesteps"] = torch.tensor(TEA_TIMESTEPS)
     caps = {}
     for tag, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         m = HunyuanVideoTransformer3DModelPacked.from_pretrained(tr, torch_dtype=dtype).eval()
@@ -277,6 +318,10 @@ def main():
         for k, v in caps[tag].items():
             if not (tag == "bf16" and k == "rope"):  # fp32 tables in both runs
                 tensors[f"{tag}.{k}"] = v.contiguous()
+        outs, calc, acc = run_teacache(m, inp, dtype)
+        tensors[f"tea.{tag}.output"], tensors[f"tea.{tag}.calc"] = outs, calc
+        tensors[f"tea.{tag}.accumulated"] = acc
+        print(f"  teacache {tag}: calc {calc.tolist()} accumulated {[round(a, 4) for a in acc.tolist()]}")
         d = run(m, demo, dtype)
         for k in ("packed", "rope", "output") if tag == "fp32" else ("output",):
             tensors[f"demo.{tag}.{k}"] = d[k].contiguous()
@@ -305,8 +350,10 @@ def main():
         "reference": "lllyasviel/FramePack@97fe5db diffusers_helper/models/hunyuan_video_packed.py",
         "config": TINY, "latent": [16, T, H, W], "latent_indices": LATENT_IDX, "clean_latent_indices": CLEAN_IDX,
         "clean_latent_2x_indices": IDX_2X, "clean_latent_4x_indices": IDX_4X, "text_tokens_padded": TEXT_PAD,
-        "n_valid": N_VALID, "image_tokens": IMG_TOKENS, "timestep": TIMESTEP, "guidance": GUIDANCE,
-        "attention": "torch SDPA (sage/flash/xformers off)", "teacache": False,
+        "n_valid": N_VALID, "image_tokens": IMG_TOKENS,
+        "teacache": {"num_steps": TEA_STEPS, "rel_l1_thresh": TEA_THRESH, "eps": TEA_EPS,
+                     "timesteps": TEA_TIMESTEPS}, "timestep": TIMESTEP, "guidance": GUIDANCE,
+        "attention": "torch SDPA (sage/flash/xformers off)",
         "bf16_run": "torch.backends.mkldnn disabled (oneDNN bf16 Conv3d (2,4,4) bug on CPU)",
         "high_quality_fp32_output_for_inference": True, "bf16_vs_fp32_reference_rel_l2": gaps,
         "full_size_params": n_params, "torch": torch.__version__,

@@ -55,7 +55,8 @@ Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backen
   return m;
 }
 
-Expected<OwnedTensor> FramePackDit::forward(const FramePackDitInputs& in, const DitTap& tap) const {
+Expected<OwnedTensor> FramePackDit::forward(const FramePackDitInputs& in, const DitTap& tap,
+                                            DitTeaCache* teacache) const {
   const FramePackDitConfig& c = cfg_;
   Backend& be = *run_.be;
   const DType act = run_.act();
@@ -101,12 +102,30 @@ Expected<OwnedTensor> FramePackDit::forward(const FramePackDitInputs& in, const 
   run_.tap(tap, "image_proj", ctx_img);
   be.copy(packed.x.t, x);
 
-  for (size_t i = 0; i < double_.size(); ++i)
-    double_[i].forward(x, ctx, temb_silu.t, packed.cos.t, packed.sin.t,
-                       "double" + std::to_string(i) + ".", tap);
-  for (size_t i = 0; i < single_.size(); ++i)
-    single_[i].forward(h.t, nx, temb_silu.t, packed.cos.t, packed.sin.t,
-                       "single" + std::to_string(i) + ".", tap);
+  bool calc = true;
+  OwnedTensor x_in;
+  if (teacache != nullptr) {
+    if (double_.empty())
+      return invalid_input("FramePack DiT: TeaCache probes double block 0; the model has none");
+    OwnedTensor probe(act, {nx, d});
+    double_[0].modulated_input(x, temb_silu.t, probe.t);
+    FLICK_ASSIGN_OR_RETURN(calc, teacache->should_calc(run_, probe.t));
+    if (calc) {
+      x_in = OwnedTensor(act, {nx, d});
+      be.copy(x, x_in.t);
+    } else {
+      teacache->apply_residual(run_, x);
+    }
+  }
+  if (calc) {
+    for (size_t i = 0; i < double_.size(); ++i)
+      double_[i].forward(x, ctx, temb_silu.t, packed.cos.t, packed.sin.t,
+                         "double" + std::to_string(i) + ".", tap);
+    for (size_t i = 0; i < single_.size(); ++i)
+      single_[i].forward(h.t, nx, temb_silu.t, packed.cos.t, packed.sin.t,
+                         "single" + std::to_string(i) + ".", tap);
+    if (teacache != nullptr) teacache->store_residual(run_, x, x_in.t);
+  }
 
   const Tensor noisy = x.slice(0, nx - packed.noisy_tokens, packed.noisy_tokens);
   OwnedTensor out = head_.forward(noisy, temb_silu.t, packed.frames, packed.h, packed.w, tap);

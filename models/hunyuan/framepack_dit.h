@@ -18,8 +18,9 @@
 // the error lists every missing, mis-shaped or unexpected tensor.
 // Precision F32 is the parity mode; BF16 reproduces the reference's bf16
 // module with its rounding points (framepack_dit_common.h) and the fp32
-// output projection. TeaCache is not part of this component (it wraps the
-// block loop; disabled for parity). Buffers are allocated per call.
+// output projection. TeaCache is optional (it wraps the
+// block loop, framepack_dit_teacache.h; off for parity). Buffers are
+// allocated per call.
 #pragma once
 
 #include <memory>
@@ -35,6 +36,7 @@
 #include "models/hunyuan/framepack_dit_packing.h"
 #include "models/hunyuan/framepack_dit_refiner.h"
 #include "models/hunyuan/framepack_dit_single.h"
+#include "models/hunyuan/framepack_dit_teacache.h"
 
 namespace flick::hunyuan {
 
@@ -62,7 +64,11 @@ class FramePackDit {
   // BF16 the timestep and guidance are rounded to bf16 (the reference's
   // tensors are bf16). Taps: see framepack_dit_*.h ("packed", "temb",
   // "refined", "image_proj", "double<i>.x", "single<i>.ctx", "norm_out", ...).
-  Expected<OwnedTensor> forward(const FramePackDitInputs& in, const DitTap& tap = {}) const;
+  // With a TeaCache (one per section, see framepack_dit_teacache.h) a call
+  // may reuse the previous full call's block residual instead of running
+  // the blocks; null = the exact model (the parity mode).
+  Expected<OwnedTensor> forward(const FramePackDitInputs& in, const DitTap& tap = {},
+                                DitTeaCache* teacache = nullptr) const;
 
  private:
   FramePackDitConfig cfg_;

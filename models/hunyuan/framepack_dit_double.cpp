@@ -60,6 +60,14 @@ void DitDoubleBlock::feed_forward(const Stream& s, Tensor& x, const Tensor& mod,
   dit_gated_add(run_, x, o.t, m(5));  // x + g2 * ff
 }
 
+void DitDoubleBlock::modulated_input(const Tensor& x, const Tensor& temb_silu, Tensor& out) const {
+  const int64_t d = cfg_.dim;
+  OwnedTensor mx(run_.act(), {1, 6 * d}), one_plus(run_.act(), {1, d});
+  run_.be->linear(temb_silu, *x_.mod, mx.t, Activation::None);
+  run_.be->layer_norm(x, Tensor{}, Tensor{}, FramePackDitConfig::kEps, out);
+  dit_modulate(run_, out, mx.t.slice(1, 0, d), mx.t.slice(1, d, d), one_plus.t);
+}
+
 void DitDoubleBlock::forward(Tensor& x, Tensor& ctx, const Tensor& temb_silu, const Tensor& cos,
                              const Tensor& sin, const std::string& prefix,
                              const DitTap& tap) const {

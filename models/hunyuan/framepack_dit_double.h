@@ -37,6 +37,8 @@ class DitDoubleBlock {
   // `<prefix>ctx` and, with detail, `norm1`, `attn_x`, `attn_ctx`, `ff`.
   void forward(Tensor& x, Tensor& ctx, const Tensor& temb_silu, const Tensor& cos,
                const Tensor& sin, const std::string& prefix, const DitTap& tap) const;
+  // norm1(x, temb)[0] alone: LN(x)(1 + scale_msa) + shift_msa, [Nx, D] (TeaCache's probe).
+  void modulated_input(const Tensor& x, const Tensor& temb_silu, Tensor& out) const;
 
  private:
   struct Stream {  // the image (x) or context (c) half

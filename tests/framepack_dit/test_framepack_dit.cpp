@@ -311,6 +311,51 @@ TEST_P(FramePackDitGolden, MatchesTheReferenceBlockByBlock) {
   }
 }
 
+// TeaCache over one 5-call cycle (rel_l1_thresh 0.15; latents drift by
+// 0.03 k d, timesteps 1000 .. 973): the same calls reuse the residual (1
+// and 3) as in the reference, the accumulated distance follows it, and the
+// outputs (full and reused) meet the bounds above. In bf16 the distance is
+// computed from the same bf16 means as the reference's (rounded where its
+// tensors are): equal up to the fixture's fp32 storage of the float64 sum
+// (1e-7); in fp32 it differs by fp32 rounding of the means only (1e-4).
+TEST_P(FramePackDitGolden, TeaCacheReusesTheSameCallsAsTheReference) {
+  const Case k = GetParam();
+  const bool bf16 = k.precision == Precision::BF16;
+  const std::string tag = bf16 ? "bf16." : "fp32.";
+  const double bound = bf16 ? 1.5e-2 : 5e-5;
+  Tiny t = open_tiny();
+  std::unique_ptr<Backend> backend =
+      std::string(k.backend) == "ref" ? make_ref_backend() : make_cpu_backend();
+  Expected<FramePackDit> dit = FramePackDit::load(t.store.root(), t.cfg, *backend, k.precision);
+  ASSERT_TRUE(dit.ok()) << dit.status().message();
+  int64_t n_valid = 0;
+  FramePackDitInputs in = golden_inputs(t.golden, &n_valid);
+  const Tensor latents = *t.golden.get("tea.input.hidden_states");  // [5, 16, 3, 10, 12]
+  const Tensor steps = *t.golden.get("tea.input.timesteps");
+  const Tensor calc = *t.golden.get("tea." + tag + "calc");
+  const Tensor acc = *t.golden.get("tea." + tag + "accumulated");
+  const Tensor want = *t.golden.get("tea." + tag + "output");
+  DitTeaCache cache(5, 0.15);
+  for (int64_t i = 0; i < 5; ++i) {
+    in.latents.noisy.latents = batched(latents.select(0, i));
+    in.timestep = steps.ptr<float>()[i];
+    bool ran = false;
+    Expected<OwnedTensor> out = dit->forward(
+        in, [&](std::string_view name, const Tensor&) { ran = ran || name == "double0.x"; },
+        &cache);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const double e = rel_l2(to_f32(out->t), to_f32(want.select(0, i)));
+    std::printf("  call %lld: blocks %s, accumulated %.5f (reference %.5f), output rel_l2 %.3g\n",
+                static_cast<long long>(i), ran ? "run" : "reused", cache.accumulated(),
+                static_cast<double>(acc.ptr<float>()[i]), e);
+    EXPECT_EQ(ran, calc.ptr<int32_t>()[i] != 0) << i;
+    EXPECT_NEAR(cache.accumulated(), static_cast<double>(acc.ptr<float>()[i]), bf16 ? 1e-7 : 1e-4)
+        << i;
+    EXPECT_LE(e, bound) << i;
+  }
+  EXPECT_EQ(cache.counter(), 0);  // a new cycle
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, FramePackDitGolden,
                          ::testing::Values(Case{"ref", Precision::F32}, Case{"cpu", Precision::F32},
                                            Case{"ref", Precision::BF16},
