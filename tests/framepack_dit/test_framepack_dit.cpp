@@ -223,8 +223,8 @@ class FramePackDitGolden : public ::testing::TestWithParam<Case> {};
 //  fp32: the reference's arithmetic up to summation order in GEMMs,
 //        attention and the LayerNorm / RMSNorm statistics (a few fp32 ulps
 //        per op: observed <= 3.4e-7 on everything before the time
-//        embedding acts), plus one larger, known source: torch's vectorised
-//        exp (this torch build) puts 3 of the 128 sinusoid frequencies 1 ulp
+//        embedding acts), plus one larger, known source: torch's CPU exp
+//        (MKL's vector exp in this build) puts 3 of the 128 sinusoid frequencies 1 ulp
 //        away from the correctly rounded expf flick uses, and at guidance
 //        9984 an ulp of frequency moves the angle by up to 6e-4, so temb is
 //        1.7e-5 apart and every modulated tensor after it ~2e-5. Bound 5e-5
@@ -236,6 +236,12 @@ class FramePackDitGolden : public ::testing::TestWithParam<Case> {};
 //        bound 1.5e-2 per tensor, and each block output must be closer to the
 //        reference's bf16 run than the reference's own fp32 run is (a model
 //        that skipped the bf16 rounding points would sit at that gap).
+//        Tensors one step from identical bf16 inputs (packed tokens, temb,
+//        image projection, refiner proj_in, block 0's modulated norm1) can
+//        differ only where a GEMM's / LayerNorm's fp32 accumulation order
+//        flips a bf16 rounding: observed 0 (ref) and <= 5e-5 (cpu); bound
+//        2e-4. (Rounding the modulation once instead of after each op puts
+//        norm1 at 3e-3.)
 TEST_P(FramePackDitGolden, MatchesTheReferenceBlockByBlock) {
   const Case k = GetParam();
   const bool bf16 = k.precision == Precision::BF16;
@@ -265,6 +271,8 @@ TEST_P(FramePackDitGolden, MatchesTheReferenceBlockByBlock) {
   };
   const std::vector<std::string> blocks{"double0.x", "double0.ctx", "double1.x", "double1.ctx",
                                         "single0.x", "single0.ctx", "single1.x", "single1.ctx"};
+  const std::vector<std::string> one_op{"packed", "temb", "image_proj", "refiner_proj_in",
+                                        "double0.norm1"};
   std::vector<std::string> names{"packed",          "temb",           "refiner_temb",
                                  "refiner_proj_in", "refined",        "image_proj",
                                  "double0.norm1",   "double0.attn_x", "double0.attn_ctx",
@@ -279,6 +287,9 @@ TEST_P(FramePackDitGolden, MatchesTheReferenceBlockByBlock) {
     const double ref_gap = rel_l2(golden("bf16.", name), golden("fp32.", name));
     std::printf("  %-18s rel_l2 %.3g  (reference bf16 vs fp32: %.3g)\n", name.c_str(), e, ref_gap);
     EXPECT_LE(e, bound) << name;
+    if (bf16 && std::find(one_op.begin(), one_op.end(), name) != one_op.end()) {
+      EXPECT_LE(e, 2e-4) << name;
+    }
     if (bf16 && std::find(blocks.begin(), blocks.end(), name) != blocks.end()) {
       EXPECT_LT(e, ref_gap) << name;
     }
