@@ -18,9 +18,9 @@
 // the error lists every missing, mis-shaped or unexpected tensor.
 // Precision F32 is the parity mode; BF16 reproduces the reference's bf16
 // module with its rounding points (framepack_dit_common.h) and the fp32
-// output projection. TeaCache is optional (it wraps the
-// block loop, framepack_dit_teacache.h; off for parity). Buffers are
-// allocated per call.
+// output projection. TeaCache is optional (it wraps the block loop,
+// framepack_dit_teacache.h; off for parity). Buffers are allocated per call
+// (no arena yet: the zeroing is ~1 % of a block's GEMM time at D = 3072).
 #pragma once
 
 #include <memory>

@@ -54,7 +54,8 @@ class DitPatchEmbedders {
   Expected<DitPacked> pack(const DitPackInputs& in, const DitTap& tap = {}) const;
 
  private:
-  // Embeds `s` with kernel (kt, k, k) (replicate-padded) into rows of x.
+  // Embeds latents [1, 16, T, H, W] with kernel (kt, k, k), replicate-padded
+  // first, into the rows of x.
   void embed(const Tensor& latents, const PackedLinear& proj, int64_t kt, int64_t k,
              Tensor& x) const;
 
