@@ -1,0 +1,93 @@
+// What every component of FramePack's packed HunyuanVideo DiT shares
+// (framepack_dit.h has the overview): loading a diffusers nn.Linear / Conv3d
+// as a packed linear, parameters in the activation dtype, and the elementwise
+// chains the reference evaluates op by op.
+//
+// Precision BF16 reproduces the reference's bf16 module (demo_gradio.py:73,
+// transformer.to(bf16)): parameters are bf16, every elementwise op's result
+// is a bf16 tensor (rounded once per op, as PyTorch does), LayerNorm /
+// RMSNorm statistics and RoPE run in fp32 (dit_common.py patches them so),
+// and the output projection runs in fp32 (high_quality_fp32_output_for_inference).
+// Precision F32 runs the same graph in fp32 (the parity mode).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+#include "runtime/weights/weight_store.h"
+
+namespace flick::hunyuan {
+
+// Called with intermediates as they are produced (names as in the golden
+// file: "packed", "temb", "double0.x", ...). Views valid during the call.
+using DitTap = std::function<void(std::string_view name, const Tensor& t)>;
+
+// The precision a FramePack DiT component runs in, and its activation dtype.
+struct DitRun {
+  Backend* be = nullptr;
+  Precision precision = Precision::F32;
+
+  DType act() const { return precision == Precision::F32 ? DType::F32 : DType::BF16; }
+  bool bf16() const { return act() == DType::BF16; }
+  void tap(const DitTap& t, std::string_view name, const Tensor& x) const {
+    if (t) t(name, x);
+  }
+};
+
+// Accepted checkpoint dtypes (the released DiT is bf16; fp32 / fp16 convert).
+DTypeSet dit_float_types();
+
+// nn.Linear `<name>.weight` [n, k] + `<name>.bias` [n], packed for
+// `precision`. In a bf16 module the bias is a bf16 tensor: an fp32 bias is
+// rounded to bf16 first. With round_weight_bf16, an fp32 checkpoint's weight
+// is rounded to bf16 even for an F32 pack (the reference's fp32 proj_out is
+// the bf16 module's layer upcast).
+Expected<std::unique_ptr<PackedLinear>> load_dit_linear(const WeightView& v, std::string_view name,
+                                                        int64_t n, int64_t k, const DitRun& run,
+                                                        Precision precision,
+                                                        bool round_weight_bf16 = false);
+
+// nn.Conv3d `<name>` with kernel == stride (a patch embedder) as a linear
+// over patches flattened (c, kt, ky, kx), the weight's own layout:
+// weight [n, c, kt, kh, kw].
+Expected<std::unique_ptr<PackedLinear>> load_dit_patch_conv(const WeightView& v,
+                                                            std::string_view name, int64_t n,
+                                                            int64_t c, int64_t kt, int64_t kh,
+                                                            int64_t kw, const DitRun& run);
+
+// A parameter (norm weight / bias) converted to the activation dtype, owned by `owned`.
+Expected<Tensor> load_dit_param(const WeightView& v, std::string_view name, const Shape& shape,
+                                const DitRun& run, std::vector<OwnedTensor>& owned);
+
+// y = act(linear(x)). A bf16 module stores the linear's output (rounded)
+// before the activation module runs, so in bf16 the activation is a second
+// op; in fp32 it is fused (the same values).
+void dit_linear_act(const DitRun& run, const Tensor& x, const PackedLinear& w, Tensor& y,
+                    Activation act);
+
+// x = x * (1 + scale) + shift in place, one rounding per op as the
+// reference's `norm(x) * (1 + scale) + shift`. scale / shift [1, D]
+// (broadcast over rows), one_plus a [1, D] scratch.
+void dit_modulate(const DitRun& run, Tensor& x, const Tensor& shift, const Tensor& scale,
+                  Tensor& one_plus);
+
+// x = x + y * gate (y is overwritten with the rounded product).
+void dit_gated_add(const DitRun& run, Tensor& x, Tensor& y, const Tensor& gate);
+
+// diffusers RMSNorm as dit_common.py patches it: bf16(x * rsqrt(mean(x^2) +
+// eps)) * bf16(w), rounded after each op. x, y: [..., D], w [D].
+void dit_rms_norm(const DitRun& run, const Tensor& x, const Tensor& w, float eps, Tensor& y);
+
+// diffusers Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0):
+// [cos(t f_j), sin(t f_j)], f_j = exp(-ln(1e4) j / 128) in fp32 (j < 128),
+// then cast to the activation dtype. out: [1, dim].
+void dit_timestep_sinusoid(float t, Tensor& out);
+
+}  // namespace flick::hunyuan
