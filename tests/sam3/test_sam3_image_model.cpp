@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -263,7 +264,13 @@ void run_model(const std::string& weights, const WeightView& g, Precision p, int
   o.vocab = vocab_path();
   o.precision = p;
   o.image_size = size;
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a) {
+    return std::chrono::duration<double>(Clock::now() - a).count();
+  };
+  auto t0 = Clock::now();
   auto model = Sam3ImageModel::load(o, *be);
+  const double t_load = secs(t0);
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto frame = g.get("frame", DType::U8);
   ASSERT_TRUE(frame.ok());
@@ -272,9 +279,16 @@ void run_model(const std::string& weights, const WeightView& g, Precision p, int
     out.shapes[n] = t.shape;
     out.taps[n] = as_stored(n, t, g);
   };
+  t0 = Clock::now();
   ASSERT_TRUE((*model)->encode_image(frame_of(*frame), tap).ok());
+  const double t_image = secs(t0);
+  t0 = Clock::now();
   auto det = (*model)->detect(prompt_of(g), 0.0f, tap);
   ASSERT_TRUE(det.ok()) << det.status().message();
+  const double t_detect = secs(t0);
+  if (std::getenv("FLICK_SAM3_PRINT_ERRORS"))
+    std::printf("  %s %lld: load %.2f s, encode_image %.2f s, detect %.2f s (with taps)\n",
+                precision_name(p), static_cast<long long>(size), t_load, t_image, t_detect);
   out.det = std::move(*det);
 }
 
@@ -301,6 +315,79 @@ TEST_F(Sam3ImageModelGolden, EveryTapAt224F32) {
       expect_close(n, r.taps[n], golden(g, n), tol);
     }
   // Detections at the frame's size: every query (threshold 0).
+  const std::vector<float> want_scores = golden(g, "det.scores");
+  ASSERT_EQ(r.det.score.size(), want_scores.size());
+  expect_close("det.scores", r.det.score, want_scores, tol);
+  std::vector<float> boxes;
+  for (const auto& b : r.det.box_xyxy) boxes.insert(boxes.end(), b.begin(), b.end());
+  expect_close("det.boxes", boxes, golden(g, "det.boxes"), tol);
+  expect_close("det.mask_prob", as_stored("det.mask_prob", r.det.mask_prob.t, g),
+               golden(g, "det.mask_prob"), tol);
+}
+
+// BF16 against the same fp32 golden: every weight and stored activation is
+// rounded to bf16 (relative step 2^-8), through ~60 layers. Checked as
+// error figures of the taps and as what a user sees: the boxes in pixels and
+// the binary masks (mask IoU over the golden's sampled mask logits).
+TEST_F(Sam3ImageModelGolden, Bf16AgreesWithTheF32Reference) {
+  auto store = WeightStore::open({fixture("sam3_image_224.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->root();
+  ModelRun r;
+  run_model(path_, g, Precision::BF16, 224, r);
+  ASSERT_FALSE(HasFatalFailure());
+  const bool print = std::getenv("FLICK_SAM3_PRINT_ERRORS") != nullptr;
+  // Taps: a few bf16 steps relative to each tensor's largest value.
+  const Tol tol{6e-2, 2e-2};
+  for (const char* name : {"trunk", "neck.level2", "text", "memory", "logits", "scores", "boxes",
+                           "mask_logits", "decoder.hs5"})
+    expect_close(name, r.taps[name], golden(g, name), tol);
+  // Boxes in pixels of the 160 x 120 frame.
+  std::vector<float> boxes;
+  for (const auto& b : r.det.box_xyxy) boxes.insert(boxes.end(), b.begin(), b.end());
+  const std::vector<float> want_boxes = golden(g, "det.boxes");
+  ASSERT_EQ(boxes.size(), want_boxes.size());
+  double box_max = 0, box_mean = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const double d = std::fabs(boxes[i] - want_boxes[i]);
+    box_max = std::max(box_max, d);
+    box_mean += d / static_cast<double>(boxes.size());
+  }
+  // Binary masks (logit > 0) at the sampled positions of the 200 x 64 x 64 logits.
+  const std::vector<float> got_m = r.taps["mask_logits"], want_m = golden(g, "mask_logits");
+  ASSERT_EQ(got_m.size(), want_m.size());
+  int64_t inter = 0, uni = 0;
+  for (size_t i = 0; i < got_m.size(); ++i) {
+    inter += (got_m[i] > 0 && want_m[i] > 0);
+    uni += (got_m[i] > 0 || want_m[i] > 0);
+  }
+  const double iou = uni ? static_cast<double>(inter) / static_cast<double>(uni) : 1.0;
+  if (print)
+    std::printf("  boxes max %.3f px mean %.3f px, mask IoU %.4f (%lld)\n", box_max, box_mean, iou,
+                (long long)uni);
+  EXPECT_GT(uni, 100);  // the masks are not empty
+  EXPECT_GE(iou, 0.97);
+  EXPECT_LE(box_max, 2.0);
+  EXPECT_LE(box_mean, 0.5);
+}
+
+// The full-size forward: the released input size (1008 x 1008, grid
+// 72: 5184 image tokens, 288 x 288 masks) against the reference in fp32; the
+// fixture holds the small outputs and subsamples of the mask logits and the
+// frame-size masks (tools/sam3_image_goldens.py full).
+TEST_F(Sam3ImageModelGolden, FullSize1008F32) {
+  auto store = WeightStore::open({fixture("sam3_image_1008.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->root();
+  ModelRun r;
+  run_model(path_, g, Precision::F32, 1008, r);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(r.shapes["mask_logits"], (Shape{1, 200, 288, 288}));
+  EXPECT_EQ(r.shapes["memory"], (Shape{1, 5184, 256}));
+  const Tol tol{1e-4, 1e-5};
+  for (const char* name : {"logits", "scores", "boxes", "mask_logits"})
+    expect_close(name, r.taps[name], golden(g, name), tol);
+  expect_close("presence", r.taps["decoder.presence5"], golden(g, "presence"), tol);
   const std::vector<float> want_scores = golden(g, "det.scores");
   ASSERT_EQ(r.det.score.size(), want_scores.size());
   expect_close("det.scores", r.det.score, want_scores, tol);
