@@ -125,9 +125,6 @@ Expected<std::unique_ptr<Sam3ImageModel>> Sam3ImageModel::load(const Sam3Options
   FLICK_ASSIGN_OR_RETURN(m->checkpoint, Sam3Checkpoint::inspect(m->store));
   const Sam3Checkpoint& c = m->checkpoint;
   FLICK_TRY(m->store.check_all_used());
-  if (c.text.repmixer_ends)
-    return invalid_input(options.weights + ": MobileCLIP-" + c.text.name +
-                         " (RepMixer text blocks) is recognised but not supported yet");
   m->context = c.text.context;
   m->d = c.head.d_model;
   const int64_t prompt_len = m->context + 1;  // the text tokens + the geometry CLS

@@ -74,8 +74,9 @@ struct Sam3SynthOptions {
   bool with_unused = true;  // the 751 zero tensors the image path skips
 };
 
-// Writes the checkpoint as torch.save does (a .pth zip, {"model": state_dict}
-// flattened as "model.<name>" keys, as flick reads the released file).
+// Writes the checkpoint as torch.save does: a .pth zip (a path ending in
+// .safetensors is an error) of one flat dict whose keys are the released
+// file's as flick flattens {"model": state_dict}: "model.<name>".
 // Streams tensor by tensor; atomic (temporary file, rename). Errors name the
 // file.
 Status write_sam3_synth(const std::string& path, const Sam3SynthOptions& options);

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "models/sam3/mobileclip_text.h"
 #include "models/sam3/sam3_checkpoint.h"
 #include "models/sam3/sam3_image_model.h"
 #include "models/sam3/sam3_layout.h"
@@ -538,6 +539,61 @@ TEST(Sam3ImageModel, LoadErrorsNameTheProblem) {
       << m.status().message();
   EXPECT_NE(m.status().message().find("broken.pth"), std::string::npos) << m.status().message();
 }
+
+// ---- MobileCLIP-S0 text encoder (RepMixer blocks around the transformer) ----
+// tests/data/sam3/mobileclip_s0_tiny.safetensors (tools/sam3_goldens.py
+// text_s0): the reference TextStudentEncoder ("mct", width 64, one
+// transformer layer between the two RepMixer blocks) with random weights, BN
+// statistics and layer scales. Tolerances as the components' goldens
+// (test_sam3_components.cpp): F32 5e-6 / 5e-7 of max|ref| (flick folds the
+// RepMixer branches and BN in double, then rounds once), BF16 3e-2 / 5e-3.
+
+struct TextCase {
+  const char* backend;
+  Precision precision;
+};
+
+class MobileClipS0Golden : public testing::TestWithParam<TextCase> {};
+
+TEST_P(MobileClipS0Golden, EveryLayer) {
+  auto store = WeightStore::open({fixture("mobileclip_s0_tiny.safetensors")});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  const WeightView g = store->view("golden");
+  auto be = std::string(GetParam().backend) == "ref" ? make_ref_backend() : make_cpu_backend();
+  auto m = MobileClipText::load(store->view("detector.backbone.language_backbone"), *be,
+                                GetParam().precision, /*heads=*/2);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config().name, "s0");
+  EXPECT_TRUE(m->config().repmixer_ends);
+  EXPECT_EQ(m->config().layers, 1);
+  EXPECT_EQ(m->config().repmixer_kernel, 11);
+  auto tokens = g.get("tokens", DType::I32);
+  ASSERT_TRUE(tokens.ok());
+  const Tol tol = GetParam().precision == Precision::F32 ? Tol{5e-6, 5e-7} : Tol{3e-2, 5e-3};
+  for (int64_t b = 0; b < tokens->dim(0); ++b) {
+    SCOPED_TRACE("prompt " + std::to_string(b));
+    int taps = 0;
+    auto out = m->forward(tokens->select(0, b), [&](std::string_view name, const Tensor& t) {
+      auto want = g.get(name, DType::F32);
+      ASSERT_TRUE(want.ok()) << name;
+      expect_close(std::string(name), floats(t), floats(want->slice(0, b, 1)), tol);
+      ++taps;
+    });
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_EQ(taps, 1 + 3 + 2);  // embeddings, RepMixer, layer, RepMixer, final_norm, memory
+  }
+  EXPECT_TRUE(store->view("detector").check_all_used().ok())
+      << store->view("detector").check_all_used().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MobileClipS0Golden,
+                         testing::Values(TextCase{"ref", Precision::F32},
+                                         TextCase{"cpu", Precision::F32},
+                                         TextCase{"cpu", Precision::BF16}),
+                         [](const testing::TestParamInfo<TextCase>& i) {
+                           return std::string(i.param.backend) + "_" +
+                                  precision_name(i.param.precision);
+                         });
 
 }  // namespace
 }  // namespace flick
