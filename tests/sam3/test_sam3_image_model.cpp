@@ -470,6 +470,13 @@ TEST(Sam3ImageModel, TinyCheckpointRunsEveryPrompt) {
   ASSERT_TRUE(m->encode_image(f.view()).ok());
   EXPECT_FALSE(m->detect("", 0.f).ok());
   EXPECT_FALSE(m->encode_image(FrameView{}).ok());
+  // Any frame size from 1 x 1 up.
+  const Frame dot = test_frame(1, 1);
+  ASSERT_TRUE(m->encode_image(dot.view()).ok());
+  auto one = m->detect("a cat", 0.f);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->mask_prob.t.shape, (Shape{20, 1, 1}));
+  ASSERT_TRUE(m->encode_image(f.view()).ok());
   // Every query at threshold 0, at the frame's size; the same prompt again
   // (from the text cache) gives the same result, another prompt another one.
   std::vector<float> text_a;
@@ -512,6 +519,25 @@ TEST(Sam3ImageModel, LoadErrorsNameTheProblem) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("no_vocab.txt.gz"), std::string::npos)
       << m.status().message();
+
+  // No vocabulary given: a copy beside the weights is the first place
+  // looked (here a broken one, so the error shows it was the one read).
+  {
+    std::FILE* f = std::fopen(dir.file("bpe_simple_vocab_16e6.txt.gz").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fputs("not a gzip file", f);
+    std::fclose(f);
+    o.vocab.clear();
+    m = Sam3ImageModel::load(o, *be);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find(dir.file("bpe_simple_vocab_16e6.txt.gz")),
+              std::string::npos)
+        << m.status().message();
+    fs::remove(dir.file("bpe_simple_vocab_16e6.txt.gz"));
+    // Without it the source tree's copy is found.
+    m = Sam3ImageModel::load(o, *be);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+  }
 
   // The released layout (all 2028 keys) minus one decoder tensor: the error
   // names the file and the tensor.
