@@ -479,8 +479,9 @@ void sam3_synth_values(uint64_t seed, size_t index, const Sam3LayoutTensor& t, f
 
 Status write_sam3_synth(const std::string& path, const Sam3SynthOptions& options) {
   if (std::string_view(path).ends_with(".safetensors"))
-    return invalid_input(path + ": synthetic EfficientSAM3 checkpoints are written as .pth "
-                                "(torch.save zip), the released format");
+    return invalid_input(path +
+                         ": synthetic EfficientSAM3 checkpoints are written as .pth "
+                         "(torch.save zip), the released format");
   const Sam3Layout layout =
       sam3_released_layout(sam3_synth_dims(options.size), options.with_unused);
   std::vector<StreamedTensor> ts;
