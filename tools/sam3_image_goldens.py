@@ -55,6 +55,14 @@ def save(path: Path, tensors: dict, meta: dict) -> None:
     tensors = {k: v.detach().clone().contiguous() for k, v in tensors.items()}
     meta = {k: str(v) for k, v in meta.items()}
     meta["torch"] = torch.__version__
+    if path.exists():  # safetensors orders the metadata at random: keep an equal file as it is
+        from safetensors import safe_open
+        with safe_open(str(path), "pt") as old:
+            if old.metadata() == meta and set(old.keys()) == set(tensors) and all(
+                    old.get_tensor(k).dtype == v.dtype and torch.equal(old.get_tensor(k), v)
+                    for k, v in tensors.items()):
+                print(f"{path.name}: unchanged")
+                return
     save_file(tensors, str(path), metadata=meta)
     print(f"{path.name}: {path.stat().st_size / 1e3:.0f} kB, {len(tensors)} tensors")
 
