@@ -9,6 +9,7 @@ in flick.
 
     /work/venv-sam3/bin/python tools/sam3_goldens.py keys    [--mirror DIR] [--out tests/data/sam3]
     /work/venv-sam3/bin/python tools/sam3_goldens.py goldens [--mirror DIR] [--out tests/data/sam3]
+    /work/venv-sam3/bin/python tools/sam3_goldens.py text_s0 [--mirror DIR] [--out tests/data/sam3]
 
 `keys` builds the reference classes on the meta device (no memory, no init)
 and writes one table per file or section, one tensor per line in state-dict
@@ -252,6 +253,50 @@ def golden_text(out: Path, root: Path) -> None:
         goldens["pad_mask"] = (toks == 0).to(torch.uint8)  # (tokenized != 0).ne(1): True = pad
     save(out / "mobileclip_tiny.safetensors", enc.state_dict(), TEXT_PREFIX, goldens,
          {"cfg": TINY_TEXT_CFG, "out_dim": TINY_TEXT_OUT})
+
+
+# MobileCLIP-S0 ("mct"): a RepMixer block (depthwise 1 x 11 token mixer +
+# ConvFFN) before and after the transformer layers. The RepMixer's hidden
+# width is dim * 4 (mlp_ratio), equal to the transformer's ffn only for
+# ffn_multiplier 4, as in the released S0 (and in the layout flick checks).
+TINY_TEXT_S0_CFG = dict(TINY_TEXT_CFG, model_name="mct", n_transformer_layers=1,
+                        ffn_multiplier_per_layer=4.0)
+
+
+def golden_text_s0(out: Path, root: Path) -> None:
+    from sam3.model.text_encoder_student import TextStudentEncoder
+
+    seed_all(12)
+    bpe = root / "assets" / "bpe_simple_vocab_16e6.txt.gz"
+    enc = TextStudentEncoder(dict(TINY_TEXT_S0_CFG), context_length=77, output_dim=TINY_TEXT_OUT,
+                             bpe_path=str(bpe))
+    with torch.no_grad():
+        enc.encoder.projection_layer.normal_()  # torch.empty in the reference; unused
+        # The layer scales start at 1e-5 (the RepMixer would be an identity):
+        # give them weight so that every branch shows in the output.
+        for name, p in enc.named_parameters():
+            if name.endswith("layer_scale"):
+                p.uniform_(0.3, 1.0)
+            elif ".convffn." in name and name.endswith("weight"):
+                p.normal_(0.0, 0.3)  # trunc_normal(0.02) at init
+    randomize_norms(enc)
+    enc.eval()
+    toks = torch.zeros(2, 77, dtype=torch.long)
+    toks[0, :4] = torch.tensor([510, 17, 301, 511])
+    toks[1, :9] = torch.tensor([510, 5, 44, 123, 9, 400, 77, 3, 511])
+    goldens = {"tokens": toks.to(torch.int32)}
+    with torch.no_grad():
+        emb = enc.encoder.forward_embedding(toks)
+        goldens["embeddings"] = emb
+        h = emb
+        for i, layer in enumerate(enc.encoder.transformer):
+            h = layer(h, key_padding_mask=None, attn_mask=None)
+            goldens[f"layer{i}"] = h
+        memory = enc.encoder(emb, return_all_tokens=True, input_is_embeddings=True)
+        goldens["final_norm"] = memory
+        goldens["text_memory"] = enc.projector(memory)
+    save(out / "mobileclip_s0_tiny.safetensors", enc.state_dict(), TEXT_PREFIX, goldens,
+         {"cfg": TINY_TEXT_S0_CFG, "out_dim": TINY_TEXT_OUT})
 
 
 NECK_PREFIX = "detector.backbone.vision_backbone."
@@ -560,7 +605,7 @@ def golden_postprocess(out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["keys", "goldens"])
+    ap.add_argument("what", choices=["keys", "goldens", "text_s0"])
     ap.add_argument("--mirror", default=sam3_refenv.DEFAULT_MIRROR)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests/data/sam3"))
     args = ap.parse_args()
@@ -569,6 +614,8 @@ def main() -> None:
     with sam3_refenv.reference(args.mirror) as root:
         if args.what == "keys":
             write_keys(Path(args.out))
+        elif args.what == "text_s0":
+            golden_text_s0(Path(args.out), root)
         else:
             golden_repvit(Path(args.out))
             golden_text(Path(args.out), root)

@@ -15,8 +15,16 @@
 //
 // Config (sam3_layout.h MobileClipTextConfig) is detected from shapes; the
 // head count is not in any shape (dim / 64 unless given). The projection_layer
-// (512x512) is in the checkpoint but unused on this path. MobileCLIP-S0
-// ("mct": RepMixer blocks around the transformer) is detected but not run yet.
+// (512x512) is in the checkpoint but unused on this path.
+//
+// MobileCLIP-S0 ("mct") puts a RepMixerBlock before and after the transformer
+// layers, over the sequence as a [1, D, 1, L] map (mobile_clip.py):
+//   x = x + ls1 * (mixer(x) - norm(x))        // RepMixer: mixer = BN(x) + BN(dwconv1xK(x)),
+//                                             //           norm = BN(x); K = 11, zero padding
+//   x = x + ls2 * fc2(gelu(fc1(BN(dwconv1xK(x)))))   // ConvFFN, 1x1 convs, hidden 4D
+// folded at load as the reference's reparameterize() does: the token mixer
+// into one depthwise 1xK conv with bias (identity included), the ConvFFN's BN
+// into its depthwise conv and ls2 into fc2 (in double, rounded once).
 //
 // Precision F32 keeps everything fp32. BF16 rounds every parameter to bf16
 // and stores activations in bf16; LayerNorm, softmax and the accumulations
@@ -61,10 +69,17 @@ class MobileClipText {
     Tensor ln1_w, ln1_b, ln2_w, ln2_b;
     std::unique_ptr<PackedLinear> qkv, out, fc1, fc2;
   };
+  struct RepMixer {                             // S0; see the header comment
+    std::unique_ptr<PackedConv> token, ffn_dw;  // depthwise 1xK over [1, D, 1, L]
+    std::unique_ptr<PackedLinear> fc1, fc2;     // the ConvFFN's 1x1 convs on token rows
+  };
 
   MobileClipText() = default;
   Status load_weights(const WeightView& text);
+  Status load_repmixer(const WeightView& block, RepMixer& r);
   void plan();
+  // x [L, D] <- RepMixerBlock(x); tap "layer{index}".
+  void run_repmixer(const RepMixer& r, Tensor& x);
 
   MobileClipTextConfig cfg_;
   Backend* backend_ = nullptr;
@@ -77,10 +92,12 @@ class MobileClipText {
   Tensor pos_;        // [context, D]
   Tensor final_w_, final_b_;
   std::vector<Layer> layers_;
+  std::vector<RepMixer> repmixers_;  // S0: before and after the layers
   std::unique_ptr<PackedLinear> projector_;
 
   Arena arena_;
   Arena::BufferId x_ = -1, h_ = -1, qkv_ = -1, attn_ = -1, o_ = -1, mlp_ = -1, out_ = -1;
+  Arena::BufferId cm_a_ = -1, cm_b_ = -1, cm_c_ = -1;  // S0: channel-major [1, D, 1, L]
 };
 
 }  // namespace flick
