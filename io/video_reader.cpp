@@ -177,7 +177,9 @@ Status VideoReader::Impl::open(const VideoReaderLimits& lim) {
   }
   // Corrupt data is an error, not something to conceal.
   dec->err_recognition |= AV_EF_EXPLODE | AV_EF_CRCCHECK;
-  dec->thread_count = 0;  // auto
+  // One thread: with frame threads a corrupt packet's error may surface on a
+  // later call or not at all (measured: the corrupt-stream test flaked).
+  dec->thread_count = 1;
   if ((err = avcodec_open2(dec, codec, nullptr)) < 0)
     return av_fail("cannot open the decoder", err);
   pkt = av_packet_alloc();
