@@ -31,12 +31,13 @@ namespace flick {
 struct Sam3Options {
   // The checkpoint (.pth as released, or .safetensors with the same keys).
   std::string weights;
-  // bpe_simple_vocab_16e6.txt.gz; empty: the copy flick installs beside its
-  // data (see the README).
+  // bpe_simple_vocab_16e6.txt.gz; empty: the first found of a copy beside
+  // the weights, the one flick installs (share/flick/sam3), the source
+  // tree's (models/sam3/data); the error names the paths tried.
   std::string vocab;
   Precision precision = Precision::F32;  // F32, BF16 (INT8 where supported)
   // The square input side: 1008 for the released models; tests use less
-  // (a multiple of 14 * the trunk's total stride, checked at load).
+  // (a multiple of 14, checked at load: the image grid is S / 14).
   int64_t image_size = 1008;
 };
 
@@ -45,8 +46,10 @@ class Sam3ImageModel {
   // Called with named intermediates (golden tests, `flick run --dump`):
   // "pixels", "trunk", "neck.level{i}", per prompt "tokens", "text",
   // "prompt", "memory", "decoder.hs{l}", "decoder.ref{l}",
-  // "decoder.presence{l}", "scores", "boxes", "mask_logits". Views are valid
-  // during the call only.
+  // "decoder.presence{l}", "logits" (every layer's, [L, Q]), "scores"
+  // (sigmoid(logit) * sigmoid(presence) of the last layer, [Q]), "boxes"
+  // (cxcywh in [0, 1], [Q, 4]), "mask_logits" ([1, Q, 4g, 4g]). Views are
+  // valid during the call only.
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // Loads and checks the checkpoint (errors name the file and tensor),
