@@ -5,6 +5,7 @@
 // download.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,12 @@ Status run_sam3_synth(const SynthCliOptions& opt) {
         ".pth, got '" +
         opt.out + "'");
   }
+  // The file's directory is created if missing, as --model mg2 creates its
+  // output directory.
+  const std::filesystem::path parent = std::filesystem::path(opt.out).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return io_error("cannot create " + parent.string() + ": " + ec.message());
   Sam3SynthOptions o;
   o.size = opt.size == "full" ? Sam3SynthSize::kFull : Sam3SynthSize::kTiny;
   o.seed = opt.seed;
