@@ -74,9 +74,8 @@ Expected<LabelMap> sam3_label_map(const std::vector<Sam3Object>& objects, int wi
 // One line of detections.jsonl (without the newline):
 // {"frame": k, "source_frame": i, "width": W, "height": H, "objects": [{"id",
 //  "prompt", "prompt_index", "score", "box": [x0, y0, x1, y1], "area",
-//  "rle": {"size": [H, W], "counts": "..."}}]}; objects in label-map
-// drawing order is not implied: they are in prompt order, then score order
-// as the model returned them.
+//  "rle": {"size": [H, W], "counts": "..."}}]}, objects in prompt order,
+// then in the model's order (ascending query index).
 std::string sam3_json_line(int64_t frame, int64_t source_frame,
                            const std::vector<Sam3Object>& objects,
                            const std::vector<std::string>& prompts, int width, int height);
