@@ -244,5 +244,42 @@ TEST_F(Sam3Segment, RunDumpWritesTheNamedIntermediates) {
   EXPECT_NE(again.err.find("already done"), std::string::npos) << again.err;
 }
 
+// SIGTERM mid-job: the daemon stops between frames, discards the partial
+// outputs (label PNGs included), requeues the job without counting an
+// attempt and exits 0; a later drain completes it.
+TEST(Sam3SegmentCrash, SigtermMidJobRequeuesAndLaterCompletes) {
+  constexpr int kLong = 24;
+  Sandbox sb;
+  const RunResult synth = sb.run({"synth", sb.path("models/sam3.pth"), "--model", "sam3"}, "synth");
+  ASSERT_EQ(synth.code, 0) << synth.err;
+  // 448: slow enough per frame that the signal lands mid-job.
+  sb.write_config("", "[[pipeline]]\nname = \"sam3\"\nkind = \"sam3-segment\"\nweights = \"" +
+                          sb.path("models/sam3.pth") + "\"\nimage_size = 448\n");
+  ASSERT_EQ(sb.drain().code, 0);
+  sb.make_frames("long", kLong, 32, 24);
+  sb.drop("long.toml", "version = 1\npipeline = \"sam3\"\n[input]\nframes = \"" +
+                           sb.path("in/long") +
+                           "/*.png\"\nprompts = [\"thing\"]\n[output]\ndir = \"" +
+                           sb.path("out/long") + "\"\ncontact_sheet = true\n");
+  auto daemon = sb.serve("sigterm");
+  const std::string partial = sb.path("out/long.partial");
+  ASSERT_TRUE(wait_until([&] { return stdfs::exists(partial + "/label_000001.png"); }))
+      << daemon->err();
+  daemon->signal(SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0) << daemon->err();
+  EXPECT_FALSE(stdfs::exists(partial));
+  EXPECT_FALSE(stdfs::exists(sb.path("out/long")));
+  EXPECT_EQ(list(sb.spool("incoming")), std::vector<std::string>{"long.toml"});
+  EXPECT_NE(daemon->err().find("requeued"), std::string::npos) << daemon->err();
+
+  const RunResult r = sb.drain();
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::optional<toml::value> st = sb.status("done", "long");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(toml::find<int64_t>(*st, "attempts"), 1);
+  EXPECT_EQ(toml::find<std::string>(*st, "details", "frames"), std::to_string(kLong));
+  EXPECT_TRUE(stdfs::exists(sb.path("out/long/label_000023.png")));
+}
+
 }  // namespace
 }  // namespace flick::testing
