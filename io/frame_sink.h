@@ -29,6 +29,13 @@ class FrameSink {
   // Flush and close everything; after this the outputs are complete and
   // durable.
   virtual Status finish() = 0;
+  // A file of the pipeline's own beside the frames (sam3-segment: label
+  // PNGs, detections.jsonl), between begin() and finish(): written
+  // atomically into the output directory and listed in outputs(). `name` is
+  // a plain file name. Sinks that write no files ignore it.
+  virtual Status write_side_file(const std::string& name, const void* data, size_t size) {
+    return ok_status();
+  }
   // The files written so far (all of them after finish()), in the order they
   // were completed. Sinks that write no files return none.
   virtual std::vector<OutputFile> outputs() const { return {}; }

@@ -44,6 +44,12 @@ class OutputSink final : public FrameSink {
 
   std::vector<OutputFile> outputs() const override { return outputs_; }
 
+  Status write_side_file(const std::string& name, const void* data, size_t size) override {
+    FLICK_CHECK(begun_ && !finished_, "write_side_file outside begin/finish");
+    if (!failed_.ok()) return failed_;
+    return remember(write_side(name, data, size));
+  }
+
  private:
   Status remember(Status s) {
     if (!s.ok() && failed_.ok()) failed_ = s;
@@ -123,6 +129,21 @@ class OutputSink final : public FrameSink {
       FLICK_TRY(overlay_->write(annotated_.view()));
     }
     ++frames_;
+    return ok_status();
+  }
+
+  Status write_side(const std::string& name, const void* data, size_t size) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+      return internal_error("side file name \"" + name + "\" is not a plain file name");
+    }
+    for (const auto* video : {&spec_.video, &spec_.overlay}) {
+      if (*video && (*video)->file == name) {
+        return invalid_input("output file \"" + name + "\" is also the name of a video output");
+      }
+    }
+    const std::string path = join_path(dir_, name);
+    FLICK_TRY(write_file_atomic(path, data, size));
+    outputs_.push_back({name, static_cast<int64_t>(size)});
     return ok_status();
   }
 

@@ -1,27 +1,60 @@
 // flick synth OUT: a synthetic-weight Matrix-Game 2.0 model directory in the
-// Hugging Face layout (models/pipelines/mg2_synth.h), deterministic from the
-// seed, without a download.
+// Hugging Face layout (models/pipelines/mg2_synth.h), or with --model sam3 an
+// EfficientSAM3 checkpoint file in the released .pth layout
+// (models/sam3/sam3_synth.h), deterministic from the seed, without a
+// download.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "jobs/cli.h"
 #include "models/pipelines/matrix_game.h"
 #include "models/pipelines/mg2_synth.h"
+#include "models/sam3/sam3_synth.h"
 
 namespace flick {
 namespace {
 
 struct SynthCliOptions {
   std::string out;
+  std::string model = "mg2";
   std::string size = "tiny";
   std::string mode = "all";
   uint64_t seed = 0;
   std::string fill = "random";
 };
 
+Status run_sam3_synth(const SynthCliOptions& opt) {
+  if (opt.mode != "all") return usage_error("--mode is for --model mg2 only");
+  if (opt.fill != "random") return usage_error("--fill is for --model mg2 only");
+  if (opt.out.size() < 4 || opt.out.compare(opt.out.size() - 4, 4, ".pth") != 0) {
+    return usage_error(
+        "out: --model sam3 writes one checkpoint file: give a name ending in "
+        ".pth, got '" +
+        opt.out + "'");
+  }
+  // The file's directory is created if missing, as --model mg2 creates its
+  // output directory.
+  const std::filesystem::path parent = std::filesystem::path(opt.out).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return io_error("cannot create " + parent.string() + ": " + ec.message());
+  Sam3SynthOptions o;
+  o.size = opt.size == "full" ? Sam3SynthSize::kFull : Sam3SynthSize::kTiny;
+  o.seed = opt.seed;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  FLICK_TRY(write_sam3_synth(opt.out, o));
+  std::printf("wrote %s synthetic EfficientSAM3 weights (seed %llu) to %s in %.1f s\n",
+              opt.size.c_str(), static_cast<unsigned long long>(opt.seed), opt.out.c_str(),
+              std::chrono::duration<double>(Clock::now() - start).count());
+  return ok_status();
+}
+
 Status run_synth(const SynthCliOptions& opt) {
+  if (opt.model == "sam3") return run_sam3_synth(opt);
   Mg2SynthOptions o;
   o.size = opt.size == "full" ? Mg2SynthSize::kFull : Mg2SynthSize::kTiny;
   o.seed = opt.seed;
@@ -61,9 +94,17 @@ void register_synth(CLI::App& app, CliContext& ctx) {
   auto opt = std::make_shared<SynthCliOptions>();
   CLI::App* cmd = app.add_subcommand(
       "synth",
-      "Write a Matrix-Game 2.0 weights directory with synthetic values in the exact layout of "
-      "Skywork/Matrix-Game-2.0 (no download)");
-  cmd->add_option("out", opt->out, "output directory (created if missing)")->required();
+      "Write a Matrix-Game 2.0 weights directory (or, with --model sam3, an EfficientSAM3 "
+      "checkpoint) with synthetic values in the exact layout of the released weights (no "
+      "download)");
+  cmd->add_option("out", opt->out,
+                  "output directory (created if missing); with --model sam3 the .pth file")
+      ->required();
+  cmd->add_option("--model", opt->model,
+                  "mg2: Matrix-Game 2.0 (Skywork/Matrix-Game-2.0 layout); sam3: EfficientSAM3 "
+                  "(efficient_sam3_repvit-m0_9_mobileclip_s1.pth layout)")
+      ->check(CLI::IsMember({"mg2", "sam3"}))
+      ->capture_default_str();
   cmd->add_option("--size", opt->size,
                   "tiny: small widths with the real head sizes (about 40 MB, for demos); full: "
                   "the released shapes (about 15 GB)")

@@ -17,6 +17,7 @@
 #include "jobs/signals.h"
 #include "jobs/spool.h"
 #include "jobs/worker.h"
+#include "models/pipelines/tensor_dump.h"
 #include "runtime/log.h"
 
 namespace flick {
@@ -62,7 +63,8 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
-int cmd_run(const CommonOptions& o, const std::string& job_path) {
+// `dump`: empty, or where --dump writes the job's named intermediates.
+int cmd_run(const CommonOptions& o, const std::string& job_path, const std::string& dump) {
   SignalWatch signals;  // before anything starts threads
   Expected<DaemonConfig> config = load_config(o.config, o.spool);
   if (!config.ok()) {
@@ -81,7 +83,12 @@ int cmd_run(const CommonOptions& o, const std::string& job_path) {
   ProgressBar bar;
   Notifier notifier;  // flick run under systemd-run gets STATUS and WATCHDOG too
   const bool tty = ::isatty(STDERR_FILENO) != 0;
+  std::optional<TensorDump> tensors;
   WorkerOptions wo;
+  if (!dump.empty()) {
+    tensors.emplace(dump);
+    wo.tap = tensors->tap();
+  }
   wo.foreground = true;
   wo.stop = &signals.stop_flag();
   wo.on_progress = [&](const Progress& p) {
@@ -92,6 +99,16 @@ int cmd_run(const CommonOptions& o, const std::string& job_path) {
   Worker worker(*spool, *config, std::move(wo));
   const JobResult r = worker.run_file(job_path);
   bar.end();
+  if (tensors && r.outcome == Outcome::kDone) {
+    if (Status s = tensors->write(); !s.ok()) {
+      log_error(s.message());
+      return exit_code(s);
+    }
+    std::printf("%s: %zu tensors written to %s\n", r.id.c_str(), tensors->size(), dump.c_str());
+  } else if (tensors && r.outcome == Outcome::kAlreadyDone) {
+    log_warning(r.id + ": already done, nothing ran: no tensors written to " + dump +
+                " (remove the job's status from the spool's done/ to run it again)");
+  }
   switch (r.outcome) {
     case Outcome::kDone:
       std::printf("%s: done (%s)\n", r.id.c_str(),
@@ -361,13 +378,17 @@ void register_job_commands(CLI::App& app, CliContext& ctx) {
   });
 
   auto job = std::make_shared<std::string>();
+  auto dump = std::make_shared<std::string>();
   CLI::App* run = app.add_subcommand(
       "run",
       "run one job file in the foreground (recorded in the spool's done/; a rerun of a "
       "finished job exits 0 at once)");
   add_config_options(run, common.get());
   run->add_option("JOB", *job, "job file (TOML)")->required();
-  run->callback([&ctx, common, job] { ctx.exit_status = cmd_run(*common, *job); });
+  run->add_option("--dump", *dump,
+                  "also write the pipeline's named intermediates to this .safetensors file "
+                  "(names: README, \"Tensor dumps\")");
+  run->callback([&ctx, common, job, dump] { ctx.exit_status = cmd_run(*common, *job, *dump); });
 
   auto files = std::make_shared<std::vector<std::string>>();
   CLI::App* submit = app.add_subcommand(

@@ -272,9 +272,9 @@ class Mg2Job : public PreparedJob {
 
   Status run(FrameSink& sink, const RunContext& ctx) override {
     if (pipeline_ == nullptr) return unavailable("the matrix-game-2 pipeline is not loaded");
-    if (profiler_ == nullptr) return pipeline_->run(input_, sink, ctx);
+    if (profiler_ == nullptr) return pipeline_->run(input_, sink, ctx, ctx.tap);
     const ProfileStats before = profiler_->stats();
-    Status s = pipeline_->run(input_, sink, ctx);
+    Status s = pipeline_->run(input_, sink, ctx, ctx.tap);
     std::fputs(profiler_->stats().minus(before).table("matrix-game-2 job: " + summary()).c_str(),
                stderr);
     return s;

@@ -10,6 +10,9 @@ constexpr PipelineKind kKinds[] = {
      "Matrix-Game 2.0: a start image and a keyboard/mouse track to video (universal, gta_drive, "
      "templerun)",
      &create_matrix_game_pipeline},
+    {"sam3-segment",
+     "EfficientSAM3: text-prompted masks with stable object ids over frames or a video",
+     &create_sam3_segment_pipeline},
 };
 
 }  // namespace

@@ -456,6 +456,7 @@ JobResult Worker::run_claimed(Claim& c, Job& job) {
   int64_t frames_done = 0;
   RunContext ctx;
   ctx.stop = options_.stop;
+  ctx.tap = options_.tap;
   ctx.progress = [&](int64_t done, int64_t total) {
     frames_done = done;
     if (!options_.on_progress) return;

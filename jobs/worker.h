@@ -9,12 +9,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jobs/config.h"
 #include "jobs/job.h"
 #include "jobs/spool.h"
 #include "jobs/status_file.h"
+#include "runtime/tensor.h"
 
 namespace flick {
 
@@ -33,6 +35,8 @@ struct WorkerOptions {
   const std::atomic<bool>* stop = nullptr;
   // Called when a job starts (frames_done = 0) and after every block.
   std::function<void(const Progress&)> on_progress;
+  // `flick run --dump`: passed to the pipeline as RunContext::tap.
+  std::function<void(std::string_view name, const Tensor& t)> tap;
 };
 
 enum class Outcome {

@@ -6,10 +6,12 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "io/frame.h"
 #include "io/frame_sink.h"
 #include "runtime/status.h"
+#include "runtime/tensor.h"
 
 namespace flick {
 
@@ -19,6 +21,9 @@ struct RunContext {
   const std::atomic<bool>* stop = nullptr;
   // Called after each block (and it is where the daemon pings the watchdog).
   std::function<void(int64_t frames_done, int64_t frames_total)> progress;
+  // `flick run --dump`: sees the pipeline's named intermediates (views valid
+  // during the call only); empty: nothing is tapped.
+  std::function<void(std::string_view name, const Tensor& t)> tap;
 
   bool stop_requested() const { return stop != nullptr && stop->load(); }
 };
