@@ -38,6 +38,9 @@ struct BenchOptions {
   // A `flick synth --size full` directory for the mg2 benchmarks (empty: one
   // is written to $TMPDIR and removed afterwards).
   std::string mg2_weights;
+  // An EfficientSAM3 checkpoint in the released layout for the sam3
+  // benchmarks (empty: a full-size synthetic one is written to $TMPDIR).
+  std::string sam3_weights;
 };
 
 // The clock benchmarks time with, in seconds: steady wall clock, or the

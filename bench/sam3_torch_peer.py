@@ -42,13 +42,13 @@ def run_flick(flick, weights, threads):
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         return {}
-    # Rows look like "sam3.bf16 image 1008   1234.5  ...": the column after
-    # the name is milliseconds.
+    # Rows are the case name padded to 46 characters, then milliseconds
+    # (jobs/cmd_bench.cpp print_row): "sam3.bf16 image   ...   1234.567 ...".
     found = {}
     for line in out.stdout.splitlines():
-        m = re.match(r"(sam3\.\w+ (?:image|prompt))\b.*?\s([0-9.]+)\s", line)
-        if m:
-            found[m.group(1)] = float(m.group(2)) / 1e3
+        name, rest = line[:46].strip(), line[46:].split()
+        if re.fullmatch(r"sam3\.\w+ (image|prompt)", name) and rest:
+            found[name] = float(rest[0]) / 1e3
     return found
 
 
