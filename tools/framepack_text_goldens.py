@@ -118,7 +118,7 @@ def main():
     tensors["siglip.lut"] = proc.preprocess(images=ramp, do_resize=False,
                                             return_tensors="pt")["pixel_values"][0, 0].reshape(256)
     # The 384 px image is not resized (PIL returns a copy at the same size).
-    tensors["siglip.pixels_checksum"] = pixels.double().sum().reshape(1)
+    tensors["siglip.pixel_rows"] = pixels[0, :, ::48, :].contiguous()  # [3, 8, 384], rows 0, 48, ..
     for tag, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         m = SiglipVisionModel.from_pretrained(OUT / "image_encoder", torch_dtype=dtype).eval()
         with torch.no_grad():
