@@ -25,6 +25,7 @@ errata 1), as a default x86 FramePack install does.
 Usage: /work/venv-fp/bin/python tools/framepack_unipc_goldens.py [REF_DIR]
 """
 import json
+import math
 import sys
 import types
 from pathlib import Path
@@ -71,17 +72,19 @@ def main():
         for L in (13680, 216, 18):  # the 640x608 bucket; small non-bucket sizes (errata 7)
             tensors[f"sigmas.n{n}.L{L}"] = get_flux_sigmas_from_mu(n, calculate_flux_mu(L)).float()
 
-    # (steps, T, h, w, gs, cfg, seed): the demo's setting, cfg != 1, and the short orders.
-    settings = [(25, 9, 2, 4, 10.0, 1.0, 31337), (6, 9, 2, 4, 6.0, 3.0, 7), (3, 1, 2, 2, 10.0, 1.0, 1),
-                (2, 1, 2, 2, 10.0, 1.0, 2)]
-    for k, (steps, T, h, w, gs, cfg, seed) in enumerate(settings):
+    # (steps, T, h, w, gs, cfg, seed, shift): the demo's setting, cfg != 1, the short orders,
+    # and 30 / 50 steps at mu = ln 7 (the 640 buckets' mu; shift=7 gives the same double).
+    settings = [(25, 9, 2, 4, 10.0, 1.0, 31337, None), (6, 9, 2, 4, 6.0, 3.0, 7, None),
+                (3, 1, 2, 2, 10.0, 1.0, 1, None), (2, 1, 2, 2, 10.0, 1.0, 2, None),
+                (30, 1, 2, 2, 10.0, 1.0, 3, 7.0), (50, 1, 2, 2, 10.0, 1.0, 4, 7.0)]
+    for k, (steps, T, h, w, gs, cfg, seed, shift) in enumerate(settings):
         model = StandIn()
         gen = torch.Generator("cpu").manual_seed(seed)
         noise = torch.randn((1, 16, T, h, w), generator=torch.Generator("cpu").manual_seed(seed))
         steps_x = []
         out = sample_hunyuan(
             transformer=model, sampler="unipc", width=w * 8, height=h * 8, frames=4 * T - 3,
-            real_guidance_scale=cfg, distilled_guidance_scale=gs, guidance_rescale=0.0, shift=None,
+            real_guidance_scale=cfg, distilled_guidance_scale=gs, guidance_rescale=0.0, shift=shift,
             num_inference_steps=steps, generator=gen,
             prompt_embeds=torch.full((1, 1, 1), 0.25), prompt_embeds_mask=torch.ones(1, 1, dtype=torch.bool),
             prompt_poolers=torch.zeros(1, 1),
@@ -96,8 +99,17 @@ def main():
         tensors[f"run{k}.out"] = out.float().contiguous()
         tensors[f"run{k}.timesteps"] = torch.tensor(model.seen_t, dtype=torch.float32)
         tensors[f"run{k}.guidance"] = torch.tensor(model.seen_g[:1], dtype=torch.float32)
-        runs.append({"steps": steps, "shape": [1, 16, T, h, w], "gs": gs, "cfg": cfg, "seed": seed,
-                     "mu": calculate_flux_mu(T * h * w // 4), "calls": len(model.seen_t)})
+        # Steps whose h_phi_1 = torch.expm1(-h) (SLEEF expm1f_u10 on the CPU) is not the
+        # correctly rounded value flick computes: the one documented source of difference.
+        sig = get_flux_sigmas_from_mu(steps, math.log(shift) if shift else calculate_flux_mu(T * h * w // 4))
+        expm1_off = []
+        for i in range(1, steps):
+            hh = -((-torch.log(sig[i:i + 1])) - (-torch.log(sig[i - 1:i])))[0]
+            if torch.expm1(hh) != torch.tensor(math.expm1(float(hh)), dtype=torch.float64).float():
+                expm1_off.append(i)
+        runs.append({"expm1_not_correctly_rounded_at": expm1_off, "steps": steps, "shape": [1, 16, T, h, w], "gs": gs, "cfg": cfg, "seed": seed,
+                     "shift": shift or 0.0, "calls": len(model.seen_t),
+                     "mu": math.log(shift) if shift else calculate_flux_mu(T * h * w // 4)})
 
     # Two sections' noise from one generator, as demo_gradio.py's worker draws them
     # (latent 640x608 bucket would be [1, 16, 9, 80, 76]; a small shape here).

@@ -14,15 +14,19 @@
 namespace flick::hunyuan {
 namespace {
 
-// torch.linalg.solve of the UniPC systems (2x2 or 3x3, fp32; MKL LAPACK in
-// the reference). The LU factors equal torch.linalg.lu_factor's bit for bit
-// (partial pivoting on the first largest |pivot|, the column divided by the
-// pivot, fused multiply-add updates; checked on 69 of the systems of 25- and
-// 50-step schedules), but MKL's triangular solves were not reproduced: of
-// the tried orders (column / row oriented, division / reciprocal, plain /
-// transposed factorisation), none matches every system, so rho may differ
-// by an ulp or so from the reference's and the order-3 steps are not bit
-// exact (see tests/framepack_text/test_unipc_sampler.cpp for the figures).
+// torch.linalg.solve of the UniPC systems (2x2 or 3x3, fp32) as torch 2.15's
+// MKL LAPACK computes them (getrf + getrs), found by testing candidate
+// operation orders against torch.linalg.solve (bit-exact on 1,000 random 2x2
+// / 3x3 systems and on every UniPC system of 6..100-step schedules):
+//  - getrf: partial pivoting on the first largest |pivot|; a column with two
+//    entries below the pivot is scaled by the pivot's reciprocal, one with a
+//    single entry divided by it (sgetrf2's one-column case); the trailing
+//    update a - l * u fused.
+//  - getrs, 3x3: y1 = fma(-l10, y0, b1), y2 = b2 - fma(l20, y0, l21 * y1);
+//    x2 = y2 / u22, x1 = fma(-u12, x2, y1) / u11,
+//    x0 = (y0 - fma(u02, x2, u01 * x1)) / u00.
+//  - getrs, 2x2: y1 = fma(-l10, y0, b1); x1 = y1 * (1 / u11),
+//    x0 = fma(-u01, x1, y0) * (1 / u00).
 std::vector<float> solve(std::vector<std::vector<float>> a, std::vector<float> b) {
   const size_t n = b.size();
   for (size_t j = 0; j < n; ++j) {
@@ -30,25 +34,34 @@ std::vector<float> solve(std::vector<std::vector<float>> a, std::vector<float> b
     for (size_t i = j + 1; i < n; ++i)
       if (std::fabs(a[i][j]) > std::fabs(a[p][j])) p = i;
     std::swap(a[j], a[p]);
-    std::swap(b[j], b[p]);
-    for (size_t i = j + 1; i < n; ++i) a[i][j] = a[i][j] / a[j][j];
+    std::swap(b[j], b[p]);  // getrs applies the same interchanges to b
+    const float r = 1.0f / a[j][j];
+    for (size_t i = j + 1; i < n; ++i) a[i][j] = n - j - 1 >= 2 ? a[i][j] * r : a[i][j] / a[j][j];
     for (size_t i = j + 1; i < n; ++i)
       for (size_t k = j + 1; k < n; ++k) a[i][k] = std::fma(-a[i][j], a[j][k], a[i][k]);
   }
-  for (size_t j = 0; j < n; ++j)
-    for (size_t i = j + 1; i < n; ++i) b[i] = std::fma(-b[j], a[i][j], b[i]);
-  for (size_t j = n; j-- > 0;) {
-    b[j] = b[j] / a[j][j];
-    for (size_t i = 0; i < j; ++i) b[i] = std::fma(-b[j], a[i][j], b[i]);
+  if (n == 1) return {b[0] / a[0][0]};
+  if (n == 2) {
+    const float y1 = std::fma(-a[1][0], b[0], b[1]);
+    const float x1 = y1 * (1.0f / a[1][1]);
+    const float x0 = std::fma(-a[0][1], x1, b[0]) * (1.0f / a[0][0]);
+    return {x0, x1};
   }
-  return b;
+  const float y0 = b[0];
+  const float y1 = std::fma(-a[1][0], y0, b[1]);
+  const float y2 = b[2] - std::fma(a[2][0], y0, a[2][1] * y1);
+  const float x2 = y2 / a[2][2];
+  const float x1 = std::fma(-a[1][2], x2, y1) / a[1][1];
+  const float x0 = (y0 - std::fma(a[0][2], x2, a[0][1] * x1)) / a[0][0];
+  return {x0, x1, x2};
 }
 
-// torch.tensordot(D1s, rhos, ([1], [0])): a [N, K] x [K] GEMM (MKL), per
-// element an fp32 dot product of K <= 2 terms.
+// torch.tensordot(D1s, rhos, ([1], [0])): an [N, K] x [K] GEMM (MKL), per
+// element d0 * r0, then d1 * r1 fused into it (the unfused sum differs from
+// the reference in about 1e-8 relative; checked with K = 2 on 1,152-value latents).
 float dot(const std::vector<const float*>& d, std::span<const float> rho, size_t e) {
   float acc = d[0][e] * rho[0];
-  for (size_t k = 1; k < d.size(); ++k) acc = acc + d[k][e] * rho[k];
+  for (size_t k = 1; k < d.size(); ++k) acc = std::fma(d[k][e], rho[k], acc);
   return acc;
 }
 
@@ -166,7 +179,14 @@ Expected<std::vector<float>> sample_unipc(const DenoiseFn& model, std::vector<fl
       }
       rks.push_back(1.0f);
       const float hh = -h;
-      const float h_phi_1 = std::expm1(hh);
+      // torch.expm1 on the CPU is SLEEF's expm1f_u10 (<= 1 ulp, not
+      // correctly rounded; glibc's expm1f is another such function, 1 ulp
+      // apart from torch's for about 4 % of arguments). flick takes the
+      // correctly rounded value, which SLEEF's equals for all but a few step
+      // sizes: at mu = ln 7 (every 640 bucket), among 2..100 steps only the
+      // last step of 24, 30 and 32 steps differs (tools/framepack_unipc_goldens.py
+      // records them; the test bounds the effect: 1e-7 relative).
+      const float h_phi_1 = static_cast<float>(std::expm1(static_cast<double>(hh)));
       float h_phi_k = h_phi_1 / hh - 1.0f;
       int64_t factorial = 1;
       const float b_h = hh;  // variant bh1

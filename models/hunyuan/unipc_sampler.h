@@ -2,7 +2,9 @@
 // (FramePack @ 97fe5db diffusers_helper/pipelines/k_diffusion_hunyuan.py:28-120,
 // k_diffusion/wrapper.py fm_wrapper, k_diffusion/uni_pc_fm.py FlowMatchUniPC),
 // reproduced operation by operation in fp32 so that a model giving the same
-// velocities gives the same latents bit for bit:
+// velocities gives the same latents bit for bit (including torch.linalg.solve's
+// MKL operation order and the tensordot's FMA; the one exception, torch's
+// SLEEF expm1 at a few step counts, is described in unipc_sampler.cpp):
 //
 //   L      = T * h * w / 4                          (tokens of the noisy window)
 //   mu     = min(0.5 + (L - 256) * 0.65 / 3840, ln 7)          (double)
