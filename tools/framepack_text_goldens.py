@@ -28,7 +28,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import PIL
 import torch
+from PIL import Image
 from safetensors.torch import save_file
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTokenizer, SiglipImageProcessor,
                           SiglipVisionConfig, SiglipVisionModel)
@@ -42,6 +44,20 @@ PROMPTS = [
     # longer than 77 tokens: truncated to 76 + EOS, no padding
     " ".join(["a large red balloon floats over the quiet town"] * 9),
 ]
+
+
+def test_image(w, h):
+    """RGB [h, w, 3] uint8 the C++ tests rebuild from the same formula."""
+    y, x, c = np.meshgrid(np.arange(h), np.arange(w), np.arange(3), indexing="ij")
+    return ((x * 7 + y * 13 + c * 29 + (x * y) % 37) % 256).astype(np.uint8)
+
+
+def fnv1a(img):
+    """64-bit FNV-1a of the bytes, as a hex string."""
+    h = 0xcbf29ce484222325
+    for b in np.ascontiguousarray(img).tobytes():
+        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return f"{h:016x}"
 
 
 def randomise(model, seed):
@@ -108,8 +124,7 @@ def main():
                                 do_normalize=True, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     # A 384 x 384 RGB test image the C++ test rebuilds from the same formula
     # (so it need not be stored): gradients plus a non-separable pattern.
-    y, x, c = np.meshgrid(np.arange(384), np.arange(384), np.arange(3), indexing="ij")
-    img = ((x * 7 + y * 13 + c * 29 + (x * y) % 37) % 256).astype(np.uint8)
+    img = test_image(384, 384)
     pixels = proc.preprocess(images=img, return_tensors="pt")["pixel_values"]
     assert pixels.dtype == torch.float32 and pixels.shape == (1, 3, 384, 384)
     # The preprocessing of every uint8 value (no resize): a 16 x 16 image
@@ -127,6 +142,25 @@ def main():
         tensors[f"siglip.{tag}.layer0"] = o.hidden_states[1].float().contiguous()
     attn_sig = m.config._attn_implementation
 
+    # FramePack's real SigLIP input: the bucket image (608 x 640 here) through the whole
+    # processor, PIL BICUBIC to 384 x 384 included.
+    bucket = test_image(640, 608)
+    resized = np.asarray(Image.fromarray(bucket).resize((384, 384), Image.BICUBIC))
+    bucket_pixels = proc.preprocess(images=bucket, return_tensors="pt")["pixel_values"]
+    assert torch.equal(bucket_pixels, proc.preprocess(images=resized, do_resize=False,
+                                                      return_tensors="pt")["pixel_values"])
+    m = SiglipVisionModel.from_pretrained(OUT / "image_encoder", torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        tensors["siglip.fp32.bucket_last_hidden"] = m(pixel_values=bucket_pixels).last_hidden_state.contiguous()
+    resize_cases = {"bucket_bicubic_640x608_to_384x384": fnv1a(resized)}
+    # Pillow's resampler on small cases, both filters, every pass combination.
+    for (w, h, ow, oh, f) in ((61, 47, 29, 35, "bicubic"), (40, 30, 64, 52, "bicubic"),
+                              (50, 40, 50, 23, "lanczos"), (33, 20, 71, 20, "lanczos"),
+                              (97, 63, 40, 77, "lanczos"), (300, 200, 31, 45, "lanczos"),
+                              (45, 31, 300, 200, "bicubic")):
+        out = np.asarray(Image.fromarray(test_image(w, h)).resize(
+            (ow, oh), Image.BICUBIC if f == "bicubic" else Image.LANCZOS))
+        resize_cases[f"{f}_{w}x{h}_to_{ow}x{oh}"] = fnv1a(out)
     save_file(tensors, str(OUT / "goldens.safetensors"))
     full_clip = CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072,
                                num_hidden_layers=12, num_attention_heads=12,
@@ -141,7 +175,8 @@ def main():
         "prompts": PROMPTS, "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
         "attn_implementation": {"clip": attn_clip, "siglip": attn_sig},
-        "weights_dtype": "float16"}, indent=1) + "\n")
+        "weights_dtype": "float16", "pillow": PIL.__version__,
+        "pil_resize_fnv1a64": resize_cases}, indent=1) + "\n")
     print(f"{OUT}: {sum(f.stat().st_size for f in OUT.rglob('*') if f.is_file()) / 1e6:.2f} MB")
 
 

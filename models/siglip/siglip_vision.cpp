@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "models/siglip/pil_resample.h"
 #include "runtime/dtype.h"
 #include "runtime/file_util.h"
 
@@ -221,13 +222,15 @@ void SiglipVision::plan() {
 Expected<Tensor> SiglipVision::forward_rgb(const uint8_t* rgb, int64_t height, int64_t width,
                                            const Tap& tap) {
   const int64_t s = cfg_.image_size;
-  if (height != s || width != s)
-    return invalid_input("SigLIP: the image is " + std::to_string(width) + "x" +
-                         std::to_string(height) + ", expected " + std::to_string(s) + "x" +
-                         std::to_string(s) +
-                         " (resize it first: the processor's PIL BICUBIC resize is not built in)");
+  if (height < 1 || width < 1)
+    return invalid_input("SigLIP: empty image " + std::to_string(width) + "x" +
+                         std::to_string(height));
   Tensor pixels = arena_.get(rgb_pixels_);
-  FLICK_TRY(siglip_preprocess(rgb, height, width, pixels));
+  const std::span<const uint8_t> image(rgb, static_cast<size_t>(height * width * 3));
+  // SiglipImageProcessor.resize: PIL BICUBIC to size x size (aspect not kept).
+  FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> resized,
+                         pil_resize_rgb(image, width, height, s, s, PilFilter::Bicubic));
+  FLICK_TRY(siglip_preprocess(resized.data(), s, s, pixels));
   return forward(pixels, tap);
 }
 

@@ -18,12 +18,11 @@
 //
 // Preprocessing (SiglipImageProcessor with FLUX.1-Redux's
 // preprocessor_config: resize 384 x 384 PIL BICUBIC, rescale 1/255, normalise
-// 0.5 / 0.5): siglip_preprocess() does the rescale exactly as transformers
-// (image_transforms.py rescale: uint8 -> float64 * scale -> float32; normalize
-// in float32), bit for bit. The PIL BICUBIC resize is NOT part of it: it
-// takes an image that is already 384 x 384 (PIL returns a copy at the same
-// size); other sizes need Pillow's fixed-point resampler, which flick does
-// not have yet.
+// 0.5 / 0.5): forward_rgb() resizes with Pillow's resampler reproduced bit for
+// bit (pil_resample.h; transformers hands the uint8 array to PIL), then
+// siglip_preprocess() rescales exactly as transformers (image_transforms.py
+// rescale: uint8 -> float64 * scale -> float32; normalize in float32).
+// FramePack feeds it the bucket-cropped start frame (demo_gradio.py:165).
 //
 // Weight names are the checkpoint's (`vision_model.` prefix). The config comes
 // from tensor shapes plus config.json's num_attention_heads, hidden_act
@@ -38,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,9 +75,8 @@ struct SiglipVisionConfig {
 WeightView siglip_vision_model_view(const WeightStore& store);
 
 // SiglipImageProcessor's rescale + normalise of an interleaved RGB uint8
-// image [size, size, 3] into pixels [1, 3, size, size] F32, bit-exact with
-// transformers (see the header comment). The image must already be
-// `size` x `size` (the PIL BICUBIC resize is not reproduced).
+// image [height, width, 3] (already resized) into pixels [1, 3, height,
+// width] F32, bit-exact with transformers (see the header comment).
 Status siglip_preprocess(const uint8_t* rgb, int64_t height, int64_t width, Tensor& pixels);
 
 class SiglipVision {
@@ -97,7 +96,8 @@ class SiglipVision {
   // output). Returns last_hidden_state [1, T, W] in activation_dtype(), a view
   // into the component's arena valid until the next forward().
   Expected<Tensor> forward(const Tensor& pixels, const Tap& tap = {});
-  // siglip_preprocess then forward, on an RGB uint8 image [image_size, image_size, 3].
+  // The whole processor then forward, on an RGB uint8 image [height, width, 3]
+  // of any size (FramePack: the bucket image, e.g. 608 x 640).
   Expected<Tensor> forward_rgb(const uint8_t* rgb, int64_t height, int64_t width,
                                const Tap& tap = {});
 

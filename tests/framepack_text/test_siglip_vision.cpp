@@ -4,7 +4,7 @@
 // layers, width 32, 2 heads, gelu_pytorch_tanh, fp16 weights with the
 // attention-pooling head, as image_encoder ships), fed by
 // SiglipImageProcessor with FLUX.1-Redux's settings. fp32 and bf16, ref and
-// CPU backends.
+// CPU backends; Pillow's resampler (the processor's BICUBIC resize).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "models/siglip/pil_resample.h"
 #include "models/siglip/siglip_vision.h"
 #include "runtime/weights/weight_store.h"
 #include "tests/models/golden_compare.h"
@@ -31,15 +32,57 @@ const std::string kWeights = kData + "image_encoder/";
 using testing::rel_l2;
 using testing::to_f32;
 
-// The goldens' test image (tools/framepack_text_goldens.py), RGB [384, 384, 3].
-std::vector<uint8_t> test_image() {
-  std::vector<uint8_t> img(384 * 384 * 3);
-  for (int y = 0; y < 384; ++y)
-    for (int x = 0; x < 384; ++x)
+// The goldens' test image (tools/framepack_text_goldens.py test_image), RGB [h, w, 3].
+std::vector<uint8_t> test_image(int w = 384, int h = 384) {
+  std::vector<uint8_t> img(static_cast<size_t>(w * h * 3));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
       for (int c = 0; c < 3; ++c)
-        img[(y * 384 + x) * 3 + c] =
+        img[(y * w + x) * 3 + c] =
             static_cast<uint8_t>((x * 7 + y * 13 + c * 29 + (x * y) % 37) % 256);
   return img;
+}
+
+std::string fnv1a(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+nlohmann::json manifest() {
+  std::ifstream f(kData + "manifest.json");
+  return nlohmann::json::parse(f);
+}
+
+// Pillow's Image.resize, both filters, downscale / upscale / one axis / both,
+// and FramePack's bucket-to-384 BICUBIC: the output bytes' FNV-1a hash.
+TEST(PilResample, BitExactWithPillow) {
+  const nlohmann::json cases = manifest()["pil_resize_fnv1a64"];
+  ASSERT_EQ(cases.size(), 8u);
+  for (auto it = cases.begin(); it != cases.end(); ++it) {
+    const std::string name = it.key();
+    int w, h, ow, oh;
+    char filter[16];
+    if (name.rfind("bucket_", 0) == 0) {
+      w = 640, h = 608, ow = oh = 384;
+      std::snprintf(filter, sizeof filter, "bicubic");
+    } else {
+      ASSERT_EQ(std::sscanf(name.c_str(), "%15[a-z]_%dx%d_to_%dx%d", filter, &w, &h, &ow, &oh), 5)
+          << name;
+    }
+    const PilFilter f = std::string(filter) == "bicubic" ? PilFilter::Bicubic : PilFilter::Lanczos;
+    Expected<std::vector<uint8_t>> out = pil_resize_rgb(test_image(w, h), w, h, ow, oh, f);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    ASSERT_EQ(out->size(), static_cast<size_t>(ow * oh * 3)) << name;
+    EXPECT_EQ(fnv1a(*out), it.value().get<std::string>()) << name;
+  }
+  // Same size: a copy; bad sizes: named errors.
+  const std::vector<uint8_t> img = test_image(5, 4);
+  EXPECT_EQ(*pil_resize_rgb(img, 5, 4, 5, 4, PilFilter::Lanczos), img);
+  EXPECT_FALSE(pil_resize_rgb(img, 5, 5, 3, 3, PilFilter::Bicubic).ok());
+  EXPECT_FALSE(pil_resize_rgb(img, 5, 4, 0, 3, PilFilter::Bicubic).ok());
 }
 
 // Every uint8 value through the processor's rescale + normalise, bit for bit.
@@ -163,11 +206,30 @@ TEST(SiglipVision, ValidConvIgnoresTheLastSixRowsAndColumns) {
   EXPECT_EQ(to_f32(*model->forward_rgb(img.data(), 384, 384)), base);
   img[(377 * 384 + 377) * 3] ^= 0x80;
   EXPECT_NE(to_f32(*model->forward_rgb(img.data(), 384, 384)), base);
-  // Other sizes need the (absent) PIL resize: a named error, not a crash.
-  Expected<Tensor> small = model->forward_rgb(img.data(), 200, 200);
-  ASSERT_FALSE(small.ok());
-  EXPECT_NE(small.status().message().find("BICUBIC"), std::string::npos)
-      << small.status().message();
+}
+
+// FramePack's actual input: the bucket image (608 x 640) through the whole
+// processor (PIL BICUBIC to 384 included) and the tower, fp32 (1e-5 as above).
+TEST(SiglipVision, BucketImageThroughTheWholeProcessor) {
+  Expected<WeightStore> store = WeightStore::open({kWeights + "model.safetensors"});
+  ASSERT_TRUE(store.ok());
+  Expected<WeightStore> golden = WeightStore::open({kData + "goldens.safetensors"});
+  ASSERT_TRUE(golden.ok());
+  const WeightView vm = siglip_vision_model_view(*store);
+  Expected<SiglipVisionConfig> cfg = SiglipVisionConfig::detect(vm, kWeights + "config.json");
+  ASSERT_TRUE(cfg.ok());
+  for (const char* be : {"ref", "cpu"}) {
+    std::unique_ptr<Backend> backend =
+        std::string(be) == "ref" ? make_ref_backend() : make_cpu_backend();
+    Expected<SiglipVision> model = SiglipVision::load(vm, *cfg, *backend, Precision::F32);
+    ASSERT_TRUE(model.ok());
+    const std::vector<uint8_t> img = test_image(640, 608);
+    Expected<Tensor> out = model->forward_rgb(img.data(), 608, 640);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const double e = rel_l2(to_f32(*out), to_f32(*golden->get("siglip.fp32.bucket_last_hidden")));
+    std::printf("  %s: bucket 608x640 last_hidden rel_l2 %.3g\n", be, e);
+    EXPECT_LE(e, 1e-5) << be;
+  }
 }
 
 TEST(SiglipVision, ConfigMismatchesAndMissingTensorsAreNamed) {
