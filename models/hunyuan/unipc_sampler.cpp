@@ -57,12 +57,31 @@ std::vector<float> solve(std::vector<std::vector<float>> a, std::vector<float> b
 }
 
 // torch.tensordot(D1s, rhos, ([1], [0])): an [N, K] x [K] GEMM (MKL), per
-// element d0 * r0, then d1 * r1 fused into it (the unfused sum differs from
-// the reference in about 1e-8 relative; checked with K = 2 on 1,152-value latents).
+// element d0 * r0 with d1 * r1 fused into it (the unfused sum differs from the
+// reference in about 1e-8 relative). Checked with K = 2 on 64- and
+// 1,152-value latents under MKL's AVX-512 and AVX2 code paths (for this
+// stacked, permuted operand both fuse).
 float dot(const std::vector<const float*>& d, std::span<const float> rho, size_t e) {
   float acc = d[0][e] * rho[0];
   for (size_t k = 1; k < d.size(); ++k) acc = std::fma(d[k][e], rho[k], acc);
   return acc;
+}
+
+// torch.log and torch.expm1 of fp32 tensors on the CPU run MKL VML in its
+// high-accuracy mode (ATen vml.h): within an ulp, mostly but not always
+// correctly rounded, and the result depends on MKL's code path for the CPU
+// (MKL_ENABLE_INSTRUCTIONS). flick takes the correctly rounded value. With
+// MKL's AVX-512 path (this machine) log agrees on every sigma of the tested
+// schedules and expm1 on all but a few step sizes: at mu = ln 7 (every 640
+// bucket), among 2..100 steps only the last step of 24, 30 and 32 steps
+// differs; the demo's 25 steps are exact. tools/framepack_unipc_goldens.py
+// records where they differ; from there on the test bounds the effect (5e-7
+// relative after 22 steps on MKL's AVX2 path, whose log differs at 2 of 25 sigmas).
+float correctly_rounded_log(float x) {
+  return static_cast<float>(std::log(static_cast<double>(x)));
+}
+float correctly_rounded_expm1(float x) {
+  return static_cast<float>(std::expm1(static_cast<double>(x)));
 }
 
 }  // namespace
@@ -165,12 +184,12 @@ Expected<std::vector<float>> sample_unipc(const DenoiseFn& model, std::vector<fl
       // ---- update_fn (uni_pc_fm.py:25-110), fp32 0-dim tensors ----
       const float t0 = ts.back();
       const std::vector<float>& m0 = models.back();
-      const float lambda0 = -std::log(t0), lambda_t = -std::log(t);
+      const float lambda0 = -correctly_rounded_log(t0), lambda_t = -correctly_rounded_log(t);
       const float h = lambda_t - lambda0;
       std::vector<float> rks;
       std::vector<std::vector<float>> d1s;
       for (int64_t k = 1; k < order; ++k) {
-        const float lambda_k = -std::log(ts[ts.size() - 1 - static_cast<size_t>(k)]);
+        const float lambda_k = -correctly_rounded_log(ts[ts.size() - 1 - static_cast<size_t>(k)]);
         const std::vector<float>& mk = models[models.size() - 1 - static_cast<size_t>(k)];
         const float rk = (lambda_k - lambda0) / h;
         rks.push_back(rk);
@@ -179,14 +198,7 @@ Expected<std::vector<float>> sample_unipc(const DenoiseFn& model, std::vector<fl
       }
       rks.push_back(1.0f);
       const float hh = -h;
-      // torch.expm1 on the CPU is SLEEF's expm1f_u10 (<= 1 ulp, not
-      // correctly rounded; glibc's expm1f is another such function, 1 ulp
-      // apart from torch's for about 4 % of arguments). flick takes the
-      // correctly rounded value, which SLEEF's equals for all but a few step
-      // sizes: at mu = ln 7 (every 640 bucket), among 2..100 steps only the
-      // last step of 24, 30 and 32 steps differs (tools/framepack_unipc_goldens.py
-      // records them; the test bounds the effect: 1e-7 relative).
-      const float h_phi_1 = static_cast<float>(std::expm1(static_cast<double>(hh)));
+      const float h_phi_1 = correctly_rounded_expm1(hh);
       float h_phi_k = h_phi_1 / hh - 1.0f;
       int64_t factorial = 1;
       const float b_h = hh;  // variant bh1

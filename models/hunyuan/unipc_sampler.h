@@ -3,8 +3,10 @@
 // k_diffusion/wrapper.py fm_wrapper, k_diffusion/uni_pc_fm.py FlowMatchUniPC),
 // reproduced operation by operation in fp32 so that a model giving the same
 // velocities gives the same latents bit for bit (including torch.linalg.solve's
-// MKL operation order and the tensordot's FMA; the one exception, torch's
-// SLEEF expm1 at a few step counts, is described in unipc_sampler.cpp):
+// MKL operation order and the tensordot's FMA), as long as torch's log and
+// expm1 (MKL VML, high-accuracy mode: within an ulp, not always correctly
+// rounded) return the correctly rounded values flick computes; see
+// unipc_sampler.cpp for how often they do not:
 //
 //   L      = T * h * w / 4                          (tokens of the noisy window)
 //   mu     = min(0.5 + (L - 256) * 0.65 / 3840, ln 7)          (double)
