@@ -91,8 +91,8 @@ def run_sampler(tensors, runs, k, steps, T, h, w, gs, cfg, seed, shift):
     tensors[f"run{k}.out"] = out.float().contiguous()
     tensors[f"run{k}.timesteps"] = torch.tensor(model.seen_t, dtype=torch.float32)
     tensors[f"run{k}.guidance"] = torch.tensor(model.seen_g[:1], dtype=torch.float32)
-    # Where torch's log / expm1 (MKL VML, high accuracy: within an ulp, not always correctly
-    # rounded) differ from the correctly rounded values flick computes: the one documented
+    # Where torch's log (MKL VML) and expm1 (SLEEF), within an ulp but not always correctly
+    # rounded, differ from the correctly rounded values flick computes: the one documented
     # source of difference. log: sigma indices; expm1: the steps using h_phi_1 = expm1(-h).
     sig = get_flux_sigmas_from_mu(steps, math.log(shift) if shift else calculate_flux_mu(T * h * w // 4))
     cr = lambda f, v: torch.tensor(f(float(v)), dtype=torch.float64).float()  # noqa: E731
@@ -129,8 +129,8 @@ def main():
                 (30, 1, 2, 2, 10.0, 1.0, 3, 7.0), (50, 1, 2, 2, 10.0, 1.0, 4, 7.0)]
     for k, setting in enumerate(settings):
         run_sampler(tensors, runs, k, *setting)
-    # The same sampler with MKL's AVX2 code path (an AVX2-only CPU): its VML log / expm1
-    # differ from the AVX-512 path's; run in a child process, MKL picks its ISA at load.
+    # The same sampler with MKL's AVX2 code path (an AVX2-only CPU): its VML log
+    # differs from the AVX-512 path's; run in a child process, MKL picks its ISA at load.
     with tempfile.TemporaryDirectory() as tmp:
         k = len(settings)
         env = dict(os.environ, MKL_ENABLE_INSTRUCTIONS="AVX2")

@@ -67,16 +67,18 @@ float dot(const std::vector<const float*>& d, std::span<const float> rho, size_t
   return acc;
 }
 
-// torch.log and torch.expm1 of fp32 tensors on the CPU run MKL VML in its
-// high-accuracy mode (ATen vml.h): within an ulp, mostly but not always
-// correctly rounded, and the result depends on MKL's code path for the CPU
-// (MKL_ENABLE_INSTRUCTIONS). flick takes the correctly rounded value. With
-// MKL's AVX-512 path (this machine) log agrees on every sigma of the tested
-// schedules and expm1 on all but a few step sizes: at mu = ln 7 (every 640
-// bucket), among 2..100 steps only the last step of 24, 30 and 32 steps
-// differs; the demo's 25 steps are exact. tools/framepack_unipc_goldens.py
-// records where they differ; from there on the test bounds the effect (5e-7
-// relative after 22 steps on MKL's AVX2 path, whose log differs at 2 of 25 sigmas).
+// torch.log of an fp32 tensor on the CPU is MKL VML's vsLn in its
+// high-accuracy mode (ATen vml.h), torch.expm1 SLEEF's expm1f_u10 (ATen's
+// vectorised kernels): both within an ulp, mostly but not always correctly
+// rounded, and VML's result depends on MKL's code path for the CPU
+// (MKL_ENABLE_INSTRUCTIONS), SLEEF's on ATen's (AVX2 and AVX-512 agree).
+// flick takes the correctly rounded values. With MKL's AVX-512 path (this
+// machine) log agrees on every sigma of the tested schedules and expm1 on all
+// but a few step sizes: at mu = ln 7 (every 640 bucket), among 2..100 steps
+// only the last step of 24, 30 and 32 steps differs; the demo's 25 steps are
+// exact. tools/framepack_unipc_goldens.py records where they differ; from
+// there on the test bounds the effect (5e-7 relative after 22 steps on MKL's
+// AVX2 path, whose log differs at 2 of 25 sigmas).
 float correctly_rounded_log(float x) {
   return static_cast<float>(std::log(static_cast<double>(x)));
 }

@@ -3,9 +3,9 @@
 // k_diffusion/wrapper.py fm_wrapper, k_diffusion/uni_pc_fm.py FlowMatchUniPC),
 // reproduced operation by operation in fp32 so that a model giving the same
 // velocities gives the same latents bit for bit (including torch.linalg.solve's
-// MKL operation order and the tensordot's FMA), as long as torch's log and
-// expm1 (MKL VML, high-accuracy mode: within an ulp, not always correctly
-// rounded) return the correctly rounded values flick computes; see
+// MKL operation order and the tensordot's FMA), as long as torch's log (MKL
+// VML) and expm1 (SLEEF), within an ulp but not always correctly rounded,
+// return the correctly rounded values flick computes; see
 // unipc_sampler.cpp for how often they do not:
 //
 //   L      = T * h * w / 4                          (tokens of the noisy window)

@@ -124,7 +124,7 @@ TEST(FramePackUniPc, EveryStepBitExactWithSampleHunyuan) {
     // Every step's x and x0 bit for bit: the stand-in's twin is exact, so any
     // difference is the sampler's (schedule, bf16 points, UniPC arithmetic,
     // linalg.solve, tensordot). One known exception: torch's log and expm1
-    // (MKL VML) are not always correctly rounded, flick's are
+    // (MKL VML, SLEEF) are not always correctly rounded, flick's are
     // (unipc_sampler.cpp); the goldens list where they differ. From the first
     // step using such a value on, bound max |x - x_ref| by 1e-6 of max |x_ref|
     // (observed 9.7e-8 after one such step, 4.7e-7 after 22 on MKL's AVX2 path).
@@ -177,7 +177,7 @@ TEST(FramePackUniPc, EveryStepBitExactWithSampleHunyuan) {
     EXPECT_EQ(static_cast<int64_t>(timesteps.size()), r["calls"].get<int64_t>()) << tag;
     EXPECT_EQ(distilled_guidance(r["gs"].get<double>()), golden(tag + "guidance")[0]) << tag;
   }
-  // The exception is exercised: the 30-step run (SLEEF-like expm1 at its last
+  // The exception is exercised: the 30-step run (SLEEF's expm1 at its last
   // step) and the run with MKL's AVX2 path; the others are exact throughout.
   EXPECT_EQ(inexact_runs, 2);
 }
