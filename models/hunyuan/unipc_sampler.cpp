@@ -1,6 +1,11 @@
 // Every product and sum below is rounded to fp32 separately, as torch's
 // elementwise kernels do; the places where torch fuses (linspace) use std::fma.
+// No contraction into FMAs (GCC contracts by default even with -std=c++20).
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include "models/hunyuan/unipc_sampler.h"
 

@@ -4,7 +4,12 @@
 // step and result compared bit for bit (25 steps as the demo, real CFG, the
 // one- and two-step orders, 30 and 50 steps at mu = ln 7), and the sections'
 // torch.randn noise.
-#pragma GCC optimize("fp-contract=off")  // the stand-in's twin rounds each op, as torch
+// The stand-in's twin rounds each op, as torch: no contraction into FMAs.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <gtest/gtest.h>
 
