@@ -22,7 +22,8 @@ namespace {
 // torch.linalg.solve of the UniPC systems (2x2 or 3x3, fp32) as torch 2.15's
 // MKL LAPACK computes them (getrf + getrs), found by testing candidate
 // operation orders against torch.linalg.solve (bit-exact on 1,000 random 2x2
-// / 3x3 systems and on every UniPC system of 6..100-step schedules):
+// / 3x3 systems and on every UniPC system of 6-, 25-, 30-, 50- and 100-step
+// schedules, under MKL's AVX-512 and AVX2 code paths):
 //  - getrf: partial pivoting on the first largest |pivot|; a column with two
 //    entries below the pivot is scaled by the pivot's reciprocal, one with a
 //    single entry divided by it (sgetrf2's one-column case); the trailing
@@ -105,7 +106,8 @@ std::vector<float> torch_linspace(float start, float end, int64_t steps) {
   // ATen RangeFactoriesKernel.cpp linspace_kernel: step in fp32; indices
   // below steps / 2 count from start, the rest from end; the compiler fuses
   // `start + step * idx` into an FMA (spec errata 2). Checked against torch
-  // 2.15 (AVX-512 capability) at 26, 31, 51 and 101 points.
+  // 2.15 at 26, 31, 51 and 101 points; its AVX2 and AVX-512 kernels agree, the
+  // unvectorised build (ATEN_CPU_CAPABILITY=default, no FMA) differs.
   std::vector<float> out(static_cast<size_t>(std::max<int64_t>(steps, 0)));
   if (steps <= 0) return out;
   if (steps == 1) {
