@@ -10,6 +10,7 @@ driven by a stand-in transformer whose C++ twin is a few elementwise fp32 ops:
 
 Writes tests/data/framepack_text/unipc.safetensors:
   sigmas.n{N}.L{L}      get_flux_sigmas_from_mu(N, calculate_flux_mu(L))  (fp32)
+  linspace.n{N}         torch.linspace(1, 0, N + 1), the t of the sigmas
   run{k}.noise          the initial latents sample_hunyuan draws from its CPU generator
   run{k}.x{i}           x after step i (the sampler's callback), run{k}.denoised{i} the x0 kept
   run{k}.out            sample_hunyuan's result
@@ -118,6 +119,8 @@ def main():
         Path(sys.argv[3] + ".json").write_text(json.dumps(runs[0]))
         return
     tensors, runs = {}, []
+    for n in (25, 30, 50, 100, 7):
+        tensors[f"linspace.n{n}"] = torch.linspace(1, 0, n + 1)
     for n in (25, 30, 50, 7):
         for L in (13680, 216, 18):  # the 640x608 bucket; small non-bucket sizes (errata 7)
             tensors[f"sigmas.n{n}.L{L}"] = get_flux_sigmas_from_mu(n, calculate_flux_mu(L)).float()
