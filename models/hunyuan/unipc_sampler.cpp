@@ -273,4 +273,18 @@ std::vector<float> section_noise(TorchGenerator& gen, int64_t t, int64_t h, int6
   return out;
 }
 
+Expected<std::vector<float>> sample_section(const VelocityFn& velocity, TorchGenerator& gen,
+                                            int64_t t, int64_t h, int64_t w,
+                                            const SectionSampling& sampling,
+                                            const StepCallback& callback) {
+  if (t < 1 || h < 1 || w < 1 || sampling.steps < 1)
+    return invalid_input("sample_section: latent [1, 16, " + std::to_string(t) + ", " +
+                         std::to_string(h) + ", " + std::to_string(w) + "], " +
+                         std::to_string(sampling.steps) + " steps");
+  std::vector<float> noise = section_noise(gen, t, h, w);
+  const std::vector<float> sigmas = framepack_sigmas(sampling.steps, t, h, w, sampling.shift);
+  return sample_unipc(fm_denoiser(velocity, sampling.cfg_scale), std::move(noise), sigmas,
+                      callback);
+}
+
 }  // namespace flick::hunyuan

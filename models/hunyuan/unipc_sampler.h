@@ -83,4 +83,21 @@ std::vector<float> framepack_sigmas(int64_t steps, int64_t t, int64_t h, int64_t
 // consumes 16 * T * h * w normals from gen (C order).
 std::vector<float> section_noise(TorchGenerator& gen, int64_t t, int64_t h, int64_t w);
 
+struct SectionSampling {
+  int64_t steps = 25;      // num_inference_steps (demo default)
+  float cfg_scale = 1.0f;  // real CFG (demo: 1, the negative is never evaluated)
+  double shift = 0.0;      // 0: mu from the token count (the demo's shift=None)
+};
+
+// sample_hunyuan (k_diffusion_hunyuan.py:28-120) for one section with
+// initial_latent = concat_latent = None, guidance_rescale 0: draws the noise
+// [1, 16, T, h, w] from gen, then the UniPC sampler over framepack_sigmas
+// with fm_denoiser(velocity). Returns the final x0, [1, 16, T, h, w] in C
+// order. The distilled guidance (distilled_guidance(gs)) and the text /
+// image conditioning are the velocity function's.
+Expected<std::vector<float>> sample_section(const VelocityFn& velocity, TorchGenerator& gen,
+                                            int64_t t, int64_t h, int64_t w,
+                                            const SectionSampling& sampling,
+                                            const StepCallback& callback = {});
+
 }  // namespace flick::hunyuan

@@ -186,6 +186,35 @@ TEST(FramePackUniPc, EveryStepBitExactWithSampleHunyuan) {
   EXPECT_EQ(inexact_runs, 2);
 }
 
+// sample_section (noise from the generator + schedule + sampler) gives
+// sample_hunyuan's result for every run whose log / expm1 are all correctly
+// rounded.
+TEST(FramePackUniPc, SampleSectionEqualsSampleHunyuan) {
+  std::ifstream f(kData + "unipc.json");
+  const nlohmann::json manifest = nlohmann::json::parse(f);
+  int run = 0, compared = 0;
+  for (const nlohmann::json& r : manifest["runs"]) {
+    const std::string tag = "run" + std::to_string(run++) + ".";
+    if (!r["log_not_correctly_rounded_at"].empty() || !r["expm1_not_correctly_rounded_at"].empty())
+      continue;
+    const int64_t t = r["shape"][2], h = r["shape"][3], w = r["shape"][4];
+    TorchGenerator gen(r["seed"].get<uint64_t>());
+    SectionSampling s;
+    s.steps = r["steps"];
+    s.cfg_scale = r["cfg"].get<float>();
+    s.shift = r["shift"].get<double>();
+    Expected<std::vector<float>> out =
+        sample_section(stand_in(t * h * w, nullptr), gen, t, h, w, s);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const Diff d = diff(*out, golden(tag + "out"));
+    EXPECT_EQ(d.mismatches, 0) << tag << "max " << d.max_ulps << " ulps";
+    ++compared;
+  }
+  EXPECT_EQ(compared, 5);
+  TorchGenerator gen(0);
+  EXPECT_FALSE(sample_section(stand_in(1, nullptr), gen, 0, 2, 2, SectionSampling{}).ok());
+}
+
 // Two sections drawn from one generator, as the demo's worker consumes it.
 TEST(FramePackUniPc, SectionNoiseIsConsumedSequentially) {
   TorchGenerator gen(31337);
