@@ -500,7 +500,7 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   if (first_) {
     be.conv(padded, *conv_, y, Activation::None);
     last_ = OwnedTensor(x.dtype, Shape{1, h / 2, w / 2, c});
-    std::memcpy(last_.t.data, frame_ptr(y, t - 1), frame);
+    copy_bytes(be, x.dtype, last_.t.data, frame_ptr(y, t - 1), frame);
     first_ = false;
     return;
   }
@@ -508,9 +508,9 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   Tensor joined = ws.aux.channels_last(x.dtype, c, 1 + t, h / 2, w / 2);
   Tensor body = frames(joined, 1, t);
   be.conv(padded, *conv_, body, Activation::None);
-  std::memcpy(joined.data, last_.t.data, frame);
+  copy_bytes(be, x.dtype, joined.data, last_.t.data, frame);
   be.conv(joined, *time_conv_, y, Activation::None);
-  std::memcpy(last_.t.data, frame_ptr(joined, t), frame);
+  copy_bytes(be, x.dtype, last_.t.data, frame_ptr(joined, t), frame);
 }
 
 Expected<ResampleLayers> scan_resample_layers(const WeightView& list, std::string_view kind) {
