@@ -499,14 +499,7 @@ Tensor WanDit::head(const Tap& tap) {
   backend_->linear(h, *head_, out, Activation::None);
   if (tap) tap("head_out", out.reshape({1, f, gh * gw, c.out_dim * 4}));
   Tensor flow = arena_.get(flow_);
-  const ProfileScope scope(*backend_, "wan.unpatchify");
-  const size_t tn = static_cast<size_t>(out.numel());
-  if (act_ == DType::BF16) {
-    wan::unpatchify<uint16_t>({static_cast<const uint16_t*>(out.data), tn}, f, gh, gw,
-                              {static_cast<uint16_t*>(flow.data), tn});
-  } else {
-    wan::unpatchify<float>({out.ptr<float>(), tn}, f, gh, gw, {flow.ptr<float>(), tn});
-  }
+  wan::unpatchify(*backend_, out, f, gh, gw, flow);
   if (tap) tap("flow", flow);
   return flow;
 }

@@ -651,13 +651,18 @@ TEST(WanKvRing, RollsLikeTheSpec) {
 // ---- 6. unpatchify ----
 
 TEST(WanUnpatchify, HeadOutputToFlowBitExact) {
-  for (const Mode& m : modes()) {
-    const Golden& p = pipeline(m);
-    const std::vector<uint16_t> ho = p.bf16("ref.call.b0.s0.head_out");  // [1, 3, 6, 64]
-    std::vector<uint16_t> out(ho.size());
-    unpatchify<uint16_t>(ho, 3, kGridH, kGridW, out);
-    EXPECT_EQ(count_diff(out, p.bf16("ref.call.b0.s0.flow")), 0u) << m.name;
-  }
+  for (const auto& be : both_backends())
+    for (const Mode& m : modes()) {
+      const Golden& p = pipeline(m);
+      std::vector<uint16_t> ho = p.bf16("ref.call.b0.s0.head_out");  // [1, 3, 6, 64]
+      std::vector<uint16_t> out(ho.size());
+      const Tensor tokens =
+          Tensor::view(ho.data(), DType::BF16, Shape{3 * kGridH * kGridW, kPatchDim});
+      Tensor flow = Tensor::view(out.data(), DType::BF16,
+                                 Shape{1, kLatentChannels, 3, 2 * kGridH, 2 * kGridW});
+      unpatchify(*be, tokens, 3, kGridH, kGridW, flow);
+      EXPECT_EQ(count_diff(out, p.bf16("ref.call.b0.s0.flow")), 0u) << be->name() << " " << m.name;
+    }
 }
 
 }  // namespace
