@@ -94,6 +94,18 @@ class CountingBackend final : public Backend {
   FLICK_BENCH_TIMED(void, reduce, (const Tensor& x, int dim, ReduceOp op, Tensor& y),
                     (x, dim, op, y))
   FLICK_BENCH_TIMED(void, quantize_rows_int8, (const Tensor& x, Tensor& q, Tensor& s), (x, q, s))
+  FLICK_BENCH_TIMED(void, rope_3d, (const Tensor& x, const Rope3dParams& p, Tensor& y), (x, p, y))
+  FLICK_BENCH_TIMED(void, rope_unfused,
+                    (const Tensor& x, const Tensor& c, const Tensor& s, Tensor& y), (x, c, s, y))
+  FLICK_BENCH_TIMED(void, rms_norm_stepwise, (const Tensor& x, float eps, Tensor& y), (x, eps, y))
+  FLICK_BENCH_TIMED(void, mul_add_stepwise,
+                    (const Tensor& a, const Tensor& b, const Tensor& c, Tensor& y), (a, b, c, y))
+  FLICK_BENCH_TIMED(void, normalize_l2,
+                    (const Tensor& x, const Tensor& g, float s, NormRounding r, Activation a,
+                     Tensor& y),
+                    (x, g, s, r, a, y))
+  FLICK_BENCH_TIMED(void, softmax_parts, (const Tensor& x, float s, Tensor& p, Tensor& i),
+                    (x, s, p, i))
 #undef FLICK_BENCH_TIMED
 
   void conv(const Tensor& x, const PackedConv& w, Tensor& y, Activation act) override {

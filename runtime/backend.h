@@ -12,6 +12,7 @@
 //  - Broadcasting follows PyTorch rules over trailing-aligned dims.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -100,6 +101,28 @@ enum class ResizeMode { Nearest, Bilinear, Bicubic };
 
 enum class ReduceOp { Sum, Mean, Max, Min };
 
+// ---- ops that evaluate a PyTorch op chain with the chain's own rounding ----
+// (bit-exact with the reference modules of Matrix-Game 2.0; see Backend.)
+
+// The 3-D rotary embedding of Wan (and other video DiTs): tokens of a
+// frames x h x w grid, frame-major (token = (f * h + i) * w + j); each head's
+// head_dim / 2 interleaved pairs split into a temporal, a height and a width
+// block of pairs[0], pairs[1], pairs[2] pairs. Pair j of axis block a at
+// position pos_a (start[a] + f, i or j) turns by the f64 angle
+// pos_a * (1 / theta^(2j / (2 * pairs[a]))).
+struct Rope3dParams {
+  std::array<int64_t, 3> grid{1, 1, 1};   // frames, h, w
+  std::array<int64_t, 3> start{0, 0, 0};  // first position per axis
+  std::array<int, 3> pairs{0, 0, 0};      // sums to head_dim / 2
+  double theta = 10000.0;
+};
+
+// Where a normalisation rounds (normalize_l2).
+//   PerOp: after every op, to y's dtype, as PyTorch evaluates the op chain in
+//          that dtype (F32: plain fp32 arithmetic).
+//   Once:  fp32 throughout, one rounding at the store.
+enum class NormRounding { PerOp, Once };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -177,6 +200,39 @@ class Backend {
   // q = clamp(round_half_even(x / scale), -127, 127). x: [M, K] F32/BF16,
   // q: I8 [M, K], scale: F32 [M]. A zero row gets scale 1 and q = 0.
   virtual void quantize_rows_int8(const Tensor& x, Tensor& q, Tensor& scale) = 0;
+
+  // ---- op chains rounded as PyTorch rounds them (bit-exact goldens) ----
+  // Wan's 3-D RoPE (Rope3dParams): x, y [tokens, H, D] with tokens the
+  // grid's product, D = 2 * sum(pairs), F32 or BF16, y may alias x. cos/sin
+  // and the complex product in f64 (torch's complex128 multiply: re = a c - b s,
+  // im = b c + a s, two products and one add each, no FMA), rounded once.
+  virtual void rope_3d(const Tensor& x, const Rope3dParams& p, Tensor& y) = 0;
+  // rope (same shapes and table) evaluated as PyTorch's x * cos +
+  // rotate(x) * sin over an F32 table: each product and the sum rounded to
+  // fp32 (no FMA, no wider intermediate), then the store rounds to y's dtype.
+  virtual void rope_unfused(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) = 0;
+  // Weight-free RMS norm over the last dim, x * rsqrt(mean(x^2) + eps), every
+  // op rounded to y's dtype as PyTorch computes it on a tensor of that dtype
+  // (x^2 rounded, mean accumulated in fp32 in order and rounded, + eps
+  // rounded, rsqrt as 1 / sqrt with the root rounded first, the product
+  // rounded). x, y: same shape and dtype, y may alias x.
+  virtual void rms_norm_stepwise(const Tensor& x, float eps, Tensor& y) = 0;
+  // y = a + b * c (broadcast, as mul_add) with the product rounded to y's
+  // dtype before the sum: PyTorch's separate mul and add. y may alias a or b.
+  virtual void mul_add_stepwise(const Tensor& a, const Tensor& b, const Tensor& c, Tensor& y) = 0;
+  // y = act(x / max(|x|_2, 1e-12) * scale * gamma) over the last dim (C):
+  // F.normalize(x, dim=C) * scale * gamma, then act (None or Silu), rounded
+  // per `rounding`. x, y contiguous, same shape and dtype (F32 or BF16), y may
+  // alias x; gamma F32 [C].
+  virtual void normalize_l2(const Tensor& x, const Tensor& gamma, float scale,
+                            NormRounding rounding, Activation act, Tensor& y) = 0;
+  // The parts of a softmax over the last dim as a flash attention block
+  // keeps them: p = exp(x * scale - max(x * scale)) (the scaling and the
+  // shift rounded to fp32) stored in p's dtype, inv_sum[r] = 1 / the fp32 sum
+  // of the unrounded exps. x: F32 [.., L], contiguous; p: same shape, F32
+  // (may be x) or BF16; inv_sum: F32 with x's shape less the last dim.
+  // Normalising the product (p v) by inv_sum (mul) gives the attention.
+  virtual void softmax_parts(const Tensor& x, float scale, Tensor& p, Tensor& inv_sum) = 0;
 };
 
 // The scalar oracle (runtime/ref) and the fast CPU backend (runtime/cpu).

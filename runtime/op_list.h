@@ -45,6 +45,18 @@
   X(void, copy, (const Tensor& x, Tensor& y), (x, y))                                           \
   X(void, concat, (std::span<const Tensor> xs, int dim, Tensor& y), (xs, dim, y))               \
   X(void, reduce, (const Tensor& x, int dim, ReduceOp op, Tensor& y), (x, dim, op, y))          \
-  X(void, quantize_rows_int8, (const Tensor& x, Tensor& q, Tensor& scale), (x, q, scale))
+  X(void, quantize_rows_int8, (const Tensor& x, Tensor& q, Tensor& scale), (x, q, scale))       \
+  X(void, rope_3d, (const Tensor& x, const Rope3dParams& p, Tensor& y), (x, p, y))              \
+  X(void, rope_unfused, (const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y),     \
+    (x, cos, sin, y))                                                                           \
+  X(void, rms_norm_stepwise, (const Tensor& x, float eps, Tensor& y), (x, eps, y))              \
+  X(void, mul_add_stepwise, (const Tensor& a, const Tensor& b, const Tensor& c, Tensor& y),     \
+    (a, b, c, y))                                                                               \
+  X(void, normalize_l2,                                                                         \
+    (const Tensor& x, const Tensor& gamma, float scale, NormRounding rounding, Activation act,  \
+     Tensor& y),                                                                                \
+    (x, gamma, scale, rounding, act, y))                                                        \
+  X(void, softmax_parts, (const Tensor& x, float scale, Tensor& p, Tensor& inv_sum),            \
+    (x, scale, p, inv_sum))
 
 #define FLICK_DECLARE_OP(ret, name, params, args) ret name params;

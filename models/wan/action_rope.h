@@ -8,10 +8,14 @@
 // - RMSNorm: x * rsqrt(mean(x^2) + 1e-6) in bf16 arithmetic (every op
 //   rounds to bf16, rsqrt as bf16(1 / bf16(sqrt))), the stored weight ignored as the reference
 //   ignores it.
+// Both run as backend ops (rope_unfused, rms_norm_stepwise).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <vector>
+
+#include "runtime/backend.h"
 
 namespace flick::wan {
 
@@ -23,23 +27,20 @@ inline constexpr int64_t kActionRopePositions = 7500;
 // Row `pos` of the fp32 table: cos, sin [64] each.
 void action_rope_row(int64_t pos, std::span<float> cos, std::span<float> sin);
 
-// x, out: [tokens, frames, heads, 64] raw bf16 bits (the reference's
-// [B*S, T, H, D] layout); frame t sits at absolute latent start_frame + t.
-void action_rope_apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t heads,
+// The backend rope op's tables for frames start_frame .. start_frame +
+// frames - 1: cos, sin [frames, 32] (one value per pair: the table's two
+// lanes of a pair are equal).
+void action_rope_pair_tables(int64_t frames, int64_t start_frame, std::vector<float>& cos,
+                             std::vector<float>& sin);
+
+// The bf16 module's RoPE and RMSNorm on the given backend (rope_unfused and
+// rms_norm_stepwise, the reference's rounding), over raw bf16 bits:
+// x, out [tokens, frames, heads, 64] (the reference's [B*S, T, H, D]
+// layout), frame t at absolute latent start_frame + t; rows of `dim` for the
+// norm. out may alias x.
+void action_rope_apply_bf16(Backend& be, std::span<const uint16_t> x, int64_t frames, int64_t heads,
                             int64_t start_frame, std::span<uint16_t> out);
-// Same with explicit table rows [frames, 64] (e.g. a table read from torch).
-void action_rope_apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t heads,
-                            std::span<const float> cos, std::span<const float> sin,
-                            std::span<uint16_t> out);
-
-// Weight-free bf16 RMSNorm over the last `dim` values of each row; out may
-// alias x.
-void action_rms_norm_bf16(std::span<const uint16_t> x, int64_t dim, std::span<uint16_t> out,
-                          float eps = 1e-6f);
-
-// The kernels behind it, bit-identical: one row, and 16 consecutive rows
-// (AVX-512 F/BW; dim even; out may alias x).
-void action_rms_norm_row_scalar(const uint16_t* x, int64_t dim, uint16_t* out, float eps);
-void action_rms_norm_rows16_avx512(const uint16_t* x, int64_t dim, uint16_t* out, float eps);
+void action_rms_norm_bf16(Backend& be, std::span<const uint16_t> x, int64_t dim,
+                          std::span<uint16_t> out, float eps = 1e-6f);
 
 }  // namespace flick::wan

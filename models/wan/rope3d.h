@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "runtime/backend.h"
+
 namespace flick::wan {
 
 // Complex pairs per axis for a head dim, as the reference splits its table:
@@ -32,42 +34,32 @@ class Rope3d {
   // w_j = 1 / theta^(2j / d_axis). [pairs] each.
   void table_row(int64_t pos, std::span<double> cos, std::span<double> sin) const;
 
-  // The exact path: x, out [frames*h*w, heads, head_dim] raw bf16 bits;
-  // latent frames start at absolute index start_frame. out may alias x.
-  // Each output is bf16(float(re)) with re = a*c - b*d, im = a*d + b*c in
-  // f64 (torch's complex128 multiply: two products, one add, no FMA).
-  void apply_bf16(std::span<const uint16_t> x, int64_t frames, int64_t h, int64_t w, int64_t heads,
-                  int64_t start_frame, std::span<uint16_t> out) const;
+  // The backend's rope_3d parameters for a frames x h x w grid whose latent
+  // frames start at absolute index start_frame.
+  Rope3dParams params(int64_t frames, int64_t h, int64_t w, int64_t start_frame) const;
+  // The exact path: x, out [frames*h*w, heads, head_dim] (BF16 in the DiT),
+  // out may alias x. Each output is bf16(float(re)) with re = a*c - b*d,
+  // im = a*d + b*c in f64 (torch's complex128 multiply: two products, one
+  // add, no FMA): the backend's rope_3d.
+  void apply(Backend& be, const Tensor& x, int64_t frames, int64_t h, int64_t w,
+             int64_t start_frame, Tensor& out) const;
 
   // Per-token tables for the backend's `rope` op (F32 cos/sin [tokens,
   // head_dim/2], the f64 values rounded to fp32). The op
-  // multiplies in fp32, so its result can differ from apply_bf16 by one bf16
+  // multiplies in fp32, so its result can differ from apply by one bf16
   // ulp where the f64 product lies within fp32 rounding of a bf16 rounding
-  // boundary; apply_bf16 is the bit-exact reference.
+  // boundary; apply is the bit-exact reference.
   void token_tables_f32(int64_t frames, int64_t h, int64_t w, int64_t start_frame,
                         std::vector<float>& cos, std::vector<float>& sin) const;
 
  private:
   // Angles of all pairs for a token at (f, i, j).
   void token_angles(int64_t f, int64_t i, int64_t j, std::span<double> angle) const;
-  // cos/sin [n, pairs] of the pairs of `axis` (0 t, 1 h, 2 w) at positions
-  // first .. first + n - 1, the other pairs' entries left unset.
-  void axis_tables(int axis, int64_t first, int64_t n, std::vector<double>& cos,
-                   std::vector<double>& sin) const;
 
   int head_dim_;
   RopeSplit split_;
+  double theta_;
   std::vector<double> inv_freq_;  // [pairs]
 };
-
-// The rotation of apply_bf16 for `rows` rows (heads) of `pairs` interleaved
-// bf16 pairs sharing one cos/sin row: out may alias x. The best kernel for
-// this CPU, and the portable and AVX-512 ones, bit-identical.
-void rotate_pairs_bf16(const uint16_t* x, const double* cos, const double* sin, int pairs,
-                       int64_t rows, uint16_t* out);
-void rotate_pairs_bf16_scalar(const uint16_t* x, const double* cos, const double* sin, int pairs,
-                              int64_t rows, uint16_t* out);
-void rotate_pairs_bf16_avx512(const uint16_t* x, const double* cos, const double* sin, int pairs,
-                              int64_t rows, uint16_t* out);
 
 }  // namespace flick::wan

@@ -1,35 +1,23 @@
 #include "models/wan/unpatchify.h"
 
+#include <string>
+
 #include "runtime/status.h"
 
 namespace flick::wan {
 
-template <typename T>
-void unpatchify(std::span<const T> tokens, int64_t frames, int64_t h, int64_t w, std::span<T> out) {
-  const size_t n = static_cast<size_t>(frames * h * w * kPatchDim);
-  FLICK_CHECK(frames > 0 && h > 0 && w > 0 && tokens.size() == n && out.size() == n);
-  const int64_t oh = h * kPatchH, ow = w * kPatchW;
-  for (int64_t f = 0; f < frames; ++f) {
-    for (int64_t i = 0; i < h; ++i) {
-      for (int64_t j = 0; j < w; ++j) {
-        const T* tok = tokens.data() + ((f * h + i) * w + j) * kPatchDim;  // [q, r, c]
-        for (int q = 0; q < kPatchH; ++q) {
-          for (int r = 0; r < kPatchW; ++r) {
-            for (int c = 0; c < kLatentChannels; ++c) {
-              const int64_t y = 2 * i + q, x = 2 * j + r;
-              out[((c * frames + f) * oh + y) * ow + x] =
-                  tok[(q * kPatchW + r) * kLatentChannels + c];
-            }
-          }
-        }
-      }
-    }
-  }
+void unpatchify(Backend& be, const Tensor& tokens, int64_t frames, int64_t h, int64_t w,
+                Tensor& out) {
+  const int64_t n = frames * h * w * kPatchDim;
+  FLICK_CHECK(frames > 0 && h > 0 && w > 0 && tokens.numel() == n && out.numel() == n &&
+                  tokens.is_contiguous() && out.is_contiguous() && tokens.dtype == out.dtype,
+              "unpatchify: tokens " + tokens.str() + " out " + out.str() + " for " +
+                  std::to_string(frames) + " x " + std::to_string(h) + " x " + std::to_string(w));
+  // tokens as [F, h, w, q, r, c], read in out's order [c, F, h, q, w, r].
+  const Tensor from =
+      tokens.reshape({frames, h, w, kPatchH, kPatchW, kLatentChannels}).permute({5, 0, 1, 3, 2, 4});
+  Tensor to = out.reshape({kLatentChannels, frames, h, kPatchH, w, kPatchW});
+  be.copy(from, to);
 }
-
-template void unpatchify<uint16_t>(std::span<const uint16_t>, int64_t, int64_t, int64_t,
-                                   std::span<uint16_t>);
-template void unpatchify<float>(std::span<const float>, int64_t, int64_t, int64_t,
-                                std::span<float>);
 
 }  // namespace flick::wan

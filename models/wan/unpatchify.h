@@ -5,7 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
+
+#include "runtime/backend.h"
 
 namespace flick::wan {
 
@@ -13,13 +14,10 @@ inline constexpr int kLatentChannels = 16;
 inline constexpr int kPatchH = 2, kPatchW = 2;
 inline constexpr int kPatchDim = kLatentChannels * kPatchH * kPatchW;  // 64
 
-// Pure permutation; T is the element type (bf16 bits or float).
-template <typename T>
-void unpatchify(std::span<const T> tokens, int64_t frames, int64_t h, int64_t w, std::span<T> out);
-
-extern template void unpatchify<uint16_t>(std::span<const uint16_t>, int64_t, int64_t, int64_t,
-                                          std::span<uint16_t>);
-extern template void unpatchify<float>(std::span<const float>, int64_t, int64_t, int64_t,
-                                       std::span<float>);
+// A pure permutation: one backend copy of a permuted view. tokens and out
+// contiguous, same dtype, F*h*w*64 elements each (any shapes of that size:
+// out is typically [1, 16, F, 2h, 2w]).
+void unpatchify(Backend& be, const Tensor& tokens, int64_t frames, int64_t h, int64_t w,
+                Tensor& out);
 
 }  // namespace flick::wan

@@ -18,10 +18,6 @@ constexpr float kNormEps = 1e-6f;
 constexpr float kLnEps = 1e-5f;
 const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
-std::span<uint16_t> bits(const Tensor& t) {
-  return {static_cast<uint16_t*>(t.data), static_cast<size_t>(t.numel())};
-}
-
 }  // namespace
 
 Expected<WanActionConfig> WanActionConfig::detect(const WeightView& action, int64_t dim) {
@@ -150,34 +146,29 @@ void WanActionModule::reset_caches() {
 }
 
 void WanActionModule::norm(Tensor& x) {
+  Tensor rows = x.reshape({x.numel() / kHd, kHd});
   if (act_ == DType::BF16) {
-    const ProfileScope scope(*backend_, "action.rms_norm");
-    wan::action_rms_norm_bf16(bits(x), kHd, bits(x), kNormEps);
+    // The reference's bf16 arithmetic, every op rounded.
+    backend_->rms_norm_stepwise(rows, kNormEps, rows);
   } else {
-    Tensor rows = x.reshape({x.numel() / kHd, kHd});
     backend_->rms_norm(rows, Tensor{}, kNormEps, rows);
   }
 }
 
 void WanActionModule::rope(Tensor& x, int64_t start_frame) {
-  const int64_t f = x.dim(1), hh = x.dim(2);
-  if (act_ == DType::BF16) {
-    const ProfileScope scope(*backend_, "action.rope");
-    wan::action_rope_apply_bf16(bits(x), f, hh, start_frame, bits(x));
-    return;
-  }
+  const int64_t f = x.dim(1);
   // rot(x0, x1) = (-x1, x0) with equal cos/sin on both lanes of a pair is
-  // the interleaved rotation of the backend's rope op.
-  std::vector<float> cos(static_cast<size_t>(f * kHd / 2)), sin(cos.size()), rc(kHd), rs(kHd);
-  for (int64_t t = 0; t < f; ++t) {
-    wan::action_rope_row(start_frame + t, rc, rs);
-    for (int64_t i = 0; i < kHd / 2; ++i) {
-      cos[static_cast<size_t>(t * kHd / 2 + i)] = rc[static_cast<size_t>(2 * i)];
-      sin[static_cast<size_t>(t * kHd / 2 + i)] = rs[static_cast<size_t>(2 * i)];
-    }
+  // the interleaved rotation of the backend's rope ops.
+  std::vector<float> cos, sin;
+  wan::action_rope_pair_tables(f, start_frame, cos, sin);
+  const Tensor ct = Tensor::view(cos.data(), DType::F32, Shape{f, kHd / 2});
+  const Tensor st = Tensor::view(sin.data(), DType::F32, Shape{f, kHd / 2});
+  if (act_ == DType::BF16) {
+    // x * cos + rotate(x) * sin as the reference's fp32 ops, then bf16.
+    backend_->rope_unfused(x, ct, st, x);
+  } else {
+    backend_->rope(x, ct, st, x);
   }
-  backend_->rope(x, Tensor::view(cos.data(), DType::F32, Shape{f, kHd / 2}),
-                 Tensor::view(sin.data(), DType::F32, Shape{f, kHd / 2}), x);
 }
 
 std::pair<Tensor, Tensor> WanActionModule::write_cache(wan::KvRing& ring, OwnedTensor& kc,

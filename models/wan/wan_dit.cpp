@@ -5,7 +5,6 @@
 #include <string>
 #include <utility>
 
-#include "models/wan/bf16_chain.h"
 #include "models/wan/time_embedding.h"
 #include "models/wan/unpatchify.h"
 #include "models/wan/wan_quant.h"
@@ -214,9 +213,8 @@ void WanDit::modulate(Tensor& y, const Tensor& shift, const Tensor& scale) {
   Tensor one_plus = arena_.get(tmp_);  // [F, 1, dim]
   be.affine(scale, 1.f, 1.f, one_plus);
   Tensor y3 = y.reshape({f, ft, d});
-  if (act_ == DType::BF16) {  // the mul and add below in one pass
-    const ProfileScope scope(be, "wan.bf16_mul_add");
-    wan::bf16_mul_add(y3, one_plus, shift, y3);
+  if (act_ == DType::BF16) {  // the mul and add below in one pass, each rounded
+    be.mul_add_stepwise(shift, y3, one_plus, y3);
     return;
   }
   be.mul(y3, one_plus, y3);
@@ -227,10 +225,8 @@ void WanDit::apply_rope(Tensor& x, int64_t start_frame) {
   const int64_t h = shape_.latent_h / 2, w = shape_.latent_w / 2;
   if (act_ == DType::BF16) {
     // The exact path: f64 product, one bf16 rounding.
-    const ProfileScope scope(*backend_, "wan.rope3d");
-    auto* bits = static_cast<uint16_t*>(x.data);
-    const std::span<uint16_t> span(bits, static_cast<size_t>(x.numel()));
-    rope_->apply_bf16(span, shape_.frames, h, w, cfg_.heads, start_frame, span);
+    Tensor x3 = x.reshape({shape_.tokens(), cfg_.heads, cfg_.head_dim});
+    rope_->apply(*backend_, x3, shape_.frames, h, w, start_frame, x3);
     return;
   }
   // fp32: the f64 table rounded to fp32, product in fp32 (the reference's
@@ -373,9 +369,8 @@ void WanDit::gated_residual(const Tensor& y, const Tensor& gate) {
   const int64_t f = shape_.frames, ft = shape_.frame_tokens(), d = cfg_.dim;
   Tensor x3 = arena_.get(x_).reshape({f, ft, d});
   Tensor y3 = y.reshape({f, ft, d});
-  if (act_ == DType::BF16) {  // the mul and add below in one pass
-    const ProfileScope scope(*backend_, "wan.bf16_mul_add");
-    wan::bf16_mul_add(y3, gate, x3, x3);
+  if (act_ == DType::BF16) {  // the mul and add below in one pass, each rounded
+    backend_->mul_add_stepwise(x3, y3, gate, x3);
     return;
   }
   backend_->mul(y3, gate, y3);  // rounds, then the sum rounds
@@ -504,14 +499,7 @@ Tensor WanDit::head(const Tap& tap) {
   backend_->linear(h, *head_, out, Activation::None);
   if (tap) tap("head_out", out.reshape({1, f, gh * gw, c.out_dim * 4}));
   Tensor flow = arena_.get(flow_);
-  const ProfileScope scope(*backend_, "wan.unpatchify");
-  const size_t tn = static_cast<size_t>(out.numel());
-  if (act_ == DType::BF16) {
-    wan::unpatchify<uint16_t>({static_cast<const uint16_t*>(out.data), tn}, f, gh, gw,
-                              {static_cast<uint16_t*>(flow.data), tn});
-  } else {
-    wan::unpatchify<float>({out.ptr<float>(), tn}, f, gh, gw, {flow.ptr<float>(), tn});
-  }
+  wan::unpatchify(*backend_, out, f, gh, gw, flow);
   if (tap) tap("flow", flow);
   return flow;
 }

@@ -30,6 +30,14 @@ size_t frame_bytes(const Tensor& x) {
   return static_cast<size_t>(x.dim(1) * x.dim(3) * x.dim(4)) * dtype_size(x.dtype);
 }
 
+// n bytes of dtype-t activations from src to dst (non-overlapping): a
+// backend copy of flat views.
+void copy_bytes(Backend& be, DType t, void* dst, const void* src, size_t n) {
+  const Shape shape{static_cast<int64_t>(n / dtype_size(t))};
+  Tensor to = Tensor::view(dst, t, shape);
+  be.copy(Tensor::view(const_cast<void*>(src), t, shape), to);
+}
+
 // Pointer to frame `t` of a channels-last [1, C, T, H, W] view.
 char* frame_ptr(const Tensor& x, int64_t t) {
   return static_cast<char*>(x.data) + static_cast<size_t>(t) * frame_bytes(x);
@@ -174,16 +182,16 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
   if (cache_zero_) {
     std::memset(padded.data, 0, 2 * frame);
   } else {
-    copy_bytes(frame_ptr(padded, 0), slot[1 - newest_], frame);
-    copy_bytes(frame_ptr(padded, 1), slot[newest_], frame);
+    copy_bytes(be, padded.dtype, frame_ptr(padded, 0), slot[1 - newest_], frame);
+    copy_bytes(be, padded.dtype, frame_ptr(padded, 1), slot[newest_], frame);
   }
   be.conv(padded, *conv_, y, Activation::None);
   if (t == 1 && !cache_zero_) {
     // The earlier slot takes the new frame; the other one stays.
     newest_ = 1 - newest_;
-    copy_bytes(slot[newest_], frame_ptr(padded, 2), frame);
+    copy_bytes(be, padded.dtype, slot[newest_], frame_ptr(padded, 2), frame);
   } else {
-    copy_bytes(slot[0], frame_ptr(padded, t), 2 * frame);
+    copy_bytes(be, padded.dtype, slot[0], frame_ptr(padded, t), 2 * frame);
     newest_ = 1;
   }
   cache_zero_ = false;
@@ -200,7 +208,7 @@ void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad
   const Tensor p = padded(pad, x.dim(2), x.dim(3), x.dim(4));
   Tensor body = frames(p, 2, x.dim(2));
   if (is_channels_last(x) && x.dtype == act_) {
-    copy_bytes(body.data, x.data, x.nbytes());
+    copy_bytes(be, x.dtype, body.data, x.data, x.nbytes());
   } else {
     be.copy(x, body);
   }
@@ -221,13 +229,17 @@ Expected<ChannelRmsNorm> ChannelRmsNorm::load(const WeightView& v, std::string_v
   return n;
 }
 
-void ChannelRmsNorm::forward(const Tensor& x, Tensor& y, bool silu) const {
+void ChannelRmsNorm::forward(Backend& be, const Tensor& x, Tensor& y, bool silu) const {
   FLICK_CHECK(is_channels_last(x) && is_channels_last(y) && x.shape == y.shape &&
                   x.dtype == y.dtype && x.dim(1) == gamma_.t.dim(0),
               "ChannelRmsNorm: x " + x.str() + " y " + y.str());
   const int64_t c = x.dim(1);
-  channel_rms_norm(x.data, y.data, x.dtype, x.numel() / c, c, gamma_.t.ptr<float>(), rounding_,
-                   silu);
+  // torch: dim ** 0.5 (a double) multiplies an fp32 / bf16 tensor as a float.
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(c)));
+  const Shape rows{x.numel() / c, c};  // channels-last: C contiguous
+  Tensor yr = Tensor::view(y.data, y.dtype, rows);
+  be.normalize_l2(Tensor::view(x.data, x.dtype, rows), gamma_.t, scale, rounding_,
+                  silu ? Activation::Silu : Activation::None, yr);
 }
 
 // ---- ResidualBlock ----
@@ -265,12 +277,12 @@ void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& 
   // RMS, SiLU straight into conv1's padded input.
   Tensor p1 = conv1_.padded(ws.pad, t, hh, ww);
   Tensor in1 = frames(p1, 2, t);
-  norm1_.forward(x, in1, /*silu=*/true);
+  norm1_.forward(be, x, in1, /*silu=*/true);
   Tensor h = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
   conv1_.run(be, p1, h);
   Tensor p2 = conv2_.padded(ws.pad, t, hh, ww);
   Tensor in2 = frames(p2, 2, t);
-  norm2_.forward(h, in2, /*silu=*/true);
+  norm2_.forward(be, h, in2, /*silu=*/true);
   conv2_.run(be, p2, y);  // y = residual
   if (shortcut_) {
     Tensor s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
@@ -302,7 +314,7 @@ Expected<AttentionBlock> AttentionBlock::load(const WeightView& v, Backend& be,
 void AttentionBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t c = c_, t = x.dim(2), hh = x.dim(3), ww = x.dim(4), l = hh * ww;
   Tensor h = ws.mid.channels_last(x.dtype, c, t, hh, ww);
-  norm_.forward(x, h, /*silu=*/false);
+  norm_.forward(be, x, h, /*silu=*/false);
   Tensor qkv = ws.aux.channels_last(x.dtype, 3 * c, t, hh, ww);
   qkv_.forward(be, h, qkv, ws.pad);
   // Per frame: q / k / v = channels [0:C], [C:2C], [2C:3C] of [L, 3C];
@@ -316,14 +328,15 @@ void AttentionBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace&
   Tensor s = ws.pad.get(DType::F32, Shape{1, l, l});
   Tensor p = dt == DType::F32 ? s : ws.mid.get(dt, Shape{1, l, l});
   Tensor acc = ws.acc.get(DType::F32, Shape{1, l, c});
-  Tensor sums = ws.sums.get(DType::F32, Shape{l});
+  Tensor inv_sums = ws.sums.get(DType::F32, Shape{l});
   for (int64_t f = 0; f < t; ++f) {
     const Tensor frame = Tensor::view(frame_ptr(qkv, f), dt, Shape{1, l, 3 * c});
     const Tensor q = frame.slice(2, 0, c), k = frame.slice(2, c, c), v = frame.slice(2, 2 * c, c);
     be.matmul(q, k.permute({0, 2, 1}), s);
-    attention_probs(s.ptr<float>(), p.data, dt, l, l, scale, sums.ptr<float>());
+    be.softmax_parts(s, scale, p, inv_sums);  // p = exp(s * scale - max), 1 / sum
     be.matmul(p, v, acc);
-    attention_normalize(acc.ptr<float>(), sums.ptr<float>(), o.slice(0, f, 1).data, dt, l, c);
+    Tensor of = o.slice(0, f, 1);  // [1, L, C]
+    be.mul(acc, inv_sums.reshape({1, l, 1}), of);
   }
   // [T, H, W, C] read as a channels-last [1, C, T, H, W].
   const Tensor o5 = channels_last_view(o.data, x.dtype, c, t, hh, ww);
@@ -436,7 +449,7 @@ void Upsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
     }
     be.conv(in, *phases_, phases, Activation::None);
     Tensor dst = Tensor::view(frame_ptr(y, f), y.dtype, Shape{2 * hh, 2 * ww, out_});
-    interleave_upsample_phases(phases4, dst);
+    interleave_upsample_phases(be, phases4, dst);
   }
 }
 
@@ -487,7 +500,7 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   if (first_) {
     be.conv(padded, *conv_, y, Activation::None);
     last_ = OwnedTensor(x.dtype, Shape{1, h / 2, w / 2, c});
-    std::memcpy(last_.t.data, frame_ptr(y, t - 1), frame);
+    copy_bytes(be, x.dtype, last_.t.data, frame_ptr(y, t - 1), frame);
     first_ = false;
     return;
   }
@@ -495,9 +508,9 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   Tensor joined = ws.aux.channels_last(x.dtype, c, 1 + t, h / 2, w / 2);
   Tensor body = frames(joined, 1, t);
   be.conv(padded, *conv_, body, Activation::None);
-  std::memcpy(joined.data, last_.t.data, frame);
+  copy_bytes(be, x.dtype, joined.data, last_.t.data, frame);
   be.conv(joined, *time_conv_, y, Activation::None);
-  std::memcpy(last_.t.data, frame_ptr(joined, t), frame);
+  copy_bytes(be, x.dtype, last_.t.data, frame_ptr(joined, t), frame);
 }
 
 Expected<ResampleLayers> scan_resample_layers(const WeightView& list, std::string_view kind) {

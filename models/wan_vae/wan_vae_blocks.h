@@ -160,8 +160,8 @@ class ChannelRmsNorm {
   static Expected<ChannelRmsNorm> load(const WeightView& v, std::string_view prefix, int64_t c,
                                        int trailing_ones, const Numerics& num);
   // x, y: channels-last [1, C, T, H, W] views of the same shape and dtype
-  // (y may be x).
-  void forward(const Tensor& x, Tensor& y, bool silu) const;
+  // (y may be x). The backend's normalize_l2.
+  void forward(Backend& be, const Tensor& x, Tensor& y, bool silu) const;
 
  private:
   OwnedTensor gamma_;  // [C] F32

@@ -253,7 +253,7 @@ void WanVaeDecoder::decode_latent(const Tensor& x, Tensor& out, int64_t index, c
     // head: RMS, SiLU into the conv's padded input, conv straight into `out`.
     Tensor p = head_conv_.padded(ws_.pad, 1, y.dim(3), y.dim(4));
     Tensor body = wan_vae::frames(p, 2, 1);
-    head_norm_.forward(y, body, /*silu=*/true);
+    head_norm_.forward(be, y, body, /*silu=*/true);
     Tensor dst = out.slice(2, f, 1);
     FLICK_CHECK(dst.shape == Shape({1, 3, 1, y.dim(3), y.dim(4)}),
                 "Wan VAE decoder: latent gives frames of " + std::to_string(y.dim(3)) + " x " +

@@ -196,7 +196,7 @@ void WanVaeEncoder::encode_chunk(const Tensor& x, Tensor& out, int64_t index, co
   const int64_t t = other.dim(2);
   Tensor p = head_conv_.padded(ws_.pad, t, other.dim(3), other.dim(4));
   Tensor body = wan_vae::frames(p, 2, t);
-  head_norm_.forward(other, body, /*silu=*/true);
+  head_norm_.forward(be, other, body, /*silu=*/true);
   FLICK_CHECK(
       out.shape == Shape({1, 2 * cfg_.z_dim, t, other.dim(3), other.dim(4)}),
       "Wan VAE encoder: chunk gives " + std::to_string(t) + " frames, expected " + out.shape.str());

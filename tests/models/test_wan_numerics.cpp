@@ -17,7 +17,6 @@
 
 #include "models/wan/action_rope.h"
 #include "models/wan/action_window.h"
-#include "models/wan/bf16_chain.h"
 #include "models/wan/flow_sampler.h"
 #include "models/wan/kv_ring.h"
 #include "models/wan/rope3d.h"
@@ -101,6 +100,29 @@ const Golden& pipeline(const Mode& m) {
 // 2 DiT heads of 32, 2 action heads of 64.
 constexpr int64_t kH = 4, kW = 6, kGridH = 2, kGridW = 3, kFrameTokens = 6;
 constexpr int64_t kHeads = 2, kHeadDim = 32, kActionHeads = 2;
+
+template <typename T>
+size_t count_diff(const std::vector<T>& a, const std::vector<T>& b);
+
+// The backends the model ops run on: the CPU one and the scalar oracle.
+std::vector<std::unique_ptr<Backend>> both_backends() {
+  std::vector<std::unique_ptr<Backend>> v;
+  v.push_back(make_cpu_backend());
+  v.push_back(make_ref_backend());
+  return v;
+}
+
+// x [tokens, heads, head_dim] bf16 bits through Rope3d::apply on `be`.
+std::vector<uint16_t> rope3d_on(Backend& be, const Rope3d& rope, const std::vector<uint16_t>& x,
+                                int64_t frames, int64_t h, int64_t w, int64_t heads,
+                                int64_t start) {
+  std::vector<uint16_t> out(x.size());
+  const Shape shape{frames * h * w, heads, rope.head_dim()};
+  const Tensor xt = Tensor::view(const_cast<uint16_t*>(x.data()), DType::BF16, shape);
+  Tensor yt = Tensor::view(out.data(), DType::BF16, shape);
+  rope.apply(be, xt, frames, h, w, start, yt);
+  return out;
+}
 
 template <typename T>
 size_t count_diff(const std::vector<T>& a, const std::vector<T>& b) {
@@ -288,15 +310,16 @@ TEST(WanRope3d, TableRowsMatchReference) {
 
 TEST(WanRope3d, ApplyOnQueriesAndKeysBitExact) {
   const Rope3d rope(kHeadDim);
-  for (const Mode& m : modes()) {
-    SCOPED_TRACE(m.name);
-    const Golden& p = pipeline(m);
-    for (const char* qk : {"q", "k"}) {
-      const std::string a = "ref.call.b0.s0.blk0.sa_";
-      const std::vector<uint16_t> x = p.bf16(a + qk);  // [1, 18, 64] = [18, 2, 32]
-      std::vector<uint16_t> out(x.size());
-      rope.apply_bf16(x, 3, kGridH, kGridW, kHeads, 0, out);
-      EXPECT_EQ(count_diff(out, p.bf16(a + qk + "_rope")), 0u) << qk;
+  for (const auto& be : both_backends()) {
+    for (const Mode& m : modes()) {
+      SCOPED_TRACE(std::string(be->name()) + " " + m.name);
+      const Golden& p = pipeline(m);
+      for (const char* qk : {"q", "k"}) {
+        const std::string a = "ref.call.b0.s0.blk0.sa_";
+        const std::vector<uint16_t> x = p.bf16(a + qk);  // [1, 18, 64] = [18, 2, 32]
+        const std::vector<uint16_t> out = rope3d_on(*be, rope, x, 3, kGridH, kGridW, kHeads, 0);
+        EXPECT_EQ(count_diff(out, p.bf16(a + qk + "_rope")), 0u) << qk;
+      }
     }
   }
 }
@@ -328,53 +351,46 @@ std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
   return v;
 }
 
-TEST(WanRope3d, VectorKernelMatchesTheScalarOneBitForBit) {
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512dq"))
-    GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar kernel runs";
-  for (int pairs : {64, 16, 13}) {  // full size, the tiny goldens' head, a tail
-    SCOPED_TRACE(pairs);
-    const int64_t rows = 37;
-    const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(rows * 2 * pairs), pairs);
-    std::vector<double> c(static_cast<size_t>(pairs)), s(c.size());
-    for (int p = 0; p < pairs; ++p) c[p] = std::cos(0.7 * p + 0.1), s[p] = std::sin(0.7 * p + 0.1);
-    std::vector<uint16_t> want(x.size()), got(x.size());
-    rotate_pairs_bf16_scalar(x.data(), c.data(), s.data(), pairs, rows, want.data());
-    rotate_pairs_bf16_avx512(x.data(), c.data(), s.data(), pairs, rows, got.data());
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 2), 0);
-  }
-}
-
 TEST(WanRope3d, ApplyAtFullHeadDimRotatesEveryTokenByItsOwnAngles) {
   // 2 frames of 3 x 4 tokens from frame 500, 3 heads of 128: each token
-  // against the scalar rotation by its reference table rows (temporal pairs
-  // at the frame, height pairs at i, width pairs at j).
+  // against the complex128 rotation by its reference table rows (temporal
+  // pairs at the frame, height pairs at i, width pairs at j), on both backends.
   const Rope3d rope(128);
   const int64_t frames = 2, h = 3, w = 4, heads = 3, start = 500;
   const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(frames * h * w * heads * 128), 9);
-  std::vector<uint16_t> got(x.size());
-  rope.apply_bf16(x, frames, h, w, heads, start, got);
-  std::vector<double> c(64), s(64), rc(64), rs(64);
-  for (int64_t f = 0; f < frames; ++f)
-    for (int64_t i = 0; i < h; ++i)
-      for (int64_t j = 0; j < w; ++j) {
-        const int64_t tok = (f * h + i) * w + j;
-        for (auto [pos, lo, hi] :
-             {std::tuple{start + f, 0, 22}, std::tuple{i, 22, 43}, std::tuple{j, 43, 64}}) {
-          rope.table_row(pos, rc, rs);
-          for (int p = lo; p < hi; ++p) c[p] = rc[p], s[p] = rs[p];
+  for (const auto& be : both_backends()) {
+    SCOPED_TRACE(be->name());
+    const std::vector<uint16_t> got = rope3d_on(*be, rope, x, frames, h, w, heads, start);
+    std::vector<double> c(64), s(64), rc(64), rs(64);
+    for (int64_t f = 0; f < frames; ++f)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j) {
+          const int64_t tok = (f * h + i) * w + j;
+          for (auto [pos, lo, hi] :
+               {std::tuple{start + f, 0, 22}, std::tuple{i, 22, 43}, std::tuple{j, 43, 64}}) {
+            rope.table_row(pos, rc, rs);
+            for (int p = lo; p < hi; ++p) c[p] = rc[p], s[p] = rs[p];
+          }
+          const size_t base = static_cast<size_t>(tok * heads * 128);
+          size_t bad = 0;
+          for (int64_t e = 0; e < heads * 64; ++e) {
+            const size_t at = base + static_cast<size_t>(2 * e);
+            const double a = bf16_to_f32(x[at]), b = bf16_to_f32(x[at + 1]);
+            const size_t p = static_cast<size_t>(e % 64);
+            const double ac = a * c[p], bd = b * s[p], ad = a * s[p], bc = b * c[p];
+            bad += got[at] != f32_to_bf16(static_cast<float>(ac - bd));
+            bad += got[at + 1] != f32_to_bf16(static_cast<float>(bc + ad));
+          }
+          EXPECT_EQ(bad, 0u) << tok;
         }
-        std::vector<uint16_t> want(static_cast<size_t>(heads * 128));
-        const size_t base = static_cast<size_t>(tok * heads * 128);
-        rotate_pairs_bf16_scalar(x.data() + base, c.data(), s.data(), 64, heads, want.data());
-        EXPECT_EQ(std::memcmp(got.data() + base, want.data(), want.size() * 2), 0) << tok;
-      }
+  }
 }
 
-// The fused modulation / gated residual against the reference backend's mul
-// then add (each rounded to bf16), bit for bit: per-frame q and r repeated
-// over the tokens from a strided [F, 6, D] table as the DiT passes them, and
-// per-token r (the residual stream), D with a vector tail.
+// The fused modulation / gated residual (the backend's mul_add_stepwise, as
+// the DiT calls it) against the reference backend's mul then add (each
+// rounded to bf16), bit for bit: per-frame q and r repeated over the tokens
+// from a strided [F, 6, D] table as the DiT passes them, and per-token r (the
+// residual stream), D with a vector tail.
 TEST(WanBf16MulAdd, MatchesTheSeparateBackendOpsBitForBit) {
   const int64_t f = 3, t = 29, d = 200;
   std::unique_ptr<Backend> ref = make_ref_backend();
@@ -388,27 +404,26 @@ TEST(WanBf16MulAdd, MatchesTheSeparateBackendOpsBitForBit) {
   };
   const OwnedTensor p = bf16({f, t, d}, 1), table = bf16({f, 6, d}, 2), x = bf16({f, t, d}, 3);
   const Tensor q = table.t.slice(1, 1, 1), r = table.t.slice(1, 4, 1);  // [F, 1, D]
-  for (bool per_token_r : {false, true}) {
-    SCOPED_TRACE(per_token_r);
-    const Tensor rr = per_token_r ? x.t : r;
-    OwnedTensor want(DType::BF16, {f, t, d}), got(DType::BF16, {f, t, d});
-    ref->mul(p.t, q, want.t);
-    ref->add(want.t, rr, want.t);
-    bf16_mul_add(p.t, q, rr, got.t);
-    EXPECT_EQ(std::memcmp(got.t.data, want.t.data, static_cast<size_t>(want.t.numel()) * 2), 0);
-    if (per_token_r) {  // in place on the residual stream, as gated_residual runs it
-      OwnedTensor acc = bf16({f, t, d}, 3);
-      bf16_mul_add(p.t, q, acc.t, acc.t);
-      EXPECT_EQ(std::memcmp(acc.t.data, want.t.data, static_cast<size_t>(want.t.numel()) * 2), 0);
+  for (const auto& be : both_backends()) {
+    for (bool per_token_r : {false, true}) {
+      SCOPED_TRACE(std::string(be->name()) + (per_token_r ? " per-token r" : " per-frame r"));
+      const Tensor rr = per_token_r ? x.t : r;
+      OwnedTensor want(DType::BF16, {f, t, d}), got(DType::BF16, {f, t, d});
+      ref->mul(p.t, q, want.t);
+      ref->add(want.t, rr, want.t);
+      be->mul_add_stepwise(rr, p.t, q, got.t);
+      EXPECT_EQ(std::memcmp(got.t.data, want.t.data, static_cast<size_t>(want.t.numel()) * 2), 0);
+      if (per_token_r) {  // in place on the residual stream, as gated_residual runs it
+        OwnedTensor acc = bf16({f, t, d}, 3);
+        be->mul_add_stepwise(acc.t, p.t, q, acc.t);
+        EXPECT_EQ(std::memcmp(acc.t.data, want.t.data, static_cast<size_t>(want.t.numel()) * 2), 0);
+      } else {  // in place on the product's input, as modulate runs it
+        OwnedTensor y = bf16({f, t, d}, 1);
+        be->mul_add_stepwise(rr, y.t, q, y.t);
+        EXPECT_EQ(std::memcmp(y.t.data, want.t.data, static_cast<size_t>(want.t.numel()) * 2), 0);
+      }
     }
   }
-  // The scalar kernel agrees with the dispatched one, tails included.
-  const std::vector<uint16_t> a = random_bf16(77, 4), b = random_bf16(77, 5),
-                              c = random_bf16(77, 6);
-  std::vector<uint16_t> one(77), two(77);
-  bf16_mul_add_row(a.data(), b.data(), c.data(), one.data(), 77);
-  bf16_mul_add_row_scalar(a.data(), b.data(), c.data(), two.data(), 77);
-  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 2), 0);
 }
 
 // ---- 4. action window, action RoPE, action RMSNorm ----
@@ -499,81 +514,48 @@ TEST(WanActionRope, TableMatchesReference) {
 }
 
 TEST(WanActionRope, ApplyOnQueriesAndKeysBitExact) {
-  for (const Mode& m : modes()) {
-    SCOPED_TRACE(m.name);
-    const Golden& p = pipeline(m);
-    const std::string act = "ref.call.b0.s0.blk0.act.";
-    const int64_t row = kActionHeads * kActionHeadDim;
-    // kb_q_norm is [1, F*S, H, 64] frame-major; kb_q_rope [S, F, H, 64].
-    const std::vector<uint16_t> q =
-        frames_to_tokens_major(p.bf16(act + "kb_q_norm"), 3, kFrameTokens, row);
-    std::vector<uint16_t> out(q.size());
-    action_rope_apply_bf16(q, 3, kActionHeads, 0, out);
-    EXPECT_EQ(count_diff(out, p.bf16(act + "kb_q_rope")), 0u);
-    const std::vector<uint16_t> k = p.bf16(act + "kb_k_norm");  // [1, 3, H, 64]
-    out.resize(k.size());
-    action_rope_apply_bf16(k, 3, kActionHeads, 0, out);
-    EXPECT_EQ(count_diff(out, p.bf16(act + "kb_k_rope")), 0u);
-    if (m.name == "templerun") continue;
-    for (const char* qk : {"q", "k"}) {
-      const std::vector<uint16_t> x = p.bf16(act + "mouse_" + qk + "_norm");  // [S, F, H, 64]
-      out.resize(x.size());
-      action_rope_apply_bf16(x, 3, kActionHeads, 0, out);
-      EXPECT_EQ(count_diff(out, p.bf16(act + "mouse_" + qk + "_rope")), 0u) << qk;
+  for (const auto& be : both_backends())
+    for (const Mode& m : modes()) {
+      SCOPED_TRACE(std::string(be->name()) + " " + m.name);
+      const Golden& p = pipeline(m);
+      const std::string act = "ref.call.b0.s0.blk0.act.";
+      const int64_t row = kActionHeads * kActionHeadDim;
+      // kb_q_norm is [1, F*S, H, 64] frame-major; kb_q_rope [S, F, H, 64].
+      const std::vector<uint16_t> q =
+          frames_to_tokens_major(p.bf16(act + "kb_q_norm"), 3, kFrameTokens, row);
+      std::vector<uint16_t> out(q.size());
+      action_rope_apply_bf16(*be, q, 3, kActionHeads, 0, out);
+      EXPECT_EQ(count_diff(out, p.bf16(act + "kb_q_rope")), 0u);
+      const std::vector<uint16_t> k = p.bf16(act + "kb_k_norm");  // [1, 3, H, 64]
+      out.resize(k.size());
+      action_rope_apply_bf16(*be, k, 3, kActionHeads, 0, out);
+      EXPECT_EQ(count_diff(out, p.bf16(act + "kb_k_rope")), 0u);
+      if (m.name == "templerun") continue;
+      for (const char* qk : {"q", "k"}) {
+        const std::vector<uint16_t> x = p.bf16(act + "mouse_" + qk + "_norm");  // [S, F, H, 64]
+        out.resize(x.size());
+        action_rope_apply_bf16(*be, x, 3, kActionHeads, 0, out);
+        EXPECT_EQ(count_diff(out, p.bf16(act + "mouse_" + qk + "_rope")), 0u) << qk;
+      }
     }
-  }
 }
 
 TEST(WanActionRmsNorm, KeyboardKeysBitExact) {
-  for (const Mode& m : modes()) {
-    SCOPED_TRACE(m.name);
-    const Golden& p = pipeline(m);
-    const std::string act = "ref.call.b0.s0.blk0.act.";
-    // kb_kv [1, 3, 2*H*64] splits (K V, H, 64); K is the first half.
-    const std::vector<uint16_t> kv = p.bf16(act + "kb_kv");
-    const int64_t row = kActionHeads * kActionHeadDim;
-    std::vector<uint16_t> k;
-    for (int f = 0; f < 3; ++f)
-      k.insert(k.end(), kv.begin() + f * 2 * row, kv.begin() + f * 2 * row + row);
-    std::vector<uint16_t> out(k.size());
-    action_rms_norm_bf16(k, kActionHeadDim, out);
-    EXPECT_EQ(count_diff(out, p.bf16(act + "kb_k_norm")), 0u);
-  }
-}
-
-// The AVX-512 kernel (16 rows per pass, one per lane) against the scalar
-// one, bit for bit: random rows at several scales (squares that round,
-// overflow to inf, or vanish in the sum), zero rows, NaN / inf elements,
-// dims 64 (the module's), 2 and 130, and the batch entry point with row
-// counts off multiples of 16 in place.
-TEST(WanActionRmsNorm, Avx512RowsBitIdenticalToScalar) {
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw"))
-    GTEST_SKIP() << "no AVX-512 on this host";
-  std::mt19937 rng(17);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  for (int64_t dim : {int64_t(64), int64_t(2), int64_t(130)})
-    for (int trial = 0; trial < 8; ++trial) {
-      const float scale = std::ldexp(1.f, 40 * (trial % 4) - 60);  // 2^-60 .. 2^60
-      std::vector<uint16_t> x(static_cast<size_t>(16 * dim));
-      for (uint16_t& e : x) e = f32_to_bf16(normal(rng) * scale);
-      if (trial == 5) std::fill(x.begin(), x.begin() + dim, uint16_t{0});  // a zero row
-      if (trial == 6) x[3] = 0x7FC0;                                       // NaN
-      if (trial == 7) x[static_cast<size_t>(dim + 1)] = 0x7F80;            // +inf
-      std::vector<uint16_t> want(x.size()), got(x.size());
-      for (int64_t r = 0; r < 16; ++r)
-        action_rms_norm_row_scalar(x.data() + r * dim, dim, want.data() + r * dim, 1e-6f);
-      action_rms_norm_rows16_avx512(x.data(), dim, got.data(), 1e-6f);
-      EXPECT_EQ(count_diff(got, want), 0u) << "dim " << dim << " trial " << trial;
+  for (const auto& be : both_backends())
+    for (const Mode& m : modes()) {
+      SCOPED_TRACE(std::string(be->name()) + " " + m.name);
+      const Golden& p = pipeline(m);
+      const std::string act = "ref.call.b0.s0.blk0.act.";
+      // kb_kv [1, 3, 2*H*64] splits (K V, H, 64); K is the first half.
+      const std::vector<uint16_t> kv = p.bf16(act + "kb_kv");
+      const int64_t row = kActionHeads * kActionHeadDim;
+      std::vector<uint16_t> k;
+      for (int f = 0; f < 3; ++f)
+        k.insert(k.end(), kv.begin() + f * 2 * row, kv.begin() + f * 2 * row + row);
+      std::vector<uint16_t> out(k.size());
+      action_rms_norm_bf16(*be, k, kActionHeadDim, out);
+      EXPECT_EQ(count_diff(out, p.bf16(act + "kb_k_norm")), 0u);
     }
-  for (int64_t rows : {int64_t(1), int64_t(15), int64_t(16), int64_t(300), int64_t(1000)}) {
-    std::vector<uint16_t> x(static_cast<size_t>(rows * 64));
-    for (uint16_t& e : x) e = f32_to_bf16(normal(rng) * 3.f);
-    std::vector<uint16_t> want(x.size());
-    for (int64_t r = 0; r < rows; ++r)
-      action_rms_norm_row_scalar(x.data() + r * 64, 64, want.data() + r * 64, 1e-6f);
-    action_rms_norm_bf16(x, 64, x);  // in place
-    EXPECT_EQ(count_diff(x, want), 0u) << rows << " rows";
-  }
 }
 
 // ---- 5. KV ring ----
@@ -669,13 +651,18 @@ TEST(WanKvRing, RollsLikeTheSpec) {
 // ---- 6. unpatchify ----
 
 TEST(WanUnpatchify, HeadOutputToFlowBitExact) {
-  for (const Mode& m : modes()) {
-    const Golden& p = pipeline(m);
-    const std::vector<uint16_t> ho = p.bf16("ref.call.b0.s0.head_out");  // [1, 3, 6, 64]
-    std::vector<uint16_t> out(ho.size());
-    unpatchify<uint16_t>(ho, 3, kGridH, kGridW, out);
-    EXPECT_EQ(count_diff(out, p.bf16("ref.call.b0.s0.flow")), 0u) << m.name;
-  }
+  for (const auto& be : both_backends())
+    for (const Mode& m : modes()) {
+      const Golden& p = pipeline(m);
+      std::vector<uint16_t> ho = p.bf16("ref.call.b0.s0.head_out");  // [1, 3, 6, 64]
+      std::vector<uint16_t> out(ho.size());
+      const Tensor tokens =
+          Tensor::view(ho.data(), DType::BF16, Shape{3 * kGridH * kGridW, kPatchDim});
+      Tensor flow = Tensor::view(out.data(), DType::BF16,
+                                 Shape{1, kLatentChannels, 3, 2 * kGridH, 2 * kGridW});
+      unpatchify(*be, tokens, 3, kGridH, kGridW, flow);
+      EXPECT_EQ(count_diff(out, p.bf16("ref.call.b0.s0.flow")), 0u) << be->name() << " " << m.name;
+    }
 }
 
 }  // namespace

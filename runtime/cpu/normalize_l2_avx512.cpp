@@ -1,4 +1,4 @@
-// AVX-512 channel RMS norm (+ SiLU) of wan_vae_kernels.h: one row of C
+// AVX-512 row loop of the CPU backend's normalize_l2 (+ SiLU): one row of C
 // channels at a time, |x| in the first pass, normalise, SiLU and store in the
 // second (the row is in L1 by then), no intermediate buffer.
 // GCC 12 reports the deliberately undefined pass-through operands of its own
@@ -11,9 +11,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "models/wan_vae/wan_vae_kernels_internal.h"
+#include "runtime/cpu/normalize_l2_kernels.h"
 
-namespace flick::wan_vae::avx512 {
+namespace flick::cpu::l2norm::avx512 {
 namespace {
 
 inline __mmask16 mask_n(int64_t n) {
@@ -134,8 +134,8 @@ void rows(const void* x, void* y, int64_t rows, int64_t c, const float* gamma, f
 
 }  // namespace
 
-void channel_rms_norm_rows(const void* x, void* y, bool bf16, int64_t n, int64_t c,
-                           const float* gamma, float scale, NormRounding rounding, bool silu) {
+void normalize_rows(const void* x, void* y, bool bf16, int64_t n, int64_t c, const float* gamma,
+                    float scale, NormRounding rounding, bool silu) {
   const bool per_op = rounding == NormRounding::PerOp;
 #define FLICK_VAE_NORM(B, P, S) \
   if (bf16 == B && per_op == P && silu == S) return rows<B, P, S>(x, y, n, c, gamma, scale);
@@ -150,4 +150,4 @@ void channel_rms_norm_rows(const void* x, void* y, bool bf16, int64_t n, int64_t
 #undef FLICK_VAE_NORM
 }
 
-}  // namespace flick::wan_vae::avx512
+}  // namespace flick::cpu::l2norm::avx512
