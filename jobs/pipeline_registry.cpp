@@ -10,6 +10,8 @@ constexpr PipelineKind kKinds[] = {
      "Matrix-Game 2.0: a start image and a keyboard/mouse track to video (universal, gta_drive, "
      "templerun)",
      &create_matrix_game_pipeline},
+    {"framepack-i2v", "FramePack: a start image and a prompt to a 30 fps video (original, f1)",
+     &create_framepack_pipeline},
 };
 
 }  // namespace

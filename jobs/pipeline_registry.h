@@ -69,5 +69,6 @@ std::string pipeline_kind_names();
 // The factories, one per kind file.
 std::unique_ptr<PipelineInstance> create_encode_pipeline(TableReader& entry);
 std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry);
+std::unique_ptr<PipelineInstance> create_framepack_pipeline(TableReader& entry);
 
 }  // namespace flick
