@@ -33,11 +33,14 @@ is the reference's own code. What the namespace changes, and why:
     conversion: clamp, * 127.5 + 127.5, truncating cast) and writes no mp4;
   * high_vram = True (no offloading), TeaCache off, attention = torch SDPA.
 The same tiny transformer serves both variants (F1's checkpoint has the
-original's architecture).
+original's architecture). A third run, "release.original", loads the models
+in the demo's own dtypes (bf16 DiT, fp16 text encoders / SigLIP / VAE) for
+flick's bf16 test; its section latents and conditioning are kept (not its
+frames, to keep the fixture under 2 MB).
 
 Writes tests/data/framepack_pipeline/: weights/, input.png, goldens.safetensors
 ({variant}.section{i}.latents: sample_hunyuan's output per section;
-{variant}.history: the final history latents; {variant}.frames: the last
+{variant}.frames: the last
 saved video, uint8 [T, H, W, 3]; shared: llama_vec, clip_pooler,
 start_latent, image_embeddings, image (the bucket image)), manifest.json.
 
@@ -272,7 +275,22 @@ def main():
     scratch = Path("/work/scratch/fp-pipe/outputs")
     scratch.mkdir(parents=True, exist_ok=True)
     manifest = {}
-    for variant, demo in (("original", "demo_gradio.py"), ("f1", "demo_gradio_f1.py")):
+    # The release dtypes (demo_gradio.py:49-58, 73-74): text encoders, SigLIP
+    # and VAE fp16, the DiT bf16 (fp32 output projection); original only.
+    f16 = torch.float16
+    release = dict(
+        text_encoder=LlamaModel.from_pretrained(wd / "text_encoder", torch_dtype=f16).eval(),
+        text_encoder_2=CLIPTextModel.from_pretrained(wd / "text_encoder_2", torch_dtype=f16).eval(),
+        image_encoder=SiglipVisionModel.from_pretrained(wd / "image_encoder", torch_dtype=f16).eval(),
+        vae=AutoencoderKLHunyuanVideo.from_pretrained(wd / "vae", torch_dtype=f16).eval(),
+        transformer=hvp.HunyuanVideoTransformer3DModelPacked.from_pretrained(
+            wd / "transformer", torch_dtype=torch.bfloat16).eval())
+    release["transformer"].high_quality_fp32_output_for_inference = True
+    fp32_models = dict(text_encoder=text_encoder, text_encoder_2=text_encoder_2, image_encoder=image_encoder,
+                       vae=vae, transformer=F32Dit(transformer))
+    for variant, demo, models in (("original", "demo_gradio.py", fp32_models),
+                                  ("f1", "demo_gradio_f1.py", fp32_models),
+                                  ("release.original", "demo_gradio.py", release)):
         rec = {"sections": [], "videos": []}
 
         def rec_sample(**kw):
@@ -316,14 +334,14 @@ def main():
             Image=Image, stream=Stream(), high_vram=True, gpu=torch.device("cpu"), cpu=torch.device("cpu"),
             outputs_folder=str(scratch), generate_timestamp=lambda: "golden",
             make_progress_bar_html=lambda *a: "", encode_prompt_conds=encode_rec,
-            text_encoder=text_encoder, text_encoder_2=text_encoder_2, tokenizer=tok, tokenizer_2=tok2,
+            tokenizer=tok, tokenizer_2=tok2,
             crop_or_pad_yield_mask=fu.crop_or_pad_yield_mask,
             find_nearest_bucket=lambda h, w, resolution=640: bucket_tools.find_nearest_bucket(h, w, resolution=0),
-            resize_and_center_crop=fu.resize_and_center_crop, vae_encode=encode_start, vae=vae,
-            hf_clip_vision_encode=vision_rec, feature_extractor=feature_extractor, image_encoder=image_encoder,
-            transformer=F32Dit(transformer), sample_hunyuan=rec_sample, vae_decode=vae_decode_fp16,
+            resize_and_center_crop=fu.resize_and_center_crop, vae_encode=encode_start,
+            hf_clip_vision_encode=vision_rec, feature_extractor=feature_extractor,
+            sample_hunyuan=rec_sample, vae_decode=vae_decode_fp16,
             vae_decode_fake=hy.vae_decode_fake, soft_append_bcthw=fu.soft_append_bcthw,
-            save_bcthw_as_mp4=rec_video)
+            save_bcthw_as_mp4=rec_video, **models)
         exec(compile(worker_source(FP_DIR / demo), demo, "exec"), ns)
         with torch.no_grad():
             ns["worker"](image, PROMPT, "", JOB["seed"], JOB["total_second_length"], JOB["latent_window_size"],
@@ -336,6 +354,10 @@ def main():
             g[f"{variant}.section{i}.latents"] = s.contiguous()
         for i, v in enumerate(rec["videos"]):
             manifest[f"{variant}.video{i}.frames"] = int(v.shape[0])
+        if variant.startswith("release"):  # latents and conditioning (frames: 0.34 MB, left out)
+            for k in ("llama_vec", "clip_pooler", "start_latent", "image_embeddings"):
+                g[f"release.{k}"] = rec[k].contiguous()
+            continue
         g[f"{variant}.frames"] = rec["videos"][-1].contiguous()
         for k in ("llama_vec", "clip_pooler", "start_latent", "image_embeddings", "image"):
             if variant == "original":

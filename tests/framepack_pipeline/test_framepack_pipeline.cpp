@@ -7,6 +7,7 @@
 // fp16 soft append, the prompt cache and the load errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -215,14 +216,14 @@ TEST(FramePackLoad, MissingComponentsAreNamed) {
   fsys::remove_all(dir);
 }
 
-struct Run {
+struct TinyRun {
   CollectingSink sink;
   std::map<std::string, std::vector<float>> taps;
   std::vector<uint8_t> image;
   std::vector<std::pair<int64_t, int64_t>> progress;
 };
 
-Status run_tiny(FramePackPipeline& p, FramePackVariant v, Run& r) {
+Status run_tiny(FramePackPipeline& p, FramePackVariant v, TinyRun& r) {
   RunContext ctx;
   ctx.progress = [&](int64_t done, int64_t total) { r.progress.emplace_back(done, total); };
   return p.run(tiny_input(v), r.sink, ctx, [&](std::string_view name, const Tensor& t) {
@@ -251,7 +252,7 @@ void expect_matches_golden(FramePackVariant v, const std::string& tag) {
   ASSERT_TRUE(p.ok()) << p.status().message();
   Expected<WeightStore> golden = WeightStore::open({kData + "goldens.safetensors"});
   ASSERT_TRUE(golden.ok()) << golden.status().message();
-  Run r;
+  TinyRun r;
   Status s = run_tiny(**p, v, r);
   ASSERT_TRUE(s.ok()) << s.message();
 
@@ -312,6 +313,72 @@ TEST(FramePackGolden, OriginalVariantMatchesTheDemoWorker) {
 
 TEST(FramePackGolden, F1VariantMatchesTheDemoWorker) {
   expect_matches_golden(FramePackVariant::kF1, "f1");
+}
+
+// The production precision: every component bf16. The reference's release
+// run (demo_gradio.py's dtypes: bf16 DiT, fp16 text encoders / SigLIP / VAE)
+// is 0.93 % / 0.97 % (rel L2) from its own fp32 run in the two sections'
+// latents; flick's bf16 differs from the release run where bf16 and fp16
+// differ (flick does not emulate fp16 modules: bf16 keeps 3 fewer mantissa
+// bits in the encoders' and VAE's activations) and in summation orders.
+// Measured: 1.0 % / 1.1 % from the release run, 0.87 % / 0.90 % from the
+// fp32 run, i.e. as far as the reference's two runs are from each other.
+// Bound: 2 % against either (about twice the reference's own gap), and the
+// frames within 1 level on average of the fp32 reference's (measured 0.22).
+TEST(FramePackGolden, Bf16RunStaysNearTheReleaseDtypesRun) {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  Expected<std::unique_ptr<FramePackPipeline>> p =
+      FramePackPipeline::load(tiny_options(Precision::BF16), *be);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  Expected<WeightStore> golden = WeightStore::open({kData + "goldens.safetensors"});
+  ASSERT_TRUE(golden.ok()) << golden.status().message();
+  TinyRun r;
+  Status s = run_tiny(**p, FramePackVariant::kOriginal, r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = "section" + std::to_string(i) + ".latents";
+    const std::vector<float> release = to_f32(*golden->get("release.original." + name));
+    const std::vector<float> fp32 = to_f32(*golden->get("original." + name));
+    ASSERT_EQ(r.taps[name].size(), release.size());
+    const double e_release = rel_l2(r.taps[name], release), e_fp32 = rel_l2(r.taps[name], fp32);
+    std::printf("bf16 %s: rel L2 %.3g to the release run, %.3g to the fp32 run (theirs: %.3g)\n",
+                name.c_str(), e_release, e_fp32, rel_l2(release, fp32));
+    EXPECT_LT(e_release, 2e-2) << name;
+    EXPECT_LT(e_fp32, 2e-2) << name;
+  }
+  const Tensor frames = *golden->get("original.frames");
+  ASSERT_EQ(static_cast<int64_t>(r.sink.frames.size()), frames.dim(0));
+  double sum = 0;
+  int64_t n = 0;
+  for (const Frame& f : r.sink.frames) {
+    for (uint8_t v : f.rgb) sum += std::abs(int{v} - int{frames.ptr<uint8_t>()[n++]});
+  }
+  std::printf("bf16 frames: mean |diff| %.3f levels from the fp32 reference\n", sum / n);
+  EXPECT_LT(sum / n, 1.0);
+}
+
+// A stop request (SIGTERM) ends the run at the next section boundary: the
+// f1 variant has streamed the first section's final frames, the sink is not
+// finished.
+TEST(FramePackRun, StopsAtTheNextSection) {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  Expected<std::unique_ptr<FramePackPipeline>> p =
+      FramePackPipeline::load(tiny_options(Precision::F32), *be);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  std::atomic<bool> stop{false};
+  RunContext ctx;
+  ctx.stop = &stop;
+  int64_t calls = 0;
+  ctx.progress = [&](int64_t, int64_t) {
+    ++calls;
+    stop = true;
+  };
+  CollectingSink sink;
+  Status s = (*p)->run(tiny_input(FramePackVariant::kF1), sink, ctx);
+  EXPECT_EQ(s.code(), StatusCode::kInterrupted) << s.message();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(sink.finishes, 0);
+  EXPECT_EQ(sink.frames.size(), 37u - 33u);  // 37 decoded, the last 33 await the blend
 }
 
 }  // namespace
