@@ -10,6 +10,7 @@ driven by a stand-in transformer whose C++ twin is a few elementwise fp32 ops:
 
 Writes tests/data/framepack_text/unipc.safetensors:
   sigmas.n{N}.L{L}      get_flux_sigmas_from_mu(N, calculate_flux_mu(L))  (fp32)
+  linspace.n{N}         torch.linspace(1, 0, N + 1), the t of the sigmas
   run{k}.noise          the initial latents sample_hunyuan draws from its CPU generator
   run{k}.x{i}           x after step i (the sampler's callback), run{k}.denoised{i} the x0 kept
   run{k}.out            sample_hunyuan's result
@@ -91,8 +92,8 @@ def run_sampler(tensors, runs, k, steps, T, h, w, gs, cfg, seed, shift):
     tensors[f"run{k}.out"] = out.float().contiguous()
     tensors[f"run{k}.timesteps"] = torch.tensor(model.seen_t, dtype=torch.float32)
     tensors[f"run{k}.guidance"] = torch.tensor(model.seen_g[:1], dtype=torch.float32)
-    # Where torch's log / expm1 (MKL VML, high accuracy: within an ulp, not always correctly
-    # rounded) differ from the correctly rounded values flick computes: the one documented
+    # Where torch's log (MKL VML) and expm1 (SLEEF), within an ulp but not always correctly
+    # rounded, differ from the correctly rounded values flick computes: the one documented
     # source of difference. log: sigma indices; expm1: the steps using h_phi_1 = expm1(-h).
     sig = get_flux_sigmas_from_mu(steps, math.log(shift) if shift else calculate_flux_mu(T * h * w // 4))
     cr = lambda f, v: torch.tensor(f(float(v)), dtype=torch.float64).float()  # noqa: E731
@@ -118,6 +119,8 @@ def main():
         Path(sys.argv[3] + ".json").write_text(json.dumps(runs[0]))
         return
     tensors, runs = {}, []
+    for n in (25, 30, 50, 100, 7):
+        tensors[f"linspace.n{n}"] = torch.linspace(1, 0, n + 1)
     for n in (25, 30, 50, 7):
         for L in (13680, 216, 18):  # the 640x608 bucket; small non-bucket sizes (errata 7)
             tensors[f"sigmas.n{n}.L{L}"] = get_flux_sigmas_from_mu(n, calculate_flux_mu(L)).float()
@@ -129,8 +132,8 @@ def main():
                 (30, 1, 2, 2, 10.0, 1.0, 3, 7.0), (50, 1, 2, 2, 10.0, 1.0, 4, 7.0)]
     for k, setting in enumerate(settings):
         run_sampler(tensors, runs, k, *setting)
-    # The same sampler with MKL's AVX2 code path (an AVX2-only CPU): its VML log / expm1
-    # differ from the AVX-512 path's; run in a child process, MKL picks its ISA at load.
+    # The same sampler with MKL's AVX2 code path (an AVX2-only CPU): its VML log
+    # differs from the AVX-512 path's; run in a child process, MKL picks its ISA at load.
     with tempfile.TemporaryDirectory() as tmp:
         k = len(settings)
         env = dict(os.environ, MKL_ENABLE_INSTRUCTIONS="AVX2")

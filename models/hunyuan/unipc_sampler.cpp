@@ -1,6 +1,11 @@
 // Every product and sum below is rounded to fp32 separately, as torch's
 // elementwise kernels do; the places where torch fuses (linspace) use std::fma.
+// No contraction into FMAs (GCC contracts by default even with -std=c++20).
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include "models/hunyuan/unipc_sampler.h"
 
@@ -17,7 +22,8 @@ namespace {
 // torch.linalg.solve of the UniPC systems (2x2 or 3x3, fp32) as torch 2.15's
 // MKL LAPACK computes them (getrf + getrs), found by testing candidate
 // operation orders against torch.linalg.solve (bit-exact on 1,000 random 2x2
-// / 3x3 systems and on every UniPC system of 6..100-step schedules):
+// / 3x3 systems and on every UniPC system of 6-, 25-, 30-, 50- and 100-step
+// schedules, under MKL's AVX-512 and AVX2 code paths):
 //  - getrf: partial pivoting on the first largest |pivot|; a column with two
 //    entries below the pivot is scaled by the pivot's reciprocal, one with a
 //    single entry divided by it (sgetrf2's one-column case); the trailing
@@ -67,16 +73,18 @@ float dot(const std::vector<const float*>& d, std::span<const float> rho, size_t
   return acc;
 }
 
-// torch.log and torch.expm1 of fp32 tensors on the CPU run MKL VML in its
-// high-accuracy mode (ATen vml.h): within an ulp, mostly but not always
-// correctly rounded, and the result depends on MKL's code path for the CPU
-// (MKL_ENABLE_INSTRUCTIONS). flick takes the correctly rounded value. With
-// MKL's AVX-512 path (this machine) log agrees on every sigma of the tested
-// schedules and expm1 on all but a few step sizes: at mu = ln 7 (every 640
-// bucket), among 2..100 steps only the last step of 24, 30 and 32 steps
-// differs; the demo's 25 steps are exact. tools/framepack_unipc_goldens.py
-// records where they differ; from there on the test bounds the effect (5e-7
-// relative after 22 steps on MKL's AVX2 path, whose log differs at 2 of 25 sigmas).
+// torch.log of an fp32 tensor on the CPU is MKL VML's vsLn in its
+// high-accuracy mode (ATen vml.h), torch.expm1 SLEEF's expm1f_u10 (ATen's
+// vectorised kernels): both within an ulp, mostly but not always correctly
+// rounded, and VML's result depends on MKL's code path for the CPU
+// (MKL_ENABLE_INSTRUCTIONS), SLEEF's on ATen's (AVX2 and AVX-512 agree).
+// flick takes the correctly rounded values. With MKL's AVX-512 path (this
+// machine) log agrees on every sigma of the tested schedules and expm1 on all
+// but a few step sizes: at mu = ln 7 (every 640 bucket), among 2..100 steps
+// only the last step of 24, 30 and 32 steps differs; the demo's 25 steps are
+// exact. tools/framepack_unipc_goldens.py records where they differ; from
+// there on the test bounds the effect (5e-7 relative after 22 steps on MKL's
+// AVX2 path, whose log differs at 2 of 25 sigmas).
 float correctly_rounded_log(float x) {
   return static_cast<float>(std::log(static_cast<double>(x)));
 }
@@ -98,7 +106,8 @@ std::vector<float> torch_linspace(float start, float end, int64_t steps) {
   // ATen RangeFactoriesKernel.cpp linspace_kernel: step in fp32; indices
   // below steps / 2 count from start, the rest from end; the compiler fuses
   // `start + step * idx` into an FMA (spec errata 2). Checked against torch
-  // 2.15 (AVX-512 capability) at 26, 31, 51 and 101 points.
+  // 2.15 at 26, 31, 51 and 101 points; its AVX2 and AVX-512 kernels agree, the
+  // unvectorised build (ATEN_CPU_CAPABILITY=default, no FMA) differs.
   std::vector<float> out(static_cast<size_t>(std::max<int64_t>(steps, 0)));
   if (steps <= 0) return out;
   if (steps == 1) {
@@ -262,6 +271,20 @@ std::vector<float> section_noise(TorchGenerator& gen, int64_t t, int64_t h, int6
   std::vector<float> out(static_cast<size_t>(16 * t * h * w));
   gen.randn(out.data(), static_cast<int64_t>(out.size()));
   return out;
+}
+
+Expected<std::vector<float>> sample_section(const VelocityFn& velocity, TorchGenerator& gen,
+                                            int64_t t, int64_t h, int64_t w,
+                                            const SectionSampling& sampling,
+                                            const StepCallback& callback) {
+  if (t < 1 || h < 1 || w < 1 || sampling.steps < 1)
+    return invalid_input("sample_section: latent [1, 16, " + std::to_string(t) + ", " +
+                         std::to_string(h) + ", " + std::to_string(w) + "], " +
+                         std::to_string(sampling.steps) + " steps");
+  std::vector<float> noise = section_noise(gen, t, h, w);
+  const std::vector<float> sigmas = framepack_sigmas(sampling.steps, t, h, w, sampling.shift);
+  return sample_unipc(fm_denoiser(velocity, sampling.cfg_scale), std::move(noise), sigmas,
+                      callback);
 }
 
 }  // namespace flick::hunyuan

@@ -3,9 +3,9 @@
 // k_diffusion/wrapper.py fm_wrapper, k_diffusion/uni_pc_fm.py FlowMatchUniPC),
 // reproduced operation by operation in fp32 so that a model giving the same
 // velocities gives the same latents bit for bit (including torch.linalg.solve's
-// MKL operation order and the tensordot's FMA), as long as torch's log and
-// expm1 (MKL VML, high-accuracy mode: within an ulp, not always correctly
-// rounded) return the correctly rounded values flick computes; see
+// MKL operation order and the tensordot's FMA), as long as torch's log (MKL
+// VML) and expm1 (SLEEF), within an ulp but not always correctly rounded,
+// return the correctly rounded values flick computes; see
 // unipc_sampler.cpp for how often they do not:
 //
 //   L      = T * h * w / 4                          (tokens of the noisy window)
@@ -82,5 +82,22 @@ std::vector<float> framepack_sigmas(int64_t steps, int64_t t, int64_t h, int64_t
 // The section's initial noise, torch.randn((1, 16, T, h, w), generator=gen):
 // consumes 16 * T * h * w normals from gen (C order).
 std::vector<float> section_noise(TorchGenerator& gen, int64_t t, int64_t h, int64_t w);
+
+struct SectionSampling {
+  int64_t steps = 25;      // num_inference_steps (demo default)
+  float cfg_scale = 1.0f;  // real CFG (demo: 1, the negative is never evaluated)
+  double shift = 0.0;      // 0: mu from the token count (the demo's shift=None)
+};
+
+// sample_hunyuan (k_diffusion_hunyuan.py:28-120) for one section with
+// initial_latent = concat_latent = None, guidance_rescale 0: draws the noise
+// [1, 16, T, h, w] from gen, then the UniPC sampler over framepack_sigmas
+// with fm_denoiser(velocity). Returns the final x0, [1, 16, T, h, w] in C
+// order. The distilled guidance (distilled_guidance(gs)) and the text /
+// image conditioning are the velocity function's.
+Expected<std::vector<float>> sample_section(const VelocityFn& velocity, TorchGenerator& gen,
+                                            int64_t t, int64_t h, int64_t w,
+                                            const SectionSampling& sampling,
+                                            const StepCallback& callback = {});
 
 }  // namespace flick::hunyuan

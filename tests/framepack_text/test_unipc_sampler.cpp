@@ -4,7 +4,12 @@
 // step and result compared bit for bit (25 steps as the demo, real CFG, the
 // one- and two-step orders, 30 and 50 steps at mu = ln 7), and the sections'
 // torch.randn noise.
-#pragma GCC optimize("fp-contract=off")  // the stand-in's twin rounds each op, as torch
+// The stand-in's twin rounds each op, as torch: no contraction into FMAs.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <gtest/gtest.h>
 
@@ -78,13 +83,12 @@ TEST(FramePackSchedule, SigmasBitExactWithTheReference) {
   EXPECT_EQ(fm_timestep(1.0f), 1000.0f);
 }
 
-TEST(FramePackSchedule, LinspaceMatchesTorch) {
-  // linspace(1, 0, n + 1) is the t of flux_sigmas: sigma(t) is monotone, so
-  // an exact sigma table pins t; direct checks of the two-sided formula:
-  const std::vector<float> t = torch_linspace(1.0f, 0.0f, 26);
-  EXPECT_EQ(t.front(), 1.0f);
-  EXPECT_EQ(t.back(), 0.0f);
-  EXPECT_EQ(t[13], std::fma(0.04f, 12.0f, 0.0f));  // counted from the end: (26 - 13 - 1) * 0.04
+TEST(FramePackSchedule, LinspaceBitExactWithTorch) {
+  for (int64_t n : {25, 30, 50, 100, 7}) {
+    const std::string name = "linspace.n" + std::to_string(n);
+    const Diff d = diff(torch_linspace(1.0f, 0.0f, n + 1), golden(name));
+    EXPECT_EQ(d.mismatches, 0) << name << ": max " << d.max_ulps << " ulps";
+  }
 }
 
 // The stand-in transformer of tools/framepack_unipc_goldens.py:
@@ -124,7 +128,7 @@ TEST(FramePackUniPc, EveryStepBitExactWithSampleHunyuan) {
     // Every step's x and x0 bit for bit: the stand-in's twin is exact, so any
     // difference is the sampler's (schedule, bf16 points, UniPC arithmetic,
     // linalg.solve, tensordot). One known exception: torch's log and expm1
-    // (MKL VML) are not always correctly rounded, flick's are
+    // (MKL VML, SLEEF) are not always correctly rounded, flick's are
     // (unipc_sampler.cpp); the goldens list where they differ. From the first
     // step using such a value on, bound max |x - x_ref| by 1e-6 of max |x_ref|
     // (observed 9.7e-8 after one such step, 4.7e-7 after 22 on MKL's AVX2 path).
@@ -177,9 +181,38 @@ TEST(FramePackUniPc, EveryStepBitExactWithSampleHunyuan) {
     EXPECT_EQ(static_cast<int64_t>(timesteps.size()), r["calls"].get<int64_t>()) << tag;
     EXPECT_EQ(distilled_guidance(r["gs"].get<double>()), golden(tag + "guidance")[0]) << tag;
   }
-  // The exception is exercised: the 30-step run (SLEEF-like expm1 at its last
+  // The exception is exercised: the 30-step run (SLEEF's expm1 at its last
   // step) and the run with MKL's AVX2 path; the others are exact throughout.
   EXPECT_EQ(inexact_runs, 2);
+}
+
+// sample_section (noise from the generator + schedule + sampler) gives
+// sample_hunyuan's result for every run whose log / expm1 are all correctly
+// rounded.
+TEST(FramePackUniPc, SampleSectionEqualsSampleHunyuan) {
+  std::ifstream f(kData + "unipc.json");
+  const nlohmann::json manifest = nlohmann::json::parse(f);
+  int run = 0, compared = 0;
+  for (const nlohmann::json& r : manifest["runs"]) {
+    const std::string tag = "run" + std::to_string(run++) + ".";
+    if (!r["log_not_correctly_rounded_at"].empty() || !r["expm1_not_correctly_rounded_at"].empty())
+      continue;
+    const int64_t t = r["shape"][2], h = r["shape"][3], w = r["shape"][4];
+    TorchGenerator gen(r["seed"].get<uint64_t>());
+    SectionSampling s;
+    s.steps = r["steps"];
+    s.cfg_scale = r["cfg"].get<float>();
+    s.shift = r["shift"].get<double>();
+    Expected<std::vector<float>> out =
+        sample_section(stand_in(t * h * w, nullptr), gen, t, h, w, s);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    const Diff d = diff(*out, golden(tag + "out"));
+    EXPECT_EQ(d.mismatches, 0) << tag << "max " << d.max_ulps << " ulps";
+    ++compared;
+  }
+  EXPECT_EQ(compared, 5);
+  TorchGenerator gen(0);
+  EXPECT_FALSE(sample_section(stand_in(1, nullptr), gen, 0, 2, 2, SectionSampling{}).ok());
 }
 
 // Two sections drawn from one generator, as the demo's worker consumes it.
