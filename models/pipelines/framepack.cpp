@@ -638,7 +638,6 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
   const bool f1 = in.variant == FramePackVariant::kF1;
   const int64_t overlap = 4 * lws - 3;
   const float guidance = hunyuan::distilled_guidance(in.distilled_guidance);
-  const std::vector<float> sigmas = hunyuan::framepack_sigmas(in.steps, lws, h, w);
   TorchGenerator gen(
       in.seed);  // one generator, consumed across sections (k_diffusion_hunyuan.py:61)
 
@@ -709,10 +708,10 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
       std::memcpy(v.data(), out.t.ptr<float>(), v.size() * sizeof(float));
       return ok_status();
     };
-    std::vector<float> noise = hunyuan::section_noise(gen, lws, h, w);
-    FLICK_ASSIGN_OR_RETURN(
-        std::vector<float> x,
-        hunyuan::sample_unipc(hunyuan::fm_denoiser(velocity, 1.f), std::move(noise), sigmas));
+    hunyuan::SectionSampling sampling;
+    sampling.steps = in.steps;
+    FLICK_ASSIGN_OR_RETURN(std::vector<float> x,
+                           hunyuan::sample_section(velocity, gen, lws, h, w, sampling));
     if (tap) {
       tap("section" + std::to_string(s.index) + ".latents",
           Tensor::view(x.data(), DType::F32, Shape{1, kFramePackLatentChannels, lws, h, w}));
