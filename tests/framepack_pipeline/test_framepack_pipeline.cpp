@@ -267,6 +267,7 @@ void expect_matches_golden(FramePackVariant v, const std::string& tag) {
     const std::vector<float> want = to_f32(*golden->get(theirs));
     ASSERT_EQ(r.taps[mine].size(), want.size()) << mine;
     EXPECT_LT(rel_l2(r.taps[mine], want), 1e-5) << mine;
+    std::printf("%s: rel L2 %.3g\n", mine, rel_l2(r.taps[mine], want));
   }
   const nlohmann::json m = manifest();
   const int64_t sections = framepack_section_count(m["job"]["total_second_length"]);
