@@ -31,12 +31,15 @@ is the reference's own code. What the namespace changes, and why:
     template tokens (95 for LLaMA-3's, which the reference hard-codes);
   * save_bcthw_as_mp4 keeps its uint8 tensor (the reference's own
     conversion: clamp, * 127.5 + 127.5, truncating cast) and writes no mp4;
-  * high_vram = True (no offloading), TeaCache off, attention = torch SDPA.
+  * high_vram = True (no offloading), TeaCache off but in the teacache run,
+    attention = torch SDPA.
 The same tiny transformer serves both variants (F1's checkpoint has the
 original's architecture). A third run, "release.original", loads the models
 in the demo's own dtypes (bf16 DiT, fp16 text encoders / SigLIP / VAE) for
 flick's bf16 test; its section latents and conditioning are kept (not its
-frames, to keep the fixture under 2 MB).
+frames, to keep the fixture under 2 MB). A fourth, "teacache.original",
+runs the fp32 models with TeaCache on over 10 steps (latents, and which DiT
+calls reused the residual: manifest teacache.skipped_calls).
 
 Writes tests/data/framepack_pipeline/: weights/, input.png, goldens.safetensors
 ({variant}.section{i}.latents: sample_hunyuan's output per section;
@@ -186,13 +189,20 @@ class F32Dit:
 
     def __init__(self, m):
         self.m, self.dtype = m, torch.float32
+        self.block_runs, self.skipped, self.calls = 0, [], 0
+        m.transformer_blocks[0].register_forward_hook(lambda *a: setattr(self, "block_runs", self.block_runs + 1))
 
     def initialize_teacache(self, **k):
         self.m.initialize_teacache(**k)
 
     def __call__(self, **kw):
         kw = {k: (v.float() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in kw.items()}
-        return self.m(**kw)
+        before = self.block_runs
+        out = self.m(**kw)
+        if self.block_runs == before:  # TeaCache reused the residual
+            self.skipped.append(self.calls)
+        self.calls += 1
+        return out
 
 
 def main():
@@ -288,9 +298,14 @@ def main():
     release["transformer"].high_quality_fp32_output_for_inference = True
     fp32_models = dict(text_encoder=text_encoder, text_encoder_2=text_encoder_2, image_encoder=image_encoder,
                        vae=vae, transformer=F32Dit(transformer))
-    for variant, demo, models in (("original", "demo_gradio.py", fp32_models),
-                                  ("f1", "demo_gradio_f1.py", fp32_models),
-                                  ("release.original", "demo_gradio.py", release)):
+    # TeaCache (the demo's default, lossy) over 10 steps, so that it skips
+    # some calls: the fp32 models, original variant, latents only.
+    teacache = dict(JOB, steps=10, use_teacache=True)
+    for variant, demo, models, job in (("original", "demo_gradio.py", fp32_models, JOB),
+                                       ("f1", "demo_gradio_f1.py", fp32_models, JOB),
+                                       ("release.original", "demo_gradio.py", release, JOB),
+                                       ("teacache.original", "demo_gradio.py",
+                                        dict(fp32_models, transformer=F32Dit(transformer)), teacache)):
         rec = {"sections": [], "videos": []}
 
         def rec_sample(**kw):
@@ -344,9 +359,9 @@ def main():
             save_bcthw_as_mp4=rec_video, **models)
         exec(compile(worker_source(FP_DIR / demo), demo, "exec"), ns)
         with torch.no_grad():
-            ns["worker"](image, PROMPT, "", JOB["seed"], JOB["total_second_length"], JOB["latent_window_size"],
-                         JOB["steps"], JOB["cfg"], JOB["gs"], JOB["rs"], JOB["gpu_memory_preservation"],
-                         JOB["use_teacache"], JOB["mp4_crf"])
+            ns["worker"](image, PROMPT, "", job["seed"], job["total_second_length"], job["latent_window_size"],
+                         job["steps"], job["cfg"], job["gs"], job["rs"], job["gpu_memory_preservation"],
+                         job["use_teacache"], job["mp4_crf"])
         n_sec = int(max(round(JOB["total_second_length"] * 30 / (JOB["latent_window_size"] * 4)), 1))
         assert len(rec["sections"]) == n_sec and len(rec["videos"]) == n_sec, \
             f"{variant}: the worker failed (see the traceback above)"
@@ -354,6 +369,10 @@ def main():
             g[f"{variant}.section{i}.latents"] = s.contiguous()
         for i, v in enumerate(rec["videos"]):
             manifest[f"{variant}.video{i}.frames"] = int(v.shape[0])
+        if variant.startswith("teacache"):  # latents only; which calls ran in full
+            manifest["teacache.skipped_calls"] = models["transformer"].skipped
+            manifest["teacache.steps"] = job["steps"]
+            continue
         if variant.startswith("release"):  # latents and conditioning (frames: 0.34 MB, left out)
             for k in ("llama_vec", "clip_pooler", "start_latent", "image_embeddings"):
                 g[f"release.{k}"] = rec[k].contiguous()

@@ -689,6 +689,9 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
     const OwnedTensor clean = stack_frames(c1, h, w), clean_2x = stack_frames(c2, h, w),
                       clean_4x = stack_frames(c4, h, w);
 
+    // initialize_teacache(enable_teacache, num_steps=steps) per section (demo_gradio.py:215-218).
+    std::optional<hunyuan::DitTeaCache> teacache;
+    if (in.teacache) teacache.emplace(in.steps);
     hunyuan::VelocityFn velocity = [&](std::span<const float> xb, float timestep, int,
                                        std::span<float> v) -> Status {
       hunyuan::FramePackDitInputs di;
@@ -703,7 +706,8 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
       di.text = llama;
       di.pooled = pooled;
       di.image_embeddings = image_embeddings;
-      FLICK_ASSIGN_OR_RETURN(OwnedTensor out, dit->dit.forward(di));
+      FLICK_ASSIGN_OR_RETURN(OwnedTensor out,
+                             dit->dit.forward(di, {}, teacache ? &*teacache : nullptr));
       FLICK_CHECK(static_cast<size_t>(out.t.numel()) == v.size());
       std::memcpy(v.data(), out.t.ptr<float>(), v.size() * sizeof(float));
       return ok_status();

@@ -146,6 +146,8 @@ TEST_F(FramePackKindTest, JobKeysAreChecked) {
   expect_job_error(*c, job("end_image = \"" + (dir_ / "in/start.png") + "\"\n"), "input.end_image",
                    "97fe5db");
   expect_job_error(*c, job("variant = \"f2\"\n"), "input.variant", "");
+  expect_job_error(*c, job("teacache = 1\n"), "input.teacache", "");
+  expect_job_error(*c, job("stepz = 4\n"), "input.stepz", "steps");  // did you mean
   expect_job_error(*c, job("steps = 0\n").replace(job("").find("steps = 3\n"), 10, ""),
                    "input.steps", "");
   std::string no_prompt = job("");
