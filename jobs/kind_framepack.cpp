@@ -9,6 +9,7 @@
 //   # buckets = [[32, 48], [48, 32]]   # or an explicit (h, w) list, multiples of 16
 //   prompt_cache = "/var/cache/flick/framepack"  # prompt encodings on disk (safe to delete)
 //   vae_tiling = false                 # FramePack's low-VRAM spatially tiled VAE
+//   keep_dit_loaded = true             # false: DiT loaded per job, never beside the text encoders
 //   backend   = "cpu"
 //   # Component folders, each defaulting to <weights>/<key>:
 //   # transformer, text_encoder, text_encoder_2, tokenizer, tokenizer_2, vae, image_encoder
@@ -293,6 +294,14 @@ std::unique_ptr<PipelineInstance> create_framepack_pipeline(TableReader& entry) 
     const auto t = entry.boolean("vae_tiling", Need::kOptional);
     if (t) {
       o.vae_spatial_tiling = *t;
+    } else {
+      ok = false;
+    }
+  }
+  if (entry.has("keep_dit_loaded")) {
+    const auto k = entry.boolean("keep_dit_loaded", Need::kOptional);
+    if (k) {
+      o.keep_dit_loaded = *k;
     } else {
       ok = false;
     }

@@ -432,6 +432,7 @@ struct FramePackPipeline::Impl {
 
   // Stores first: components hold views into them and are destroyed first.
   WeightStore vae_store, siglip_store;
+  hunyuan::FramePackDitConfig dit_cfg;
   std::optional<hunyuan::FramePackDitModel> dit;
   std::optional<HunyuanVae> vae;
   std::optional<siglip::SiglipVision> siglip;
@@ -440,6 +441,13 @@ struct FramePackPipeline::Impl {
   framepack::PromptEncoding last_encoding;
 
   Status load();
+  Status ensure_dit() {
+    if (dit) return ok_status();
+    FLICK_ASSIGN_OR_RETURN(hunyuan::FramePackDitModel d,
+                           hunyuan::open_framepack_dit(paths.transformer, *be, opt.precision));
+    dit.emplace(std::move(d));
+    return ok_status();
+  }
   Expected<framepack::PromptEncoding> encode_prompt(const std::string& prompt);
   Status run(const FramePackInput& in, FrameSink& sink, const RunContext& ctx, const Tap& tap);
 };
@@ -483,15 +491,21 @@ Status FramePackPipeline::Impl::load() {
                      folder_identity(paths.text_encoder_2) + "\n" +
                      folder_identity(paths.tokenizer) + "\n" + folder_identity(paths.tokenizer_2);
 
-  // The DiT, VAE and SigLIP stay loaded across jobs.
+  // The DiT: its config and full layout checked now; loaded now and kept
+  // (keep_dit_loaded), or loaded per job once the text encoders are gone.
   FLICK_TRY(require_dir(paths.transformer, "transformer"));
-  FLICK_ASSIGN_OR_RETURN(hunyuan::FramePackDitModel d,
-                         hunyuan::open_framepack_dit(paths.transformer, *be, p));
-  dit.emplace(std::move(d));
-  if (dit->dit.config().in_channels != kFramePackLatentChannels)
-    return invalid_input("FramePack: the transformer takes " +
-                         std::to_string(dit->dit.config().in_channels) +
+  {
+    FLICK_ASSIGN_OR_RETURN(const std::string file,
+                           hunyuan::framepack_dit_weights_path(paths.transformer));
+    FLICK_ASSIGN_OR_RETURN(WeightStore s, WeightStore::open({file}));
+    FLICK_ASSIGN_OR_RETURN(dit_cfg, hunyuan::FramePackDitConfig::detect(
+                                        s.root(), join_path(paths.transformer, "config.json")));
+    FLICK_TRY(hunyuan::check_framepack_dit_layout(s.root(), dit_cfg));
+  }
+  if (dit_cfg.in_channels != kFramePackLatentChannels)
+    return invalid_input("FramePack: the transformer takes " + std::to_string(dit_cfg.in_channels) +
                          " latent channels, the pipeline 16");
+  if (opt.keep_dit_loaded) FLICK_TRY(ensure_dit());
 
   FLICK_ASSIGN_OR_RETURN(const std::string vae_file,
                          component_weights(paths.vae, "diffusion_pytorch_model", "vae"));
@@ -519,7 +533,7 @@ Status FramePackPipeline::Impl::load() {
   siglip.emplace(std::move(s));
   FLICK_TRY(siglip_store.check_all_used());
 
-  const hunyuan::FramePackDitConfig& dc = dit->dit.config();
+  const hunyuan::FramePackDitConfig& dc = dit_cfg;
   if (dc.image_dim != sc.width)
     return invalid_input("FramePack: the transformer's image projection takes " +
                          std::to_string(dc.image_dim) + " channels, the image encoder gives " +
@@ -600,7 +614,7 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
 
   // ---- conditioning ----
   FLICK_ASSIGN_OR_RETURN(framepack::PromptEncoding enc, encode_prompt(in.prompt));
-  const hunyuan::FramePackDitConfig& dc = dit->dit.config();
+  const hunyuan::FramePackDitConfig& dc = dit_cfg;
   if (enc.llama_dim != dc.text_dim || static_cast<int64_t>(enc.pooled.size()) != dc.pooled_dim)
     return invalid_input("FramePack: the text encoders give " + std::to_string(enc.llama_dim) +
                          " / " + std::to_string(enc.pooled.size()) +
@@ -631,6 +645,15 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
   if (tap) tap("image_embeddings", image_embeddings);
 
   // ---- sections ----
+  // Without keep_dit_loaded the DiT is loaded here, after the text encoders
+  // were freed, and freed when the job ends (however it ends).
+  struct DitRelease {
+    Impl* impl;
+    ~DitRelease() {
+      if (!impl->opt.keep_dit_loaded) impl->dit.reset();
+    }
+  } release_dit{this};
+  FLICK_TRY(ensure_dit());
   const int64_t n_sections = framepack_section_count(in.seconds, static_cast<int>(lws));
   const int64_t total_frames = framepack_video_frames(n_sections, static_cast<int>(lws));
   const std::vector<FramePackSection> plan =

@@ -129,6 +129,12 @@ struct FramePackOptions {
   std::string prompt_cache;
   // FramePack's low-VRAM VAE mode (spatially tiled encode / decode; spec 3.3).
   bool vae_spatial_tiling = false;
+  // true: the DiT is loaded once (load()) and kept; an uncached prompt then
+  // loads the text encoders beside it. false: the DiT is loaded per job,
+  // after the text encoders are freed, and freed after the job: the text
+  // encoders and the DiT are never in memory together (the lower peak, for
+  // memory budgets below their sum; costs one DiT load per job).
+  bool keep_dit_loaded = true;
 };
 
 struct FramePackInput {
@@ -160,9 +166,9 @@ class FramePackPipeline {
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // Opens every component (config detection, shape checks, tokenizers); the
-  // DiT, VAE and SigLIP stay loaded, the text encoders are loaded per job
-  // when a prompt is not cached and freed before sampling. Errors name the
-  // missing folder or file.
+  // VAE and SigLIP stay loaded, the DiT too with keep_dit_loaded; the text
+  // encoders are loaded per job when a prompt is not cached and freed before
+  // sampling. Errors name the missing folder or file.
   static Expected<std::unique_ptr<FramePackPipeline>> load(const FramePackOptions& options,
                                                            Backend& backend);
   ~FramePackPipeline();

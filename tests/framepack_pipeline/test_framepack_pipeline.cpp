@@ -414,5 +414,28 @@ TEST(FramePackRun, StopsAtTheNextSection) {
   EXPECT_EQ(sink.frames.size(), 37u - 33u);  // 37 decoded, the last 33 await the blend
 }
 
+// keep_dit_loaded = false (the DiT loaded per job after the text encoders
+// are freed, then freed): two jobs give exactly the video of a kept DiT.
+TEST(FramePackRun, DitLoadedPerJobGivesTheSameVideo) {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  Expected<std::unique_ptr<FramePackPipeline>> kept =
+      FramePackPipeline::load(tiny_options(Precision::F32), *be);
+  ASSERT_TRUE(kept.ok()) << kept.status().message();
+  FramePackOptions o = tiny_options(Precision::F32);
+  o.keep_dit_loaded = false;
+  Expected<std::unique_ptr<FramePackPipeline>> per_job = FramePackPipeline::load(o, *be);
+  ASSERT_TRUE(per_job.ok()) << per_job.status().message();
+  CollectingSink want;
+  ASSERT_TRUE((*kept)->run(tiny_input(FramePackVariant::kF1), want, {}).ok());
+  for (int job = 0; job < 2; ++job) {
+    CollectingSink got;
+    Status s = (*per_job)->run(tiny_input(FramePackVariant::kF1), got, {});
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(got.frames.size(), want.frames.size());
+    for (size_t i = 0; i < got.frames.size(); ++i)
+      ASSERT_EQ(got.frames[i].rgb, want.frames[i].rgb) << "job " << job << " frame " << i;
+  }
+}
+
 }  // namespace
 }  // namespace flick

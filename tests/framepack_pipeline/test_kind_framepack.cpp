@@ -119,6 +119,8 @@ TEST_F(FramePackKindTest, PipelineKeysAreChecked) {
   expect_config_error("resolution = 640\n", "buckets", "not both");
   expect_config_error("vae = \"relative/vae\"\n", "vae", "absolute");
   expect_config_error("backend = \"cuda\"\n", "backend", "CUDA");
+  expect_config_error("keep_dit_loaded = \"no\"\n", "keep_dit_loaded", "");
+  ASSERT_TRUE(config("keep_dit_loaded = false\nvae_tiling = true\n")) << cdiag_.status().message();
 }
 
 TEST_F(FramePackKindTest, BucketsMustBeMultiplesOf16) {
