@@ -23,6 +23,17 @@
 // has been appended before it, but the sink takes frames in time order, so
 // its frames are held (as uint8) and written after the last section.
 //
+// Memory (released sizes, 640 bucket): DiT 12.87 B params (25.7 GB bf16,
+// 12.9 GB int8 / fp8), LLaMA layers 0..29 (~14 GB bf16), SigLIP 0.86 GB,
+// VAE 0.5 GB, CLIP-L 0.25 GB; DiT activations ~2 GB (18.5k tokens x 3072,
+// MLP 12288); VAE decode of a 5-latent temporal tile ~5 GB bf16 untiled,
+// < 1 GB with vae_spatial_tiling; pixels: 106 fp16-valued frames pending
+// plus, for "original", the finished video as uint8 (0.17 GB for 5 s,
+// 2.1 GB for 60 s). With keep_dit_loaded = false the text encoders (only on
+// a prompt-cache miss) and the DiT are never resident together, so a 24 GB
+// budget needs the DiT in int8 / fp8 (bf16 alone exceeds it): ~13 + 1.4 +
+// 2 + 1 + <= 2 GB while sampling, ~16 GB while encoding a new prompt.
+//
 // Deviations from the reference, each documented where it is made: the start
 // latent is the posterior mean (the reference samples from the global torch
 // RNG, not the seed); the reference's fp16 text encoders / SigLIP / VAE run in
