@@ -737,8 +737,19 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
     };
     hunyuan::SectionSampling sampling;
     sampling.steps = in.steps;
+    hunyuan::StepCallback on_step;
+    if (tap) {
+      on_step = [&](const hunyuan::UniPcStep& st) {
+        const std::string base =
+            "section" + std::to_string(s.index) + ".step" + std::to_string(st.index);
+        const Shape shape{1, kFramePackLatentChannels, lws, h, w};
+        tap(base + ".x", Tensor::view(const_cast<float*>(st.x.data()), DType::F32, shape));
+        tap(base + ".denoised",
+            Tensor::view(const_cast<float*>(st.denoised.data()), DType::F32, shape));
+      };
+    }
     FLICK_ASSIGN_OR_RETURN(std::vector<float> x,
-                           hunyuan::sample_section(velocity, gen, lws, h, w, sampling));
+                           hunyuan::sample_section(velocity, gen, lws, h, w, sampling, on_step));
     if (tap) {
       tap("section" + std::to_string(s.index) + ".latents",
           Tensor::view(x.data(), DType::F32, Shape{1, kFramePackLatentChannels, lws, h, w}));

@@ -172,8 +172,10 @@ class FramePackPipeline {
  public:
   // Named intermediates for tests: "image" (the bucket image, U8 [H, W, 3]),
   // "llama" [1, n, C], "pooled" [1, C], "start_latent" [1, 16, 1, h, w],
-  // "image_embeddings" [1, 729, C], "section{i}.latents" (sample_hunyuan's
-  // output [1, 16, lws, h, w]). Views are valid during the call only.
+  // "image_embeddings" [1, 729, C], per sampler step k "section{i}.step{k}.x"
+  // and ".denoised" (the sampler callback's x and x0), "section{i}.latents"
+  // (sample_hunyuan's output [1, 16, lws, h, w]). Views are valid during the
+  // call only.
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // Opens every component (config detection, shape checks, tokenizers); the
