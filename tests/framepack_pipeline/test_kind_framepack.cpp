@@ -120,6 +120,7 @@ TEST_F(FramePackKindTest, PipelineKeysAreChecked) {
   expect_config_error("vae = \"relative/vae\"\n", "vae", "absolute");
   expect_config_error("backend = \"cuda\"\n", "backend", "CUDA");
   expect_config_error("keep_dit_loaded = \"no\"\n", "keep_dit_loaded", "");
+  expect_config_error("image_encoders = \"/x\"\n", "image_encoders", "image_encoder");
   ASSERT_TRUE(config("keep_dit_loaded = false\nvae_tiling = true\n")) << cdiag_.status().message();
 }
 
