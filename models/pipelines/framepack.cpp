@@ -629,7 +629,9 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
     tap("pooled", pooled);
   }
 
-  // Start latent: uint8 / 127.5 - 1 in fp32 (two roundings), [1, 3, 1, H, W].
+  // Start latent: uint8 / 127.5 - 1 in fp32 (two roundings), [1, 3, 1, H, W];
+  // the posterior mean (the reference samples the posterior from the global
+  // torch RNG, not from the seed: spec 1.3 [P]).
   OwnedTensor pixels(DType::F32, Shape{1, 3, 1, H, W});
   for (int c = 0; c < 3; ++c)
     for (int64_t i = 0; i < plane; ++i)
@@ -661,8 +663,8 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
   const bool f1 = in.variant == FramePackVariant::kF1;
   const int64_t overlap = 4 * lws - 3;
   const float guidance = hunyuan::distilled_guidance(in.distilled_guidance);
-  TorchGenerator gen(
-      in.seed);  // one generator, consumed across sections (k_diffusion_hunyuan.py:61)
+  // One generator, consumed across sections (demo_gradio.py:180, k_diffusion_hunyuan.py:61).
+  TorchGenerator gen(in.seed);
 
   // History latents, oldest first in time. original: 1 + 2 + 16 zero frames
   // that the generated sections are prepended to; f1: 16 + 2 + 1 zeros, then
