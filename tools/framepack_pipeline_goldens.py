@@ -39,7 +39,9 @@ in the demo's own dtypes (bf16 DiT, fp16 text encoders / SigLIP / VAE) for
 flick's bf16 test; its section latents and conditioning are kept (not its
 frames, to keep the fixture under 2 MB). A fourth, "teacache.original",
 runs the fp32 models with TeaCache on over 10 steps (latents, and which DiT
-calls reused the residual: manifest teacache.skipped_calls).
+calls reused the residual: manifest teacache.skipped_calls). A fifth,
+"long.original", runs 6.5 s (5 sections: latent_paddings [3, 2, 2, 1, 0])
+at 2 steps (latents only).
 
 Writes tests/data/framepack_pipeline/: weights/, input.png, goldens.safetensors
 ({variant}.section{i}.latents: sample_hunyuan's output per section;
@@ -301,11 +303,15 @@ def main():
     # TeaCache (the demo's default, lossy) over 10 steps, so that it skips
     # some calls: the fp32 models, original variant, latents only.
     teacache = dict(JOB, steps=10, use_teacache=True)
+    # 6.5 s: 5 sections, latent_paddings [3, 2, 2, 1, 0] (the > 4 rule); 2
+    # steps to keep it cheap; latents only.
+    long = dict(JOB, total_second_length=6.5, steps=2)
     for variant, demo, models, job in (("original", "demo_gradio.py", fp32_models, JOB),
                                        ("f1", "demo_gradio_f1.py", fp32_models, JOB),
                                        ("release.original", "demo_gradio.py", release, JOB),
                                        ("teacache.original", "demo_gradio.py",
-                                        dict(fp32_models, transformer=F32Dit(transformer)), teacache)):
+                                        dict(fp32_models, transformer=F32Dit(transformer)), teacache),
+                                       ("long.original", "demo_gradio.py", fp32_models, long)):
         rec = {"sections": [], "videos": []}
 
         def rec_sample(**kw):
@@ -362,13 +368,17 @@ def main():
             ns["worker"](image, PROMPT, "", job["seed"], job["total_second_length"], job["latent_window_size"],
                          job["steps"], job["cfg"], job["gs"], job["rs"], job["gpu_memory_preservation"],
                          job["use_teacache"], job["mp4_crf"])
-        n_sec = int(max(round(JOB["total_second_length"] * 30 / (JOB["latent_window_size"] * 4)), 1))
+        n_sec = int(max(round(job["total_second_length"] * 30 / (job["latent_window_size"] * 4)), 1))
         assert len(rec["sections"]) == n_sec and len(rec["videos"]) == n_sec, \
             f"{variant}: the worker failed (see the traceback above)"
         for i, s in enumerate(rec["sections"]):
             g[f"{variant}.section{i}.latents"] = s.contiguous()
         for i, v in enumerate(rec["videos"]):
             manifest[f"{variant}.video{i}.frames"] = int(v.shape[0])
+        if variant.startswith("long"):
+            manifest["long"] = {"seconds": job["total_second_length"], "steps": job["steps"], "sections": n_sec,
+                                "frames": int(rec["videos"][-1].shape[0])}
+            continue
         if variant.startswith("teacache"):  # latents only; which calls ran in full
             manifest["teacache.skipped_calls"] = models["transformer"].skipped
             manifest["teacache.steps"] = job["steps"]

@@ -395,6 +395,40 @@ TEST(FramePackGolden, TeaCacheMatchesTheDemoWorker) {
   }
 }
 
+// 6.5 s: five sections with latent_paddings [3, 2, 2, 1, 0] (demo_gradio.py's
+// rule above 4 sections), 2 steps: every section's latents against the
+// worker's (bound as for the 3-step runs: 2e-3), 181 frames.
+TEST(FramePackGolden, FiveSectionsMatchTheDemoWorker) {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  Expected<std::unique_ptr<FramePackPipeline>> p =
+      FramePackPipeline::load(tiny_options(Precision::F32), *be);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  Expected<WeightStore> golden = WeightStore::open({kData + "goldens.safetensors"});
+  ASSERT_TRUE(golden.ok()) << golden.status().message();
+  const nlohmann::json m = manifest()["long"];
+  FramePackInput in = tiny_input(FramePackVariant::kOriginal);
+  in.seconds = m["seconds"];
+  in.steps = m["steps"];
+  CollectingSink sink;
+  std::map<std::string, std::vector<float>> taps;
+  Status s = (*p)->run(in, sink, {}, [&](std::string_view name, const Tensor& t) {
+    if (name.ends_with(".latents")) taps[std::string(name)] = to_f32(t);
+  });
+  ASSERT_TRUE(s.ok()) << s.message();
+  const int64_t sections = m["sections"];
+  ASSERT_EQ(sections, 5);
+  ASSERT_EQ(static_cast<int64_t>(taps.size()), sections);
+  for (int64_t i = 0; i < sections; ++i) {
+    const std::string name = "section" + std::to_string(i) + ".latents";
+    const std::vector<float> want = to_f32(*golden->get("long.original." + name));
+    ASSERT_EQ(taps[name].size(), want.size());
+    const double e = rel_l2(taps[name], want);
+    std::printf("5 sections, %s: rel L2 %.3g\n", name.c_str(), e);
+    EXPECT_LT(e, 2e-3) << name;
+  }
+  EXPECT_EQ(static_cast<int64_t>(sink.frames.size()), m["frames"].get<int64_t>());
+}
+
 // A stop request (SIGTERM) ends the run at the next section boundary: the
 // f1 variant has streamed the first section's final frames, the sink is not
 // finished.
