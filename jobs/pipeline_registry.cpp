@@ -13,6 +13,8 @@ constexpr PipelineKind kKinds[] = {
     {"sam3-segment",
      "EfficientSAM3: text-prompted masks with stable object ids over frames or a video",
      &create_sam3_segment_pipeline},
+    {"framepack-i2v", "FramePack: a start image and a prompt to a 30 fps video (original, f1)",
+     &create_framepack_pipeline},
 };
 
 }  // namespace

@@ -70,5 +70,6 @@ std::string pipeline_kind_names();
 std::unique_ptr<PipelineInstance> create_encode_pipeline(TableReader& entry);
 std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry);
 std::unique_ptr<PipelineInstance> create_sam3_segment_pipeline(TableReader& entry);
+std::unique_ptr<PipelineInstance> create_framepack_pipeline(TableReader& entry);
 
 }  // namespace flick
