@@ -14,6 +14,7 @@ extern "C" {
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 namespace flick {
 namespace {
@@ -49,9 +50,20 @@ int64_t seek_fd(void* opaque, int64_t offset, int whence) {
   return r < 0 ? AVERROR(errno) : static_cast<int64_t>(r);
 }
 
+// An enum field as FFmpeg stored it. Decoders copy colour tags from the
+// bitstream unchecked, so a hostile file can leave a value outside the enum
+// (254 for AVColorSpace, found by fuzz_video); reading such a field as its
+// enum type is undefined behaviour, reading its bytes as the integer is not.
+template <typename E>
+int raw_enum(const E& field) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &field, sizeof v);
+  return static_cast<int>(v);
+}
+
 // The YUV -> RGB matrix swscale should use: what the frame says, else what
 // the stream says, else BT.601 (FFmpeg's own default for untagged video).
-int sws_colorspace(AVColorSpace cs) {
+int sws_colorspace(int cs) {
   switch (cs) {
     case AVCOL_SPC_BT709: return SWS_CS_ITU709;
     case AVCOL_SPC_FCC: return SWS_CS_FCC;
@@ -63,7 +75,7 @@ int sws_colorspace(AVColorSpace cs) {
 }
 
 bool full_range(const AVFrame* f) {
-  if (f->color_range == AVCOL_RANGE_JPEG) return true;
+  if (raw_enum(f->color_range) == AVCOL_RANGE_JPEG) return true;
   // The deprecated yuvj formats carry full range in the format itself.
   const auto fmt = static_cast<AVPixelFormat>(f->format);
   return fmt == AV_PIX_FMT_YUVJ420P || fmt == AV_PIX_FMT_YUVJ422P || fmt == AV_PIX_FMT_YUVJ444P;
@@ -225,8 +237,8 @@ Status VideoReader::Impl::convert(Frame* out) {
     return error(where + ": cannot convert pixel format " + std::string(av_get_pix_fmt_name(pix)) +
                  " to RGB");
   }
-  const AVColorSpace cs =
-      frame->colorspace != AVCOL_SPC_UNSPECIFIED ? frame->colorspace : dec->colorspace;
+  const int cs = raw_enum(frame->colorspace) != AVCOL_SPC_UNSPECIFIED ? raw_enum(frame->colorspace)
+                                                                      : raw_enum(dec->colorspace);
   const int* coeffs = sws_getCoefficients(sws_colorspace(cs));
   // Output RGB is full range; the input range is what the frame says. RGB
   // inputs ignore this (swscale returns an error we do not need).

@@ -1,8 +1,9 @@
 // libFuzzer: a job file through the same validation `flick validate` and the
 // daemon apply (parse_job: TOML syntax, every key, paths against the roots,
 // the kind's own checks: the encode kind's frames and archive, the
-// matrix-game-2 kind's start image, actions and CSV file), against a config
-// declaring an encode pipeline and a matrix-game-2 pipeline per mode. No
+// matrix-game-2 kind's start image, actions and CSV file, the sam3-segment
+// kind's prompts, frames and video), against a config declaring an encode
+// pipeline, a matrix-game-2 pipeline per mode and a sam3-segment pipeline. No
 // weights are loaded: validation never needs them.
 #include <cstdint>
 #include <cstdlib>
@@ -50,6 +51,11 @@ weights = "/nonexistent/matrix-game-2"
 precision = "int8"
 width = 32
 height = 16
+
+[[pipeline]]
+name = "sam3"
+kind = "sam3-segment"
+weights = "/nonexistent/efficient_sam3_repvit-m0_9_mobileclip_s1.pth"
 )";
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The fixed input and output roots the job and config targets validate
 // against: /tmp/flick-fuzz-roots/{in,out}, made once at start-up with a start
-// image (PNG, JPEG), an action CSV per Matrix-Game mode, PNG frames and a
-// frame archive, written with flick's own writers. The path is fixed so the
+// image (PNG, JPEG), an action CSV per Matrix-Game mode, PNG frames, a
+// frame archive and a short H.264 video, written with flick's own writers. The path is fixed so the
 // committed seed jobs (tests/fuzz/corpus/fuzz_job) name real files.
 // Validation only reads them; nothing is written while fuzzing.
 #pragma once
@@ -14,6 +14,7 @@
 
 #include "io/frame_archive.h"
 #include "io/image.h"
+#include "io/video.h"
 #include "runtime/file_util.h"
 
 namespace flick::fuzz {
@@ -68,6 +69,13 @@ inline void make_roots() {
   check(archive.status());
   for (int i = 0; i < 2; ++i) check((*archive)->write(gradient(16, 8).view()));
   check((*archive)->finish());
+  VideoSpec spec;
+  spec.file = "clip.mp4";
+  spec.fps = 25;
+  auto video = VideoWriter::create(in + "/clip.mp4", spec, 16, 8);
+  check(video.status());
+  for (int i = 0; i < 2; ++i) check((*video)->write(gradient(16, 8).view()));
+  check((*video)->finish());
 }
 
 }  // namespace flick::fuzz

@@ -251,4 +251,30 @@ TEST(VideoReader, SurvivesMutatedFiles) {
 }
 
 }  // namespace
+// fuzz_video's first finding: a mutated MKV whose stream tags colour space 254,
+// outside AVColorSpace. Reading the tag as the enum was undefined behaviour
+// (UBSan in the fuzz tree); the reader now reads the tag's integer and treats
+// an unknown matrix as untagged (BT.601). The file must decode as far as it
+// goes and end in frames or an error naming it, never anything else.
+TEST(VideoReader, OutOfRangeColourTagIsReadAsUntagged) {
+  const std::string path =
+      std::string(FLICK_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_video/colorspace_254.mkv";
+  auto r = VideoReader::open(path);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  Frame f;
+  int64_t frames = 0;
+  for (;;) {
+    auto more = (*r)->read(&f);
+    if (!more.ok()) {
+      EXPECT_NE(more.status().message().find(path), std::string::npos)
+          << more.status().message();
+      break;
+    }
+    if (!*more) break;
+    ++frames;
+    ASSERT_EQ(f.rgb.size(), size_t(3) * f.width * f.height);
+  }
+  EXPECT_GE(frames, 1);  // the damage is in the tags, not in the first picture
+}
+
 }  // namespace flick
