@@ -104,14 +104,6 @@ void parse_output(TableReader& out, const DaemonConfig& config, Job* job) {
   if (auto sheet = out.boolean("contact_sheet", Need::kOptional))
     job->output.contact_sheet = *sheet;
   out.check_unknown_keys();
-  const bool writes_something = job->output.video.has_value() || job->output.overlay.has_value() ||
-                                job->output.frames.format != FrameFormat::None ||
-                                job->output.contact_sheet;
-  if (!writes_something && out.diagnostics().ok()) {
-    out.diagnostics().error_at(
-        out.toml(), out.path(),
-        "[output] writes nothing: set video, overlay, frames or contact_sheet", "nothing to write");
-  }
   if (out.diagnostics().ok()) {
     // The writers' own checks (names that would clash, ranges) as a last word.
     if (Status s = validate_output_spec(job->output); !s.ok()) {
@@ -218,6 +210,17 @@ std::optional<Job> parse_job(const JobSource& src, const DaemonConfig& config, D
       diag.add(job.error_at("output.overlay",
                             "the " + job.kind + " pipeline has nothing to draw an overlay from",
                             "not supported by " + job.kind));
+    }
+    // Checked after prepare(): whether the kind writes files of its own
+    // decides whether an [output] with only `dir` writes anything.
+    const OutputSpec& o = job.output;
+    const bool writes_something = o.video.has_value() || o.overlay.has_value() ||
+                                  o.frames.format != FrameFormat::None || o.contact_sheet ||
+                                  (job.prepared != nullptr && job.prepared->writes_own_files());
+    if (!writes_something && diag.ok()) {
+      diag.add(job.error_at("output",
+                            "[output] writes nothing: set video, overlay, frames or contact_sheet",
+                            "nothing to write"));
     }
   } else {
     // The kind's tables cannot be checked without a known pipeline.

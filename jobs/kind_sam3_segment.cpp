@@ -139,6 +139,7 @@ class Sam3Job : public PreparedJob {
   }
 
   FrameAnnotator overlay() const override { return sam3_overlay_annotator(overlay_); }
+  bool writes_own_files() const override { return true; }  // label PNGs, detections.jsonl
 
   std::vector<std::pair<std::string, std::string>> status_details() const override {
     std::vector<std::pair<std::string, std::string>> out = {

@@ -35,6 +35,10 @@ class PreparedJob {
   // What draws the [output] overlay video; empty when the kind has nothing
   // to draw (then a job asking for an overlay is invalid).
   virtual FrameAnnotator overlay() const { return {}; }
+  // True when the kind writes files of its own into the output directory on
+  // every run (FrameSink::write_side_file: sam3-segment's label PNGs and
+  // detections.jsonl); then an [output] naming only `dir` is complete.
+  virtual bool writes_own_files() const { return false; }
   // Extra key/values for the [details] table of the status file, asked after
   // a successful run ("precision" = "int8 DiT, bf16 CLIP, f32 VAE").
   virtual std::vector<std::pair<std::string, std::string>> status_details() const { return {}; }

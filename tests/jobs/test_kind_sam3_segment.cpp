@@ -110,6 +110,16 @@ TEST_F(Sam3KindTest, GoodJobs) {
   EXPECT_TRUE(parse(with_line(6, "threshold = 0")));
 }
 
+// The label PNGs and detections.jsonl are written on every run, so an
+// [output] with only `dir` is a complete job for this kind (not for encode:
+// tests/jobs/test_job.cpp).
+TEST_F(Sam3KindTest, OutputDirAloneIsEnough) {
+  std::optional<Job> j = parse(with_line(10, ""));
+  ASSERT_TRUE(j) << diag_.status().message();
+  EXPECT_FALSE(j->output.video || j->output.overlay || j->output.contact_sheet);
+  EXPECT_TRUE(j->prepared->writes_own_files());
+}
+
 TEST_F(Sam3KindTest, PromptErrors) {
   expect_error(with_line(5, "prompts = []"), 5, "input.prompts", "is empty");
   expect_error(with_line(5, "prompts = [\"person\", \"\"]"), 5, "input.prompts[1]", "is empty");
