@@ -2,8 +2,9 @@
 // daemon apply (parse_job: TOML syntax, every key, paths against the roots,
 // the kind's own checks: the encode kind's frames and archive, the
 // matrix-game-2 kind's start image, actions and CSV file, the sam3-segment
-// kind's prompts, frames and video), against a config declaring an encode
-// pipeline, a matrix-game-2 pipeline per mode and a sam3-segment pipeline. No
+// kind's prompts, frames and video, the framepack-i2v kind's image and
+// prompt), against a config declaring an encode pipeline, a matrix-game-2
+// pipeline per mode, a sam3-segment and a framepack-i2v pipeline. No
 // weights are loaded: validation never needs them.
 #include <cstdint>
 #include <cstdlib>
@@ -56,6 +57,11 @@ height = 16
 name = "sam3"
 kind = "sam3-segment"
 weights = "/nonexistent/efficient_sam3_repvit-m0_9_mobileclip_s1.pth"
+
+[[pipeline]]
+name = "fp"
+kind = "framepack-i2v"
+weights = "/nonexistent/framepack"
 )";
 
 }  // namespace
