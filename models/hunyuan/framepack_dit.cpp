@@ -1,16 +1,16 @@
 #include "models/hunyuan/framepack_dit.h"
 
+#include <filesystem>
 #include <string>
 
+#include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 
 namespace flick::hunyuan {
 
 Expected<FramePackDit> FramePackDit::load(const WeightView& model, const FramePackDitConfig& config,
                                           Backend& backend, Precision precision) {
-  if (precision != Precision::F32 && precision != Precision::BF16)
-    return invalid_input(std::string("FramePack DiT: precision ") + precision_name(precision) +
-                         " is not supported yet (F32 or BF16)");
+  FLICK_TRY(check_wan_precision(precision, backend, "FramePack DiT"));
   FLICK_TRY(check_framepack_dit_layout(model, config));
   FramePackDit m;
   m.cfg_ = config;
@@ -43,13 +43,24 @@ Expected<FramePackDit> FramePackDit::load(const WeightView& model, const FramePa
 }
 
 Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backend& backend,
-                                               Precision precision) {
-  FLICK_ASSIGN_OR_RETURN(const std::string weights, framepack_dit_weights_path(folder));
+                                               Precision precision,
+                                               const std::string& config_json) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string weights, config = config_json;
+  if (fs::is_regular_file(folder, ec)) {  // a single-file checkpoint
+    weights = folder;
+    const fs::path beside = fs::path(folder).parent_path() / "config.json";
+    if (config.empty() && fs::is_regular_file(beside, ec)) config = beside.string();
+  } else {
+    FLICK_ASSIGN_OR_RETURN(weights, framepack_dit_weights_path(folder));
+    if (config.empty()) config = folder + "/config.json";
+  }
   FramePackDitModel m;
   FLICK_ASSIGN_OR_RETURN(m.store, WeightStore::open({weights}));
-  FLICK_ASSIGN_OR_RETURN(const FramePackDitConfig config,
-                         FramePackDitConfig::detect(m.store.root(), folder + "/config.json"));
-  FLICK_ASSIGN_OR_RETURN(m.dit, FramePackDit::load(m.store.root(), config, backend, precision));
+  FLICK_ASSIGN_OR_RETURN(const FramePackDitConfig cfg,
+                         FramePackDitConfig::detect(m.store.root(), config));
+  FLICK_ASSIGN_OR_RETURN(m.dit, FramePackDit::load(m.store.root(), cfg, backend, precision));
   FLICK_TRY(m.store.check_all_used());
   m.store.release_pages();
   return m;
