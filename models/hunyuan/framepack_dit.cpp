@@ -42,20 +42,27 @@ Expected<FramePackDit> FramePackDit::load(const WeightView& model, const FramePa
   return m;
 }
 
+Expected<FramePackDitFiles> framepack_dit_files(const std::string& path,
+                                                const std::string& config_json) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  FramePackDitFiles f{"", config_json};
+  if (fs::is_regular_file(path, ec)) {  // a single-file checkpoint
+    f.weights = path;
+    const fs::path beside = fs::path(path).parent_path() / "config.json";
+    if (f.config.empty() && fs::is_regular_file(beside, ec)) f.config = beside.string();
+    return f;
+  }
+  FLICK_ASSIGN_OR_RETURN(f.weights, framepack_dit_weights_path(path));
+  if (f.config.empty()) f.config = path + "/config.json";
+  return f;
+}
+
 Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backend& backend,
                                                Precision precision,
                                                const std::string& config_json) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::string weights, config = config_json;
-  if (fs::is_regular_file(folder, ec)) {  // a single-file checkpoint
-    weights = folder;
-    const fs::path beside = fs::path(folder).parent_path() / "config.json";
-    if (config.empty() && fs::is_regular_file(beside, ec)) config = beside.string();
-  } else {
-    FLICK_ASSIGN_OR_RETURN(weights, framepack_dit_weights_path(folder));
-    if (config.empty()) config = folder + "/config.json";
-  }
+  FLICK_ASSIGN_OR_RETURN(const FramePackDitFiles files, framepack_dit_files(folder, config_json));
+  const std::string &weights = files.weights, &config = files.config;
   FramePackDitModel m;
   FLICK_ASSIGN_OR_RETURN(m.store, WeightStore::open({weights}));
   FLICK_ASSIGN_OR_RETURN(const FramePackDitConfig cfg,

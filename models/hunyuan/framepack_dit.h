@@ -91,6 +91,17 @@ struct FramePackDitModel {
   WeightStore store;
   FramePackDit dit;
 };
+// The checkpoint and config.json of a DiT at `path`: a diffusers folder
+// (framepack_dit_weights_path, <path>/config.json) or a single .safetensors
+// file (config = `config_json` if given, else a config.json beside the
+// file if there is one, else "": the released model's, see
+// FramePackDitConfig::detect).
+struct FramePackDitFiles {
+  std::string weights, config;
+};
+Expected<FramePackDitFiles> framepack_dit_files(const std::string& path,
+                                                const std::string& config_json = "");
+
 // `folder` may also be a single .safetensors file (Kijai's
 // FramePackI2V_HY_fp8_e4m3fn.safetensors: diffusers names, F8_E4M3 linear
 // weights, see load_dit_linear); its config.json is `config_json` if given,
