@@ -26,12 +26,20 @@ Writes tests/data/framepack_dit/:
                   gaps.
   kijai_fp8/      (--kijai-fp8) the tiny DiT as one file in the layout of
                   Kijai's FramePackI2V_HY_fp8_e4m3fn.safetensors: diffusers
-                  key names, no config.json, the block linears' weights cast
-                  to float8_e4m3fn (`.to(torch.float8_e4m3fn)`, no scale:
-                  Kijai's ComfyUI loader multiplies by scale 1); everything
-                  else bf16. The single blocks' weights instead carry a
-                  per-tensor `<layer>.scale_weight` (F32 [1], amax / 448: the
-                  ComfyUI "scaled fp8" convention) so both forms are tested.
+                  key names, no config.json, every tensor whose name holds
+                  none of "norm", "bias", "time_in", "vector_in",
+                  "guidance_in", "txt_in", "img_in" (the params_to_keep of
+                  the conversion kijai/ComfyUI-FramePackWrapper uses, as
+                  posted in its PR #13; the last five are HunyuanVideo names
+                  no diffusers key holds) cast with `.to(float8_e4m3fn)`, no
+                  scale (Kijai's loader multiplies by scale 1): the patch
+                  embedder convs, the embedders, the refiner, the image
+                  projection, the block linears and proj_out; norms,
+                  modulation linears (norm1.linear, norm.linear,
+                  norm_out.linear) and biases stay bf16. The single blocks'
+                  linears instead carry a per-tensor `<layer>.scale_weight`
+                  (F32 [1], amax / 448: the ComfyUI "scaled fp8" convention)
+                  so both forms are tested.
 
 Usage: /work/venv-fp/bin/python tools/framepack_dit_goldens.py [FRAMEPACK_DIR]
        /work/venv-fp/bin/python tools/framepack_dit_goldens.py --kijai-fp8
@@ -384,14 +392,13 @@ def kijai_fp8():
     sd = {}
     for f in sorted((OUT / "transformer").glob("*.safetensors")):
         sd.update(load_file(str(f)))
-    block_linear = re.compile(r"^(transformer_blocks|single_transformer_blocks)\.\d+\."
-                              r"(?!norm)[a-z_.0-9]+\.weight$")
+    keep = ("norm", "bias", "time_in", "vector_in", "guidance_in", "txt_in", "img_in")
+    single_linear = re.compile(r"^single_transformer_blocks\.\d+\.[a-z_.0-9]+\.weight$")
     out = {}
     for name, t in sorted(sd.items()):
-        if not block_linear.match(name) or t.ndim != 2:
+        if any(k in name for k in keep):
             out[name] = t
-            continue
-        if name.startswith("single_"):
+        elif single_linear.match(name):
             scale = t.float().abs().amax() / 448.0
             out[name] = (t.float() / scale).to(torch.float8_e4m3fn)
             out[name[: -len("weight")] + "scale_weight"] = scale.reshape(1)

@@ -94,7 +94,7 @@ Expected<std::unique_ptr<PackedLinear>> load_dit_patch_conv(const WeightView& v,
                                                             int64_t c, int64_t kt, int64_t kh,
                                                             int64_t kw, const DitRun& run) {
   FLICK_ASSIGN_OR_RETURN(
-      Tensor w, v.get(std::string(name) + ".weight", dit_float_types(), {n, c, kt, kh, kw}));
+      Tensor w, v.get(std::string(name) + ".weight", dit_stored_types(), {n, c, kt, kh, kw}));
   return pack(v, name, w.reshape({n, c * kt * kh * kw}), n, run, run.kept(), false);
 }
 

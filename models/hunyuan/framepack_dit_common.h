@@ -68,7 +68,9 @@ DTypeSet dit_float_types();
 // is rounded to bf16 even for an F32 pack (the reference's fp32 proj_out is
 // the bf16 module's layer upcast).
 // The weight may also be F8_E4M3 (Kijai's FramePackI2V_HY_fp8_e4m3fn
-// single file: a plain `.to(float8_e4m3fn)` cast, no scale, i.e. scale 1),
+// single file: a plain `.to(float8_e4m3fn)` cast, no scale, i.e. scale 1, of
+// every weight whose name holds neither "norm" nor "bias": the conversion of
+// kijai/ComfyUI-FramePackWrapper PR #13 and tools/framepack_dit_goldens.py),
 // optionally with a per-tensor `<name>.scale_weight` F32 [1] or [] (the
 // ComfyUI "scaled fp8" form; dequantized weight = w * scale). At FP8 it is
 // packed as stored; at any other precision it is dequantized to BF16 first
@@ -80,7 +82,8 @@ Expected<std::unique_ptr<PackedLinear>> load_dit_linear(const WeightView& v, std
 
 // nn.Conv3d `<name>` with kernel == stride (a patch embedder) as a linear
 // over patches flattened (c, kt, ky, kx), the weight's own layout:
-// weight [n, c, kt, kh, kw].
+// weight [n, c, kt, kh, kw] (F8_E4M3 as load_dit_linear takes it; always
+// run in run.kept()).
 Expected<std::unique_ptr<PackedLinear>> load_dit_patch_conv(const WeightView& v,
                                                             std::string_view name, int64_t n,
                                                             int64_t c, int64_t kt, int64_t kh,
