@@ -29,6 +29,7 @@
 #include "models/hunyuan/framepack_dit_rope.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/dtype.h"
+#include "runtime/weights/safetensors.h"
 #include "runtime/weights/stored_type.h"
 #include "runtime/weights/weight_file.h"
 #include "runtime/weights/weight_store.h"
@@ -760,6 +761,37 @@ TEST_F(FramePackDitFullSize, ConfigAndLayoutAreTheReleasedModels) {
 // takes the released heads / rope and checks them against the shapes; the
 // layout admits a per-tensor `<linear>.scale_weight` beside a layout weight
 // and nothing else extra (ComfyUI's activation hint scale_input is named).
+// A scale that is not finite and positive, or one beside a weight that is
+// not F8_E4M3, is an error naming the tensor.
+TEST(FramePackDitKijaiFp8, BadScalesAreNamed) {
+  const std::string file = kData + "kijai_fp8/FramePackI2V_HY_tiny_fp8_e4m3fn.safetensors";
+  Expected<WeightStore> src = WeightStore::open({file});
+  ASSERT_TRUE(src.ok()) << src.status().message();
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flick_fp_kijai_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto expect_error = [&](const std::string& name, float value, const std::string& text) {
+    std::vector<SafetensorsTensor> out;
+    for (const std::string& n : src->names())
+      if (n != name) out.push_back(SafetensorsTensor::from_tensor(n, *src->get(n)));
+    const float v[1] = {value};
+    out.push_back(SafetensorsTensor::from_tensor(
+        name, Tensor::view(const_cast<float*>(v), DType::F32, Shape{1})));
+    const std::string path = (dir / "bad.safetensors").string();
+    ASSERT_TRUE(write_safetensors(path, out).ok());
+    Expected<FramePackDitModel> m =
+        open_framepack_dit(path, *backend, Precision::FP8, kModel + "/config.json");
+    ASSERT_FALSE(m.ok()) << name;
+    EXPECT_NE(m.status().message().find(name), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find(text), std::string::npos) << m.status().message();
+  };
+  expect_error("single_transformer_blocks.0.attn.to_q.scale_weight", -1.f, "finite and positive");
+  expect_error("single_transformer_blocks.1.proj_out.scale_weight", NAN, "finite and positive");
+  expect_error("transformer_blocks.0.norm1.linear.scale_weight", 1.f, "BF16 weight");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(FramePackDitFullSize, ASingleFileWithoutConfigJsonIsTheReleasedModel) {
   nlohmann::json keys = full_["keys"];
   keys.push_back({"transformer_blocks.0.attn.to_q.scale_weight", {1}});
