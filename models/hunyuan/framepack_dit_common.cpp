@@ -11,14 +11,12 @@ namespace flick::hunyuan {
 DTypeSet dit_float_types() { return DTypeSet{DType::F32, DType::BF16, DType::F16}; }
 
 namespace {
+
 // What a tensor of an FP8 file may be besides the float types (its norm
 // weights and biases are read through `convert`, exact for E4M3).
 DTypeSet dit_stored_types() {
   return DTypeSet{DType::F32, DType::BF16, DType::F16, DType::F8_E4M3};
 }
-}  // namespace
-
-namespace {
 
 // t converted to `to` (a temporary the pack copies from).
 OwnedTensor converted(const Tensor& t, DType to) {

@@ -19,6 +19,7 @@
 #include "models/llama/llama_text_encoder.h"
 #include "models/llama/llama_tokenizer.h"
 #include "models/siglip/siglip_vision.h"
+#include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 #include "runtime/file_util.h"
 #include "runtime/log.h"
@@ -830,6 +831,9 @@ Expected<std::unique_ptr<FramePackPipeline>> FramePackPipeline::load(
   auto impl = std::make_unique<Impl>();
   impl->opt = options;
   impl->be = &backend;
+  // int8 needs AVX-512 VNNI / AMX on the CPU backend: refused now, not at the
+  // first job (the DiT may load per job, the LLaMA per uncached prompt).
+  FLICK_TRY(check_wan_precision(options.precision, backend, "FramePack"));
   if (options.paths.weights.empty() &&
       (options.paths.transformer.empty() || options.paths.text_encoder.empty() ||
        options.paths.text_encoder_2.empty() || options.paths.tokenizer.empty() ||
