@@ -9,7 +9,9 @@
 // bf16 on the scalar reference
 // backend and the CPU backend; and the loader on the released model's full
 // key / shape table (tests/data/framepack_dit/full_keys.json, from the
-// reference class on the meta device).
+// reference class on the meta device). INT8 / FP8: block-by-block cosine
+// against the BF16 model and the reference's bf16 run, and Kijai's
+// single-file FP8 layout (tests/data/framepack_dit/kijai_fp8/).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -4,7 +4,8 @@
 // bucket and crop, prompt encodings, start latent, SigLIP tokens, every
 // section's sampled latents and the final uint8 video, for both variants.
 // Plus the schedule rules against values printed by the reference code, the
-// fp16 soft append, the prompt cache and the load errors.
+// fp16 soft append, the prompt cache and the load errors; int8 / fp8 runs
+// against the bf16 pipeline (PSNR of the frames).
 #include <gtest/gtest.h>
 
 #include <atomic>
