@@ -3,7 +3,9 @@
 //
 // [[pipeline]] (flick.toml)
 //   weights   = "/var/lib/flick/models/framepack"  # the download layout below
-//   precision = "bf16"                 # bf16 (default) | f32 (parity runs); fp8 / int8: not yet
+//   precision = "bf16"                 # bf16 (default) | f32 (parity runs) | fp8 | int8:
+//                                      # fp8 / int8 quantize the DiT's block linears and the
+//                                      # LLaMA's linears (int8: a CPU with AVX-512 VNNI / AMX)
 //   variant   = "original"             # the jobs' default: original | f1 (match the transformer)
 //   resolution = 640                   # the released bucket list (the only one)
 //   # buckets = [[32, 48], [48, 32]]   # or an explicit (h, w) list, multiples of 16
@@ -15,7 +17,10 @@
 //   # transformer, text_encoder, text_encoder_2, tokenizer, tokenizer_2, vae, image_encoder
 //
 //   <weights>/transformer/     lllyasviel/FramePackI2V_HY (variant original) or
-//                              lllyasviel/FramePack_F1_I2V_HY_20250503 (variant f1)
+//                              lllyasviel/FramePack_F1_I2V_HY_20250503 (variant f1);
+//                              `transformer` may also name one .safetensors file
+//                              (Kijai's FramePackI2V_HY_fp8_e4m3fn.safetensors, with
+//                              precision = "fp8")
 //   <weights>/text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, vae/
 //                              the same folders of hunyuanvideo-community/HunyuanVideo
 //   <weights>/image_encoder/   lllyasviel/flux_redux_bfl image_encoder
@@ -224,13 +229,10 @@ std::unique_ptr<PipelineInstance> create_framepack_pipeline(TableReader& entry) 
   }
   if (entry.has("precision")) {
     const auto p = entry.choice("precision", Need::kOptional, {"bf16", "f32", "fp8", "int8"});
-    if (p && *p >= 2) {
-      entry.error("precision",
-                  "framepack-i2v runs in bf16 or f32 for now (fp8 / int8 DiT weights are planned)",
-                  "not available yet", {"use precision = \"bf16\""});
-      ok = false;
-    } else if (p) {
-      o.precision = *p == 0 ? Precision::BF16 : Precision::F32;
+    if (p) {
+      constexpr Precision kChoice[] = {Precision::BF16, Precision::F32, Precision::FP8,
+                                       Precision::INT8};
+      o.precision = kChoice[*p];
     } else {
       ok = false;
     }

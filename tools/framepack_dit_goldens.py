@@ -24,8 +24,26 @@ Writes tests/data/framepack_dit/:
                   (meta-device init, no weights).
   manifest.json   config, indices, versions, the reference's own bf16-vs-fp32
                   gaps.
+  kijai_fp8/      (--kijai-fp8) the tiny DiT as one file in the layout of
+                  Kijai's FramePackI2V_HY_fp8_e4m3fn.safetensors: diffusers
+                  key names, no config.json, every tensor whose name holds
+                  none of "norm", "bias", "time_in", "vector_in",
+                  "guidance_in", "txt_in", "img_in" (the params_to_keep of
+                  the conversion kijai/ComfyUI-FramePackWrapper uses, as
+                  posted in its PR #13; the last five are HunyuanVideo names
+                  no diffusers key holds) cast with `.to(float8_e4m3fn)`, no
+                  scale (Kijai's loader multiplies by scale 1): the patch
+                  embedder convs, the embedders, the refiner, the image
+                  projection, the block linears and proj_out; norms,
+                  modulation linears (norm1.linear, norm.linear,
+                  norm_out.linear) and biases stay bf16. The single blocks'
+                  linears instead carry a per-tensor `<layer>.scale_weight`
+                  (F32 [1], amax / 448: the ComfyUI "scaled fp8" convention)
+                  so both forms are tested.
 
 Usage: /work/venv-fp/bin/python tools/framepack_dit_goldens.py [FRAMEPACK_DIR]
+       /work/venv-fp/bin/python tools/framepack_dit_goldens.py --kijai-fp8
+The second form only writes kijai_fp8/ (below) from the existing transformer/.
 FRAMEPACK_DIR (default /work/scratch/fp-dit) holds diffusers_helper/ exported
 from FramePack @ 97fe5db:
   git --git-dir=<FramePack.git> archive 97fe5db diffusers_helper | tar x -C FRAMEPACK_DIR
@@ -40,7 +58,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests/data/framepack_dit"
-FP_DIR = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/scratch/fp-dit")
+_ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+FP_DIR = Path(_ARGS[0] if _ARGS else "/work/scratch/fp-dit")
 
 
 def install_stubs():
@@ -367,5 +386,33 @@ def main():
     print(f"{OUT}: {sum(f.stat().st_size for f in OUT.rglob('*') if f.is_file()) / 1e6:.2f} MB")
 
 
+def kijai_fp8():
+    import re
+    from safetensors.torch import load_file, save_file
+    sd = {}
+    for f in sorted((OUT / "transformer").glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    keep = ("norm", "bias", "time_in", "vector_in", "guidance_in", "txt_in", "img_in")
+    single_linear = re.compile(r"^single_transformer_blocks\.\d+\.[a-z_.0-9]+\.weight$")
+    out = {}
+    for name, t in sorted(sd.items()):
+        if any(k in name for k in keep):
+            out[name] = t
+        elif single_linear.match(name):
+            scale = t.float().abs().amax() / 448.0
+            out[name] = (t.float() / scale).to(torch.float8_e4m3fn)
+            out[name[: -len("weight")] + "scale_weight"] = scale.reshape(1)
+        else:
+            out[name] = t.to(torch.float8_e4m3fn)
+    d = OUT / "kijai_fp8"
+    d.mkdir(parents=True, exist_ok=True)
+    save_file(out, str(d / "FramePackI2V_HY_tiny_fp8_e4m3fn.safetensors"))
+    n8 = sum(1 for t in out.values() if t.dtype == torch.float8_e4m3fn)
+    print(f"{d}: {n8} F8_E4M3 weights of {len(out)} tensors")
+
+
 if __name__ == "__main__":
-    main()
+    if "--kijai-fp8" in sys.argv[1:]:
+        kijai_fp8()
+    else:
+        main()

@@ -1,16 +1,16 @@
 #include "models/hunyuan/framepack_dit.h"
 
+#include <filesystem>
 #include <string>
 
+#include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 
 namespace flick::hunyuan {
 
 Expected<FramePackDit> FramePackDit::load(const WeightView& model, const FramePackDitConfig& config,
                                           Backend& backend, Precision precision) {
-  if (precision != Precision::F32 && precision != Precision::BF16)
-    return invalid_input(std::string("FramePack DiT: precision ") + precision_name(precision) +
-                         " is not supported yet (F32 or BF16)");
+  FLICK_TRY(check_wan_precision(precision, backend, "FramePack DiT"));
   FLICK_TRY(check_framepack_dit_layout(model, config));
   FramePackDit m;
   m.cfg_ = config;
@@ -42,14 +42,32 @@ Expected<FramePackDit> FramePackDit::load(const WeightView& model, const FramePa
   return m;
 }
 
+Expected<FramePackDitFiles> framepack_dit_files(const std::string& path,
+                                                const std::string& config_json) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  FramePackDitFiles f{"", config_json};
+  if (fs::is_regular_file(path, ec)) {  // a single-file checkpoint
+    f.weights = path;
+    const fs::path beside = fs::path(path).parent_path() / "config.json";
+    if (f.config.empty() && fs::is_regular_file(beside, ec)) f.config = beside.string();
+    return f;
+  }
+  FLICK_ASSIGN_OR_RETURN(f.weights, framepack_dit_weights_path(path));
+  if (f.config.empty()) f.config = path + "/config.json";
+  return f;
+}
+
 Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backend& backend,
-                                               Precision precision) {
-  FLICK_ASSIGN_OR_RETURN(const std::string weights, framepack_dit_weights_path(folder));
+                                               Precision precision,
+                                               const std::string& config_json) {
+  FLICK_ASSIGN_OR_RETURN(const FramePackDitFiles files, framepack_dit_files(folder, config_json));
+  const std::string &weights = files.weights, &config = files.config;
   FramePackDitModel m;
   FLICK_ASSIGN_OR_RETURN(m.store, WeightStore::open({weights}));
-  FLICK_ASSIGN_OR_RETURN(const FramePackDitConfig config,
-                         FramePackDitConfig::detect(m.store.root(), folder + "/config.json"));
-  FLICK_ASSIGN_OR_RETURN(m.dit, FramePackDit::load(m.store.root(), config, backend, precision));
+  FLICK_ASSIGN_OR_RETURN(const FramePackDitConfig cfg,
+                         FramePackDitConfig::detect(m.store.root(), config));
+  FLICK_ASSIGN_OR_RETURN(m.dit, FramePackDit::load(m.store.root(), cfg, backend, precision));
   FLICK_TRY(m.store.check_all_used());
   m.store.release_pages();
   return m;

@@ -18,9 +18,10 @@
 // the error lists every missing, mis-shaped or unexpected tensor.
 // Precision F32 is the parity mode; BF16 reproduces the reference's bf16
 // module with its rounding points (framepack_dit_common.h) and the fp32
-// output projection. TeaCache is optional (it wraps the block loop,
-// framepack_dit_teacache.h; off for parity). Buffers are allocated per call
-// (no arena yet: the zeroing is ~1 % of a block's GEMM time at D = 3072).
+// output projection; INT8 (W8A8) and FP8 (E4M3 weights) quantize the block
+// linears only (framepack_dit_common.h says which and why). TeaCache is optional (it wraps the
+// block loop, framepack_dit_teacache.h; off for parity). Buffers are allocated per call (no arena
+// yet: the zeroing is ~1 % of a block's GEMM time at D = 3072).
 #pragma once
 
 #include <memory>
@@ -90,7 +91,24 @@ struct FramePackDitModel {
   WeightStore store;
   FramePackDit dit;
 };
+// The checkpoint and config.json of a DiT at `path`: a diffusers folder
+// (framepack_dit_weights_path, <path>/config.json) or a single .safetensors
+// file (config = `config_json` if given, else a config.json beside the
+// file if there is one, else "": the released model's, see
+// FramePackDitConfig::detect).
+struct FramePackDitFiles {
+  std::string weights, config;
+};
+Expected<FramePackDitFiles> framepack_dit_files(const std::string& path,
+                                                const std::string& config_json = "");
+
+// `folder` may also be a single .safetensors file (Kijai's
+// FramePackI2V_HY_fp8_e4m3fn.safetensors: diffusers names, F8_E4M3 linear
+// weights, see load_dit_linear); its config.json is `config_json` if given,
+// else a config.json beside the file if there is one, else the released
+// model's (framepack_dit_config.h).
 Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backend& backend,
-                                               Precision precision);
+                                               Precision precision,
+                                               const std::string& config_json = "");
 
 }  // namespace flick::hunyuan

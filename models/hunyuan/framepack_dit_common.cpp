@@ -4,12 +4,19 @@
 #include <string>
 
 #include "runtime/dtype.h"
+#include "runtime/quant/quantize.h"
 
 namespace flick::hunyuan {
 
 DTypeSet dit_float_types() { return DTypeSet{DType::F32, DType::BF16, DType::F16}; }
 
 namespace {
+
+// What a tensor of an FP8 file may be besides the float types (its norm
+// weights and biases are read through `convert`, exact for E4M3).
+DTypeSet dit_stored_types() {
+  return DTypeSet{DType::F32, DType::BF16, DType::F16, DType::F8_E4M3};
+}
 
 // t converted to `to` (a temporary the pack copies from).
 OwnedTensor converted(const Tensor& t, DType to) {
@@ -21,19 +28,47 @@ OwnedTensor converted(const Tensor& t, DType to) {
 Expected<std::unique_ptr<PackedLinear>> pack(const WeightView& v, std::string_view name,
                                              const Tensor& w, int64_t n, const DitRun& run,
                                              Precision precision, bool round_weight_bf16) {
-  FLICK_ASSIGN_OR_RETURN(Tensor b, v.get(std::string(name) + ".bias", dit_float_types(), {n}));
+  FLICK_ASSIGN_OR_RETURN(Tensor b, v.get(std::string(name) + ".bias", dit_stored_types(), {n}));
   // The bias as the module holds it: bf16 in a bf16 module (F16 is not a
   // pack input: widened to F32 in an F32 run).
   OwnedTensor b_conv;
   if (run.bf16() && b.dtype != DType::BF16) {
     b_conv = converted(b, DType::BF16);
     b = b_conv.t;
-  } else if (b.dtype == DType::F16) {
+  } else if (b.dtype == DType::F16 || b.dtype == DType::F8_E4M3) {
     b_conv = converted(b, DType::F32);
     b = b_conv.t;
   }
-  OwnedTensor w_conv;
+  OwnedTensor w_conv, scale;
   Tensor wt = w;
+  if (w.dtype == DType::F8_E4M3) {
+    // An FP8 file: per-tensor scale_weight, or none (Kijai's plain cast: 1).
+    const std::string s_name = std::string(name) + std::string(kDitFp8ScaleSuffix);
+    scale = OwnedTensor(DType::F32, {1});
+    scale.t.ptr<float>()[0] = 1.f;
+    if (v.has(s_name)) {
+      const TensorInfo* info = v.info(s_name);
+      if (info->numel != 1)
+        return invalid_input(v.full_name(s_name) + ": expected one per-tensor scale, file has " +
+                             info->shape_str());
+      FLICK_ASSIGN_OR_RETURN(Tensor s, v.get(s_name, dit_float_types()));
+      convert(s.dtype, s.data, DType::F32, scale.t.data, 1);
+      const float sv = scale.t.ptr<float>()[0];
+      if (!(std::isfinite(sv) && sv > 0.f))
+        return invalid_input(v.full_name(s_name) + ": scale " + std::to_string(sv) +
+                             " (must be finite and positive)");
+    }
+    if (precision == Precision::FP8) return run.be->pack_linear({w, scale.t, b, precision});
+    // Any other precision: the layer as the fp8 module would compute it
+    // (ComfyUI upcasts w * scale to the compute dtype), bf16.
+    w_conv = OwnedTensor(precision == Precision::F32 ? DType::F32 : DType::BF16, w.shape);
+    dequantize_weight(w, scale.t, w_conv.t);
+    return run.be->pack_linear({w_conv.t, Tensor{}, b, precision});
+  } else if (v.has(std::string(name) + std::string(kDitFp8ScaleSuffix))) {
+    return invalid_input(v.full_name(std::string(name) + std::string(kDitFp8ScaleSuffix)) +
+                         ": a scale beside a " + std::string(dtype_name(w.dtype)) +
+                         " weight (only F8_E4M3 weights are scaled)");
+  }
   if (round_weight_bf16 && run.bf16() && w.dtype != DType::BF16) {
     w_conv = converted(w, DType::BF16);
     wt = w_conv.t;
@@ -47,7 +82,8 @@ Expected<std::unique_ptr<PackedLinear>> load_dit_linear(const WeightView& v, std
                                                         int64_t n, int64_t k, const DitRun& run,
                                                         Precision precision,
                                                         bool round_weight_bf16) {
-  FLICK_ASSIGN_OR_RETURN(Tensor w, v.get(std::string(name) + ".weight", dit_float_types(), {n, k}));
+  FLICK_ASSIGN_OR_RETURN(Tensor w,
+                         v.get(std::string(name) + ".weight", dit_stored_types(), {n, k}));
   return pack(v, name, w, n, run, precision, round_weight_bf16);
 }
 
@@ -56,13 +92,13 @@ Expected<std::unique_ptr<PackedLinear>> load_dit_patch_conv(const WeightView& v,
                                                             int64_t c, int64_t kt, int64_t kh,
                                                             int64_t kw, const DitRun& run) {
   FLICK_ASSIGN_OR_RETURN(
-      Tensor w, v.get(std::string(name) + ".weight", dit_float_types(), {n, c, kt, kh, kw}));
-  return pack(v, name, w.reshape({n, c * kt * kh * kw}), n, run, run.precision, false);
+      Tensor w, v.get(std::string(name) + ".weight", dit_stored_types(), {n, c, kt, kh, kw}));
+  return pack(v, name, w.reshape({n, c * kt * kh * kw}), n, run, run.kept(), false);
 }
 
 Expected<Tensor> load_dit_param(const WeightView& v, std::string_view name, const Shape& shape,
                                 const DitRun& run, std::vector<OwnedTensor>& owned) {
-  FLICK_ASSIGN_OR_RETURN(Tensor t, v.get(name, dit_float_types(), shape));
+  FLICK_ASSIGN_OR_RETURN(Tensor t, v.get(name, dit_stored_types(), shape));
   return owned.emplace_back(converted(t, run.act())).t;
 }
 

@@ -9,6 +9,22 @@
 // RMSNorm statistics and RoPE run in fp32 (dit_common.py patches them so),
 // and the output projection runs in fp32 (high_quality_fp32_output_for_inference).
 // Precision F32 runs the same graph in fp32 (the parity mode).
+//
+// Precision INT8 / FP8 quantize the block linears only (the double blocks'
+// attention / FFN projections of both streams, the single blocks' q, k, v,
+// proj_mlp, proj_out): W8A8 with per-channel int8 weights and per-token
+// dynamic activation scales, or E4M3 weights (runtime/backend.h LinearDesc,
+// as models/wan/wan_quant.h uses them). Everything else (patch embedders,
+// time / text / guidance embedders, the token refiner, the image projection,
+// every block's modulation linear, norm_out and the fp32 proj_out) and every
+// elementwise op run exactly as in BF16: `DitRun::kept()`. Per image token
+// at the released size the block linears are 12 D^2 MACs per block (x
+// stream of a double block: q, k, v, out 4 D^2 + FFN 8 D^2; a single block:
+// q, k, v 3 D^2 + proj_mlp 4 D^2 + proj_out 5 D^2), 720 D^2 over the 60
+// blocks, against 64 D for the patch embedder and proj_out each: > 99.9 %
+// of the per-token linear work. The refiner (on <= 256 text tokens) and the
+// image projection (729 tokens) are kept; the modulation linears run on one
+// row per call.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +51,8 @@ struct DitRun {
   Precision precision = Precision::F32;
 
   DType act() const { return precision == Precision::F32 ? DType::F32 : DType::BF16; }
+  // The precision of the layers INT8 / FP8 leave alone: BF16 (F32 in an F32 run).
+  Precision kept() const { return precision == Precision::F32 ? Precision::F32 : Precision::BF16; }
   bool bf16() const { return act() == DType::BF16; }
   void tap(const DitTap& t, std::string_view name, const Tensor& x) const {
     if (t) t(name, x);
@@ -49,6 +67,14 @@ DTypeSet dit_float_types();
 // rounded to bf16 first. With round_weight_bf16, an fp32 checkpoint's weight
 // is rounded to bf16 even for an F32 pack (the reference's fp32 proj_out is
 // the bf16 module's layer upcast).
+// The weight may also be F8_E4M3 (Kijai's FramePackI2V_HY_fp8_e4m3fn
+// single file: a plain `.to(float8_e4m3fn)` cast, no scale, i.e. scale 1, of
+// every weight whose name holds neither "norm" nor "bias": the conversion of
+// kijai/ComfyUI-FramePackWrapper PR #13 and tools/framepack_dit_goldens.py),
+// optionally with a per-tensor `<name>.scale_weight` F32 [1] or [] (the
+// ComfyUI "scaled fp8" form; dequantized weight = w * scale). At FP8 it is
+// packed as stored; at any other precision it is dequantized to BF16 first
+// (then re-quantized per channel at INT8).
 Expected<std::unique_ptr<PackedLinear>> load_dit_linear(const WeightView& v, std::string_view name,
                                                         int64_t n, int64_t k, const DitRun& run,
                                                         Precision precision,
@@ -56,11 +82,16 @@ Expected<std::unique_ptr<PackedLinear>> load_dit_linear(const WeightView& v, std
 
 // nn.Conv3d `<name>` with kernel == stride (a patch embedder) as a linear
 // over patches flattened (c, kt, ky, kx), the weight's own layout:
-// weight [n, c, kt, kh, kw].
+// weight [n, c, kt, kh, kw] (F8_E4M3 as load_dit_linear takes it; always
+// run in run.kept()).
 Expected<std::unique_ptr<PackedLinear>> load_dit_patch_conv(const WeightView& v,
                                                             std::string_view name, int64_t n,
                                                             int64_t c, int64_t kt, int64_t kh,
                                                             int64_t kw, const DitRun& run);
+
+// The `<linear>.scale_weight` names of an FP8 file that the layout may
+// carry beside `<linear>.weight` (see load_dit_linear).
+inline constexpr std::string_view kDitFp8ScaleSuffix = ".scale_weight";
 
 // A parameter (norm weight / bias) converted to the activation dtype, owned by `owned`.
 Expected<Tensor> load_dit_param(const WeightView& v, std::string_view name, const Shape& shape,

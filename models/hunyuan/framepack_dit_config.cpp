@@ -38,10 +38,15 @@ Expected<int64_t> json_int(const Json& j, const char* key, const std::string& pa
 
 Expected<FramePackDitConfig> FramePackDitConfig::detect(const WeightView& model,
                                                         const std::string& config_path) {
-  FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file(config_path, 1 << 20));
-  const Json j = Json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return invalid_input(config_path + ": not a JSON object (a diffusers config.json)");
+  // No config.json (a single-file checkpoint such as Kijai's): the released
+  // defaults, still checked against the shapes.
+  Json j = Json::object();
+  if (!config_path.empty()) {
+    FLICK_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file(config_path, 1 << 20));
+    j = Json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      return invalid_input(config_path + ": not a JSON object (a diffusers config.json)");
+  }
   FramePackDitConfig c;
 
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* xe, model.require("x_embedder.proj.weight", 5));
@@ -228,8 +233,17 @@ Status check_framepack_dit_layout(const WeightView& model, const FramePackDitCon
       problems.push_back(model.full_name(t.name) + ": expected shape " + shape_str(t.shape) +
                          ", file has " + info->shape_str());
   }
+  // An FP8 file (Kijai's layout) may scale a linear's weight per tensor
+  // (framepack_dit_common.h, load_dit_linear).
+  const std::string scale_suffix = ".scale_weight";
+  auto fp8_scale = [&](const std::string& n) {
+    return n.size() > scale_suffix.size() &&
+           n.compare(n.size() - scale_suffix.size(), scale_suffix.size(), scale_suffix) == 0 &&
+           expected.count(n.substr(0, n.size() - scale_suffix.size()) + ".weight");
+  };
   for (const std::string& n : model.names())
-    if (!expected.count(n)) problems.push_back(model.full_name(n) + ": unexpected tensor");
+    if (!expected.count(n) && !fp8_scale(n))
+      problems.push_back(model.full_name(n) + ": unexpected tensor");
   if (problems.empty()) return ok_status();
   std::string msg = "FramePack DiT checkpoint: " + std::to_string(problems.size()) +
                     " tensor(s) do not match the layout of the detected config:";

@@ -38,7 +38,8 @@ struct FramePackDitConfig {
   static constexpr float kEps = 1e-6f;  // every LayerNorm / RMSNorm of the model
 
   // Shapes under `model` (the checkpoint root: x_embedder.proj.weight, ...)
-  // plus config.json at `config_path`. Errors name the tensor or the key.
+  // plus config.json at `config_path` ("" = none: the released model's
+  // heads / rope, as for a single-file checkpoint). Errors name the tensor or the key.
   static Expected<FramePackDitConfig> detect(const WeightView& model,
                                              const std::string& config_path);
 };

@@ -21,8 +21,8 @@ Expected<DitTimeTextEmbed> DitTimeTextEmbed::load(const WeightView& v, int64_t d
     if (i == kGuidance && !guidance) continue;
     const WeightView e = v.sub(kNames[i]);
     const int64_t in = i == kText ? pooled_dim : 256;
-    FLICK_ASSIGN_OR_RETURN(m.l1_[i], load_dit_linear(e, "linear_1", dim, in, run, run.precision));
-    FLICK_ASSIGN_OR_RETURN(m.l2_[i], load_dit_linear(e, "linear_2", dim, dim, run, run.precision));
+    FLICK_ASSIGN_OR_RETURN(m.l1_[i], load_dit_linear(e, "linear_1", dim, in, run, run.kept()));
+    FLICK_ASSIGN_OR_RETURN(m.l2_[i], load_dit_linear(e, "linear_2", dim, dim, run, run.kept()));
   }
   return m;
 }

@@ -7,8 +7,8 @@ Expected<DitOutputHead> DitOutputHead::load(const WeightView& v, const FramePack
   DitOutputHead m;
   m.cfg_ = c;
   m.run_ = run;
-  FLICK_ASSIGN_OR_RETURN(
-      m.mod_, load_dit_linear(v, "norm_out.linear", 2 * c.dim, c.dim, run, run.precision));
+  FLICK_ASSIGN_OR_RETURN(m.mod_,
+                         load_dit_linear(v, "norm_out.linear", 2 * c.dim, c.dim, run, run.kept()));
   // The bf16 module's proj_out upcast to fp32 at the first call (:1021-1024):
   // bf16 values, fp32 maths.
   FLICK_ASSIGN_OR_RETURN(m.proj_, load_dit_linear(v, "proj_out", c.out_channels * 4, c.dim, run,

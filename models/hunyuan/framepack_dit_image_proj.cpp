@@ -7,8 +7,8 @@ Expected<DitImageProjection> DitImageProjection::load(const WeightView& v, int64
   DitImageProjection m;
   m.run_ = run;
   m.dim_ = dim;
-  FLICK_ASSIGN_OR_RETURN(m.up_, load_dit_linear(v, "up", 3 * dim, image_dim, run, run.precision));
-  FLICK_ASSIGN_OR_RETURN(m.down_, load_dit_linear(v, "down", dim, 3 * dim, run, run.precision));
+  FLICK_ASSIGN_OR_RETURN(m.up_, load_dit_linear(v, "up", 3 * dim, image_dim, run, run.kept()));
+  FLICK_ASSIGN_OR_RETURN(m.down_, load_dit_linear(v, "down", dim, 3 * dim, run, run.kept()));
   return m;
 }
 

@@ -12,14 +12,13 @@ Expected<DitTokenRefiner> DitTokenRefiner::load(const WeightView& v, const Frame
   const int64_t d = c.dim;
   FLICK_ASSIGN_OR_RETURN(m.temb_, DitTimeTextEmbed::load(v.sub("time_text_embed"), d, c.text_dim,
                                                          /*guidance=*/false, run));
-  FLICK_ASSIGN_OR_RETURN(m.proj_in_,
-                         load_dit_linear(v, "proj_in", d, c.text_dim, run, run.precision));
+  FLICK_ASSIGN_OR_RETURN(m.proj_in_, load_dit_linear(v, "proj_in", d, c.text_dim, run, run.kept()));
   const WeightView blocks = v.sub("token_refiner.refiner_blocks");
   for (int64_t i = 0; i < c.refiner_layers; ++i) {
     const WeightView b = blocks.sub(std::to_string(i));
     Block& k = m.blocks_.emplace_back();
     auto lin = [&](const char* name, int64_t n, int64_t in) {
-      return load_dit_linear(b, name, n, in, run, run.precision);
+      return load_dit_linear(b, name, n, in, run, run.kept());
     };
     FLICK_ASSIGN_OR_RETURN(k.norm1_w, load_dit_param(b, "norm1.weight", {d}, run, m.owned_));
     FLICK_ASSIGN_OR_RETURN(k.norm1_b, load_dit_param(b, "norm1.bias", {d}, run, m.owned_));

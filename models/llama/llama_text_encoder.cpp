@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 #include "runtime/file_util.h"
 
@@ -114,6 +115,8 @@ Expected<LlamaTextEncoder> LlamaTextEncoder::load(const WeightView& model,
     return invalid_input("LLaMA text encoder: cannot run " + std::to_string(run_layers) + " of " +
                          std::to_string(config.layers) + " layers");
   if (max_tokens < 1) return invalid_input("LLaMA text encoder: max_tokens must be positive");
+  // INT8 on the CPU backend needs AVX-512 VNNI / AMX (the check the Wan DiT uses).
+  FLICK_TRY(check_wan_precision(precision, backend, "LLaMA text encoder"));
   LlamaTextEncoder m;
   m.cfg_ = config;
   m.backend_ = &backend;

@@ -19,6 +19,7 @@
 #include "models/llama/llama_text_encoder.h"
 #include "models/llama/llama_tokenizer.h"
 #include "models/siglip/siglip_vision.h"
+#include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 #include "runtime/file_util.h"
 #include "runtime/log.h"
@@ -269,9 +270,6 @@ FramePackPaths FramePackPaths::resolved() const {
 }
 
 Status validate_framepack_input(const FramePackOptions& options, const FramePackInput& input) {
-  if (options.precision != Precision::F32 && options.precision != Precision::BF16)
-    return invalid_input("FramePack runs in f32 or bf16, not " +
-                         lower(precision_name(options.precision)));
   if (input.image.width < 1 || input.image.height < 1 ||
       input.image.rgb.size() != 3ULL * input.image.width * input.image.height)
     return invalid_input("the start image is empty or not RGB8");
@@ -454,7 +452,7 @@ struct FramePackPipeline::Impl {
 
 Status FramePackPipeline::Impl::load() {
   paths = opt.paths.resolved();
-  const Precision p = opt.precision;
+  const Precision p = framepack::framepack_kept_precision(opt.precision);  // VAE, SigLIP
   // Tokenizers (small) and the text encoders' configs now, so that a broken
   // download fails at load, not at the first uncached prompt.
   FLICK_TRY(require_dir(paths.tokenizer, "tokenizer"));
@@ -493,13 +491,13 @@ Status FramePackPipeline::Impl::load() {
 
   // The DiT: its config and full layout checked now; loaded now and kept
   // (keep_dit_loaded), or loaded per job once the text encoders are gone.
-  FLICK_TRY(require_dir(paths.transformer, "transformer"));
+  // `transformer` may be a diffusers folder or one .safetensors file
+  // (Kijai's FramePackI2V_HY_fp8_e4m3fn: framepack_dit.h).
   {
-    FLICK_ASSIGN_OR_RETURN(const std::string file,
-                           hunyuan::framepack_dit_weights_path(paths.transformer));
-    FLICK_ASSIGN_OR_RETURN(WeightStore s, WeightStore::open({file}));
-    FLICK_ASSIGN_OR_RETURN(dit_cfg, hunyuan::FramePackDitConfig::detect(
-                                        s.root(), join_path(paths.transformer, "config.json")));
+    FLICK_ASSIGN_OR_RETURN(const hunyuan::FramePackDitFiles files,
+                           hunyuan::framepack_dit_files(paths.transformer));
+    FLICK_ASSIGN_OR_RETURN(WeightStore s, WeightStore::open({files.weights}));
+    FLICK_ASSIGN_OR_RETURN(dit_cfg, hunyuan::FramePackDitConfig::detect(s.root(), files.config));
     FLICK_TRY(hunyuan::check_framepack_dit_layout(s.root(), dit_cfg));
   }
   if (dit_cfg.in_channels != kFramePackLatentChannels)
@@ -584,7 +582,8 @@ Expected<framepack::PromptEncoding> FramePackPipeline::Impl::encode_prompt(
         clip::ClipTextConfig cfg,
         clip::ClipTextConfig::detect(tv, join_path(paths.text_encoder_2, "config.json")));
     FLICK_ASSIGN_OR_RETURN(clip::ClipTextModel m,
-                           clip::ClipTextModel::load(tv, cfg, *be, opt.precision));
+                           clip::ClipTextModel::load(
+                               tv, cfg, *be, framepack::framepack_kept_precision(opt.precision)));
     FLICK_ASSIGN_OR_RETURN(clip::ClipTextModel::Output out, m.forward(ids));
     enc.pooled = to_host_f32(*be, out.pooled);
   }
@@ -832,9 +831,9 @@ Expected<std::unique_ptr<FramePackPipeline>> FramePackPipeline::load(
   auto impl = std::make_unique<Impl>();
   impl->opt = options;
   impl->be = &backend;
-  if (options.precision != Precision::F32 && options.precision != Precision::BF16)
-    return invalid_input("FramePack runs in f32 or bf16, not " +
-                         lower(precision_name(options.precision)));
+  // int8 needs AVX-512 VNNI / AMX on the CPU backend: refused now, not at the
+  // first job (the DiT may load per job, the LLaMA per uncached prompt).
+  FLICK_TRY(check_wan_precision(options.precision, backend, "FramePack"));
   if (options.paths.weights.empty() &&
       (options.paths.transformer.empty() || options.paths.text_encoder.empty() ||
        options.paths.text_encoder_2.empty() || options.paths.tokenizer.empty() ||
@@ -849,7 +848,9 @@ const FramePackOptions& FramePackPipeline::options() const { return impl_->opt; 
 
 std::string FramePackPipeline::precision_summary() const {
   const std::string p = lower(precision_name(impl_->opt.precision));
-  return p + " DiT, " + p + " LLaMA, " + p + " CLIP-L, " + p + " SigLIP, " + p + " VAE";
+  const std::string k =
+      lower(precision_name(framepack::framepack_kept_precision(impl_->opt.precision)));
+  return p + " DiT, " + p + " LLaMA, " + k + " CLIP-L, " + k + " SigLIP, " + k + " VAE";
 }
 
 Status FramePackPipeline::validate(const FramePackInput& input) const {

@@ -23,21 +23,40 @@
 // has been appended before it, but the sink takes frames in time order, so
 // its frames are held (as uint8) and written after the last section.
 //
-// Memory (released sizes, 640 bucket): DiT 12.87 B params (25.7 GB bf16,
-// 12.9 GB int8 / fp8), LLaMA layers 0..29 (~14 GB bf16), SigLIP 0.86 GB,
+// Memory (released sizes, 640 bucket): DiT 12.87 B params, LLaMA layers
+// 0..29 (6.54 B in linears + the 0.53 B embedding table), SigLIP 0.86 GB,
 // VAE 0.5 GB, CLIP-L 0.25 GB; DiT activations ~2 GB (18.5k tokens x 3072,
 // MLP 12288); VAE decode of a 5-latent temporal tile ~5 GB bf16 untiled,
 // < 1 GB with vae_spatial_tiling; pixels: 106 fp16-valued frames pending
 // plus, for "original", the finished video as uint8 (0.17 GB for 5 s,
-// 2.1 GB for 60 s). With keep_dit_loaded = false the text encoders (only on
-// a prompt-cache miss) and the DiT are never resident together, so a 24 GB
-// budget needs the DiT in int8 / fp8 (bf16 alone exceeds it): ~13 + 1.4 +
-// 2 + 1 + <= 2 GB while sampling, ~16 GB while encoding a new prompt.
+// 2.1 GB for 60 s). Weights resident per precision (GB):
+//
+//   precision        DiT    LLaMA 0..29   note
+//   bf16 / f32*      25.7   14.1          (*f32: twice that)
+//   int8             16.7    7.6          8-bit: the DiT's 9.06 B block-linear and
+//                                         the LLaMA's 6.54 B linear params; bf16:
+//                                         the DiT's 3.40 B modulation params, the
+//                                         0.31 B refiner, embedders, proj_out, and
+//                                         the LLaMA's embedding table
+//   fp8 (a backend   16.7    7.6          as int8
+//   with fp8 GEMMs)
+//   fp8 (CPU)        25.7   14.1          the CPU backend holds E4M3 weights as
+//                                         bf16 (runtime/backend.h): fp8 saves disk
+//                                         (Kijai's single file), not memory
+//
+// With keep_dit_loaded = false the text encoders (only on a prompt-cache
+// miss) and the DiT are never resident together: int8 samples in
+// ~16.7 + 1.4 + 2 + 1 + <= 2 GB (~23 GB, tight under 24 GB) and encodes a
+// new prompt in ~7.6 + 0.3 + 1.4 GB; bf16 needs ~32 GB while sampling.
+// Quantizing the DiT's modulation linears too would save 3.4 GB (measured
+// on the tiny golden model: output cosine vs bf16 0.99984 -> 0.99980 int8,
+// 0.9981 -> 0.9980 fp8), but they stay bf16 until measured on the released
+// weights (framepack_dit_common.h).
 //
 // Deviations from the reference, each documented where it is made: the start
 // latent is the posterior mean (the reference samples from the global torch
 // RNG, not the seed); the reference's fp16 text encoders / SigLIP / VAE run in
-// the pipeline's precision (F32 or BF16), their outputs rounded to the
+// the pipeline's precision (F32, else BF16), their outputs rounded to the
 // reference's dtypes at the same points (pixels to fp16 before the blend).
 #pragma once
 
@@ -131,7 +150,9 @@ struct FramePackPaths {
 
 struct FramePackOptions {
   FramePackPaths paths;
-  // Every component (DiT, LLaMA, CLIP-L, SigLIP, VAE): F32 (parity) or BF16.
+  // F32 (parity) or BF16: every component (DiT, LLaMA, CLIP-L, SigLIP, VAE).
+  // INT8 (W8A8) or FP8 (E4M3 weights): the DiT's block linears and the
+  // LLaMA's layer linears; the rest runs in BF16 (framepack_kept_precision).
   Precision precision = Precision::BF16;
   std::vector<FramePackBucket> buckets;  // empty = framepack_buckets_640()
   int latent_window = kFramePackLatentWindow;
@@ -214,6 +235,12 @@ std::vector<float> soft_append(const std::vector<float>& a, int64_t ta, const st
                                int64_t tb, int64_t plane, int64_t overlap);
 // save_bcthw_as_mp4's conversion of one frame: trunc(clamp(v, -1, 1) * 127.5 + 127.5),
 // each op rounded to fp32 [P]. planes: [3, T, H, W], frame t.
+// The precision of the components INT8 / FP8 leave alone (CLIP-L, SigLIP,
+// the VAE, and the DiT's kept layers): BF16, or F32 in an F32 run.
+inline Precision framepack_kept_precision(Precision p) {
+  return p == Precision::F32 ? Precision::F32 : Precision::BF16;
+}
+
 Frame to_rgb8(const std::vector<float>& planes, int64_t frames, int64_t t, int height, int width);
 
 // Prompt encodings as cached on disk: the LLaMA rows and CLIP pooled output

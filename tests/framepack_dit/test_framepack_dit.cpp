@@ -9,7 +9,9 @@
 // bf16 on the scalar reference
 // backend and the CPU backend; and the loader on the released model's full
 // key / shape table (tests/data/framepack_dit/full_keys.json, from the
-// reference class on the meta device).
+// reference class on the meta device). INT8 / FP8: block-by-block cosine
+// against the BF16 model and the reference's bf16 run, and Kijai's
+// single-file FP8 layout (tests/data/framepack_dit/kijai_fp8/).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -27,7 +29,9 @@
 
 #include "models/hunyuan/framepack_dit.h"
 #include "models/hunyuan/framepack_dit_rope.h"
+#include "runtime/cpu/onednn_info.h"
 #include "runtime/dtype.h"
+#include "runtime/weights/safetensors.h"
 #include "runtime/weights/stored_type.h"
 #include "runtime/weights/weight_file.h"
 #include "runtime/weights/weight_store.h"
@@ -493,10 +497,172 @@ TEST(FramePackDit, OpensADiffusersFolder) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("diffusion_pytorch_model.safetensors"), std::string::npos)
       << none.status().message();
+  // INT8 needs AVX-512 VNNI / AMX on the CPU backend: refused by name without.
   Expected<FramePackDitModel> int8 = open_framepack_dit(kModel, *backend, Precision::INT8);
-  ASSERT_FALSE(int8.ok());
-  EXPECT_NE(int8.status().message().find("int8 is not supported"), std::string::npos)
-      << int8.status().message();
+  if (cpu::cpu_supports(Precision::INT8)) {
+    EXPECT_TRUE(int8.ok()) << int8.status().message();
+  } else {
+    ASSERT_FALSE(int8.ok());
+    EXPECT_NE(int8.status().message().find("VNNI"), std::string::npos) << int8.status().message();
+  }
+}
+
+// ---- INT8 / FP8 (framepack_dit_common.h: the block linears quantized) ----
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += static_cast<double>(a[i]) * b[i];
+    aa += static_cast<double>(a[i]) * a[i];
+    bb += static_cast<double>(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+using Taps = std::map<std::string, std::vector<float>>;
+
+// The tiny model's taps and output on the golden inputs.
+Taps run_taps(const WeightView& model, const FramePackDitConfig& cfg, const WeightStore& golden,
+              Backend& backend, Precision p) {
+  Taps taps;
+  Expected<FramePackDit> dit = FramePackDit::load(model, cfg, backend, p);
+  EXPECT_TRUE(dit.ok()) << dit.status().message();
+  if (!dit.ok()) return taps;
+  int64_t n_valid = 0;
+  const FramePackDitInputs in = golden_inputs(golden, &n_valid);
+  Expected<OwnedTensor> out = dit->forward(
+      in, [&](std::string_view name, const Tensor& x) { taps[std::string(name)] = to_f32(x); });
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return taps;
+}
+
+const std::vector<std::string> kBlockTaps{"double0.x",   "double0.ctx", "double1.x",
+                                          "double1.ctx", "single0.x",   "single0.ctx",
+                                          "single1.x",   "single1.ctx", "output"};
+// Taps computed before the first quantized linear: equal to the BF16 run's.
+const std::vector<std::string> kBeforeQuant{"packed", "temb", "refined", "image_proj",
+                                            "double0.norm1"};
+
+struct QuantCase {
+  const char* backend;
+  Precision precision;
+};
+class FramePackDitQuant : public ::testing::TestWithParam<QuantCase> {};
+
+// Quality of INT8 (W8A8) / FP8 (E4M3 weights) against the BF16 model on the
+// golden inputs, block by block (cosine of each block's output) and at the
+// output; also against the reference's bf16 run (the golden). The tiny
+// model's weights are random (no outlier channels), so its errors are those
+// of the rounding alone. Measured (ref and cpu backends alike, within 2e-5):
+//   INT8: per-block cosine vs bf16 >= 0.99978, output 0.99984;
+//   FP8 (per-channel E4M3, 3 mantissa bits vs int8's ~7): per-block
+//   >= 0.99756, output 0.99807.
+// Bounds: 1 - cosine <= 5e-4 (INT8) and 5e-3 (FP8), ~2x the measured
+// distance, the same against the reference's bf16 output (the bf16 model
+// itself is 0.99997+ from it). The quantization must be real: the output is
+// not the BF16 one (cosine < 1 - 1e-6), while every tap before the first
+// block linear is bit-equal (embedders, refiner, image projection and
+// block 0's modulation kept in BF16).
+TEST_P(FramePackDitQuant, StaysCloseToBf16BlockByBlock) {
+  const QuantCase k = GetParam();
+  Tiny t = open_tiny();
+  std::unique_ptr<Backend> backend =
+      std::string(k.backend) == "ref" ? make_ref_backend() : make_cpu_backend();
+  if (std::string(k.backend) == "cpu" && !cpu::cpu_supports(k.precision))
+    GTEST_SKIP() << "this CPU has no " << precision_name(k.precision) << " kernels";
+  const Taps bf16 = run_taps(t.store.root(), t.cfg, t.golden, *backend, Precision::BF16);
+  const Taps q = run_taps(t.store.root(), t.cfg, t.golden, *backend, k.precision);
+  ASSERT_FALSE(q.empty());
+  const double bound = k.precision == Precision::INT8 ? 1 - 5e-4 : 1 - 5e-3;
+  for (const std::string& name : kBlockTaps) {
+    ASSERT_TRUE(q.count(name) && bf16.count(name)) << name;
+    const double c = cosine(q.at(name), bf16.at(name));
+    const double c_ref = cosine(q.at(name), to_f32(*t.golden.get("bf16." + name)));
+    const double c_base = cosine(bf16.at(name), to_f32(*t.golden.get("bf16." + name)));
+    std::printf("  %-12s %s cosine vs bf16 %.6f, vs reference bf16 %.6f (bf16 itself: %.6f)\n",
+                name.c_str(), precision_name(k.precision), c, c_ref, c_base);
+    EXPECT_GE(c, bound) << name;
+    EXPECT_GE(c_ref, bound) << name;
+  }
+  EXPECT_LT(cosine(q.at("output"), bf16.at("output")), 1 - 1e-6);
+  for (const std::string& name : kBeforeQuant) {
+    ASSERT_TRUE(q.count(name)) << name;
+    EXPECT_EQ(q.at(name), bf16.at(name)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, FramePackDitQuant,
+    ::testing::Values(QuantCase{"ref", Precision::INT8}, QuantCase{"ref", Precision::FP8},
+                      QuantCase{"cpu", Precision::INT8}, QuantCase{"cpu", Precision::FP8}),
+    [](const auto& info) {
+      return std::string(info.param.backend) + "_" + precision_name(info.param.precision);
+    });
+
+// Kijai's single-file FP8 layout (tools/framepack_dit_goldens.py
+// --kijai-fp8): every weight but the norms' and modulations' cast to E4M3
+// with no scale (patch embedder convs, embedders, refiner, image projection,
+// double blocks, proj_out), the single blocks' linears with a per-tensor
+// scale_weight. Opened as one file (the tiny config.json given: the released
+// defaults would not fit) at FP8 it runs the block linears' E4M3 weights as
+// stored and the kept layers' dequantized; at BF16 it runs all of them
+// dequantized, which the CPU's FP8 path equals up to where the scale is
+// applied (to the fp32 accumulator instead of the bf16-rounded weight); at
+// INT8 the block linears are re-quantized per channel from the dequantized
+// weights.
+TEST(FramePackDitKijaiFp8, OpensTheSingleFileAndRunsItsWeights) {
+  const std::string file = kData + "kijai_fp8/FramePackI2V_HY_tiny_fp8_e4m3fn.safetensors";
+  Tiny t = open_tiny();
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  Expected<FramePackDitModel> fp8 =
+      open_framepack_dit(file, *backend, Precision::FP8, kModel + "/config.json");
+  ASSERT_TRUE(fp8.ok()) << fp8.status().message();
+  EXPECT_EQ(fp8->dit.config().layers, 2);
+  int64_t n_valid = 0;
+  const FramePackDitInputs in = golden_inputs(t.golden, &n_valid);
+  Expected<OwnedTensor> out8 = fp8->dit.forward(in);
+  ASSERT_TRUE(out8.ok()) << out8.status().message();
+  const std::vector<float> o8 = to_f32(out8->t);
+
+  Expected<FramePackDitModel> deq =
+      open_framepack_dit(file, *backend, Precision::BF16, kModel + "/config.json");
+  ASSERT_TRUE(deq.ok()) << deq.status().message();
+  Expected<OwnedTensor> outd = deq->dit.forward(in);
+  ASSERT_TRUE(outd.ok()) << outd.status().message();
+  const std::vector<float> od = to_f32(outd->t);
+
+  const std::vector<float> bf16 =
+      run_taps(t.store.root(), t.cfg, t.golden, *backend, Precision::BF16).at("output");
+  const std::vector<float> ref = to_f32(*t.golden.get("bf16.output"));
+  const double c_deq = cosine(o8, od), c_bf16 = cosine(o8, bf16), c_ref = cosine(o8, ref);
+  std::printf(
+      "  kijai fp8 file: cosine vs its bf16 dequantized run %.6f, vs the bf16 model "
+      "%.6f, vs reference bf16 %.6f\n",
+      c_deq, c_bf16, c_ref);
+  // Same weights, the scale applied at another point: the bf16 rounding of
+  // w * scale (2^-9 relative) only; measured 1 - 1e-5, bound 1 - 1e-4.
+  EXPECT_GE(c_deq, 1 - 1e-4);
+  // E4M3 weights (every layer but norms / modulation) against the bf16 ones
+  // they were cast from: measured 0.99807 (the unscaled weights, |w| < 0.2,
+  // sit in E4M3's coarse low range), bound 1 - 5e-3 (the FP8 bound of
+  // FramePackDitQuant); and the E4M3 weights are what ran.
+  EXPECT_GE(c_bf16, 1 - 5e-3);
+  EXPECT_GE(c_ref, 1 - 5e-3);
+  EXPECT_LT(c_bf16, 1 - 1e-4);
+
+  // INT8 from the FP8 file: W8A8 of the dequantized block weights, against
+  // the file's own BF16 run (INT8 bound of FramePackDitQuant).
+  if (cpu::cpu_supports(Precision::INT8)) {
+    Expected<FramePackDitModel> i8 =
+        open_framepack_dit(file, *backend, Precision::INT8, kModel + "/config.json");
+    ASSERT_TRUE(i8.ok()) << i8.status().message();
+    Expected<OwnedTensor> outi = i8->dit.forward(in);
+    ASSERT_TRUE(outi.ok()) << outi.status().message();
+    const double c_i8 = cosine(to_f32(outi->t), od);
+    std::printf("  kijai fp8 file at int8: cosine vs its bf16 run %.6f\n", c_i8);
+    EXPECT_GE(c_i8, 1 - 5e-4);
+    EXPECT_LT(c_i8, 1 - 1e-6);
+  }
 }
 
 // ---- the released model's layout (shapes only) ----
@@ -591,6 +757,65 @@ TEST_F(FramePackDitFullSize, ConfigAndLayoutAreTheReleasedModels) {
   }
   EXPECT_EQ(params / 1000000, 12874u);
   EXPECT_TRUE(check_framepack_dit_layout(s.root(), c).ok());
+}
+
+// Kijai's released single file has no config.json: detect() with none
+// takes the released heads / rope and checks them against the shapes; the
+// layout admits a per-tensor `<linear>.scale_weight` beside a layout weight
+// and nothing else extra (ComfyUI's activation hint scale_input is named).
+// A scale that is not finite and positive, or one beside a weight that is
+// not F8_E4M3, is an error naming the tensor.
+TEST(FramePackDitKijaiFp8, BadScalesAreNamed) {
+  const std::string file = kData + "kijai_fp8/FramePackI2V_HY_tiny_fp8_e4m3fn.safetensors";
+  Expected<WeightStore> src = WeightStore::open({file});
+  ASSERT_TRUE(src.ok()) << src.status().message();
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flick_fp_kijai_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto expect_error = [&](const std::string& name, float value, const std::string& text) {
+    std::vector<SafetensorsTensor> out;
+    for (const std::string& n : src->names())
+      if (n != name) out.push_back(SafetensorsTensor::from_tensor(n, *src->get(n)));
+    const float v[1] = {value};
+    out.push_back(SafetensorsTensor::from_tensor(
+        name, Tensor::view(const_cast<float*>(v), DType::F32, Shape{1})));
+    const std::string path = (dir / "bad.safetensors").string();
+    ASSERT_TRUE(write_safetensors(path, out).ok());
+    Expected<FramePackDitModel> m =
+        open_framepack_dit(path, *backend, Precision::FP8, kModel + "/config.json");
+    ASSERT_FALSE(m.ok()) << name;
+    EXPECT_NE(m.status().message().find(name), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find(text), std::string::npos) << m.status().message();
+  };
+  expect_error("single_transformer_blocks.0.attn.to_q.scale_weight", -1.f, "finite and positive");
+  expect_error("single_transformer_blocks.1.proj_out.scale_weight", NAN, "finite and positive");
+  expect_error("transformer_blocks.0.norm1.linear.scale_weight", 1.f, "BF16 weight");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(FramePackDitFullSize, ASingleFileWithoutConfigJsonIsTheReleasedModel) {
+  nlohmann::json keys = full_["keys"];
+  keys.push_back({"transformer_blocks.0.attn.to_q.scale_weight", {1}});
+  WeightStore s;
+  ASSERT_TRUE(s.add(std::make_unique<ShapeOnlyFile>(keys, DType::F8_E4M3)).ok());
+  Expected<FramePackDitConfig> cfg = FramePackDitConfig::detect(s.root(), "");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->heads, 24);
+  EXPECT_EQ(cfg->layers, 20);
+  EXPECT_EQ(cfg->single_layers, 40);
+  EXPECT_EQ(cfg->rope_axes, (std::array<int64_t, 3>{16, 56, 56}));
+  const Status ok = check_framepack_dit_layout(s.root(), *cfg);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  keys.push_back({"transformer_blocks.0.attn.to_q.scale_input", {1}});
+  WeightStore bad;
+  ASSERT_TRUE(bad.add(std::make_unique<ShapeOnlyFile>(keys, DType::F8_E4M3)).ok());
+  const Status st = check_framepack_dit_layout(bad.root(), *cfg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("transformer_blocks.0.attn.to_q.scale_input: unexpected tensor"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find("scale_weight"), std::string::npos) << st.message();
 }
 
 TEST_F(FramePackDitFullSize, EveryMissingOrMisshapedTensorIsNamed) {
