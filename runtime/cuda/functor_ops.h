@@ -1,0 +1,296 @@
+// Backend ops assembled from the functors of runtime/cuda/functors.h: shape
+// checks, broadcasting and strides resolved on the host, then one launch.
+// Templated on the launcher, so the CUDA backend (CudaLauncher) and the CPU
+// tests (HostLauncher, tests/cuda_host) run the very same op code; only the
+// launcher differs. Tensors must live where the launcher runs (device
+// pointers for CudaLauncher).
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/functors.h"
+
+namespace flick::cuda::ops {
+
+inline void check_float(const Tensor& t, const char* op) {
+  FLICK_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16,
+              std::string(op) + ": the CUDA backend takes F32 or BF16 tensors, got " + t.str());
+}
+
+inline Dims dims_of(const Shape& s) {
+  Dims d;
+  d.ndim = s.ndim;
+  for (int i = 0; i < s.ndim; ++i) d.d[i] = s[i];
+  return d;
+}
+
+// x read at the index of an output of shape `out` (PyTorch broadcasting).
+inline Operand broadcast_operand(const Tensor& x, const Shape& out, const char* op) {
+  check_float(x, op);
+  FLICK_CHECK(x.ndim() <= out.ndim,
+              std::string(op) + ": " + x.str() + " has more dims than the output " + out.str());
+  Operand o;
+  o.data = x.data;
+  o.dtype = x.dtype;
+  const int lead = out.ndim - x.ndim();
+  for (int d = lead; d < out.ndim; ++d) {
+    const int xd = d - lead;
+    if (x.dim(xd) == out[d]) {
+      o.s[d] = out[d] == 1 ? 0 : x.stride(xd);
+    } else {
+      FLICK_CHECK(x.dim(xd) == 1,
+                  std::string(op) + ": " + x.str() + " does not broadcast to " + out.str());
+    }
+  }
+  return o;
+}
+
+inline Operand operand(const Tensor& x) {
+  Operand o;
+  o.data = x.data;
+  o.dtype = x.dtype;
+  for (int d = 0; d < x.ndim(); ++d) o.s[d] = x.stride(d);
+  return o;
+}
+
+inline Param param(const Tensor& p, int64_t n, const char* op, const char* what) {
+  Param r;
+  if (p.empty()) return r;
+  FLICK_CHECK((p.dtype == DType::F32 || p.dtype == DType::BF16) && p.ndim() == 1 && p.dim(0) == n,
+              std::string(op) + ": " + what + " must be F32/BF16 [" + std::to_string(n) +
+                  "], got " + p.str());
+  r.data = p.data;
+  r.dtype = p.dtype;
+  r.s = p.stride(0);
+  return r;
+}
+
+inline Act act_of(Activation a) { return static_cast<Act>(static_cast<int>(a)); }
+
+template <class L, int N, class Op>
+void map(const L& launch, const char* name, const Tensor* const (&in)[N], Tensor& y, Op op) {
+  check_float(y, name);
+  Map<N, Op> f;
+  f.dims = dims_of(y.shape);
+  for (int k = 0; k < N; ++k) f.in[k] = broadcast_operand(*in[k], y.shape, name);
+  f.out = operand(y);
+  f.op = op;
+  launch.for_each(y.numel(), f);
+}
+
+inline void same_shape(const Tensor& x, const Tensor& y, const char* op) {
+  FLICK_CHECK(x.shape == y.shape, std::string(op) + ": input " + x.str() + " vs output " + y.str());
+}
+
+template <class L>
+void copy(const L& l, const Tensor& x, Tensor& y) {
+  same_shape(x, y, "copy");
+  const Tensor* in[1] = {&x};
+  map(l, "copy", in, y, CopyOp{});
+}
+template <class L>
+void activation(const L& l, const Tensor& x, Tensor& y, Activation act) {
+  same_shape(x, y, "activation");
+  const Tensor* in[1] = {&x};
+  map(l, "activation", in, y, ActOp{act_of(act)});
+}
+template <class L>
+void gelu(const L& l, const Tensor& x, Tensor& y, bool tanh_approx) {
+  activation(l, x, y, tanh_approx ? Activation::GeluTanh : Activation::GeluErf);
+}
+template <class L>
+void silu(const L& l, const Tensor& x, Tensor& y) {
+  activation(l, x, y, Activation::Silu);
+}
+template <class L>
+void affine(const L& l, const Tensor& x, float alpha, float beta, Tensor& y) {
+  same_shape(x, y, "affine");
+  const Tensor* in[1] = {&x};
+  map(l, "affine", in, y, AffineOp{alpha, beta});
+}
+template <class L>
+void add(const L& l, const Tensor& a, const Tensor& b, Tensor& y) {
+  const Tensor* in[2] = {&a, &b};
+  map(l, "add", in, y, AddOp{});
+}
+template <class L>
+void mul(const L& l, const Tensor& a, const Tensor& b, Tensor& y) {
+  const Tensor* in[2] = {&a, &b};
+  map(l, "mul", in, y, MulOp{});
+}
+template <class L>
+void mul_add(const L& l, const Tensor& a, const Tensor& b, const Tensor& c, Tensor& y) {
+  const Tensor* in[3] = {&a, &b, &c};
+  map(l, "mul_add", in, y, MulAddOp{});
+}
+template <class L>
+void mul_add_stepwise(const L& l, const Tensor& a, const Tensor& b, const Tensor& c, Tensor& y) {
+  const Tensor* in[3] = {&a, &b, &c};
+  map(l, "mul_add_stepwise", in, y, MulAddStepwiseOp{});
+}
+template <class L>
+void modulate(const L& l, const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) {
+  same_shape(x, y, "modulate");
+  const Tensor* in[3] = {&x, &shift, &scale};
+  map(l, "modulate", in, y, ModulateOp{});
+}
+
+// Rows over the last dim of x and y (same shape).
+inline Rows rows_of(const Tensor& x, const Tensor& y) {
+  Rows r;
+  r.outer.ndim = x.ndim() - 1;
+  for (int d = 0; d + 1 < x.ndim(); ++d) {
+    r.outer.d[d] = x.dim(d);
+    r.xs[d] = x.stride(d);
+    r.ys[d] = y.stride(d);
+  }
+  r.n = x.dim(-1);
+  r.sx = x.stride(-1);
+  r.sy = y.stride(-1);
+  return r;
+}
+template <class R>
+R row_io(const Tensor& x, const Tensor& y) {
+  R f{};
+  f.r = rows_of(x, y);
+  f.x = operand(x);
+  f.y = operand(y);
+  return f;
+}
+
+template <class L>
+void layer_norm(const L& l, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                Tensor& y) {
+  check_float(x, "layer_norm");
+  check_float(y, "layer_norm");
+  same_shape(x, y, "layer_norm");
+  FLICK_CHECK(x.ndim() >= 1, "layer_norm: needs at least one dim");
+  auto f = row_io<LayerNormRow>(x, y);
+  f.w = param(weight, x.dim(-1), "layer_norm", "weight");
+  f.b = param(bias, x.dim(-1), "layer_norm", "bias");
+  f.eps = eps;
+  l.rows(f);
+}
+template <class L>
+void rms_norm(const L& l, const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
+  check_float(x, "rms_norm");
+  check_float(y, "rms_norm");
+  same_shape(x, y, "rms_norm");
+  FLICK_CHECK(x.ndim() >= 1, "rms_norm: needs at least one dim");
+  auto f = row_io<RmsNormRow>(x, y);
+  f.w = param(weight, x.dim(-1), "rms_norm", "weight");
+  f.eps = eps;
+  l.rows(f);
+}
+template <class L>
+void softmax(const L& l, const Tensor& x, Tensor& y) {
+  check_float(x, "softmax");
+  check_float(y, "softmax");
+  same_shape(x, y, "softmax");
+  FLICK_CHECK(x.ndim() >= 1, "softmax: needs at least one dim");
+  l.rows(row_io<SoftmaxRow>(x, y));
+}
+template <class L>
+void quantize_rows_int8(const L& l, const Tensor& x, Tensor& q, Tensor& scale) {
+  check_float(x, "quantize_rows_int8");
+  FLICK_CHECK(
+      x.ndim() == 2 && q.dtype == DType::I8 && q.shape == x.shape,
+      "quantize_rows_int8: x [M, K], q I8 [M, K] expected, got x " + x.str() + ", q " + q.str());
+  FLICK_CHECK(scale.dtype == DType::F32 && scale.ndim() == 1 && scale.dim(0) == x.dim(0) &&
+                  scale.is_contiguous(),
+              "quantize_rows_int8: scale must be F32 [M], got " + scale.str());
+  auto f = row_io<QuantizeInt8Row>(x, q);
+  f.scale = scale.ptr<float>();
+  l.rows(f);
+}
+template <class L>
+void group_norm(const L& l, const Tensor& x, int64_t groups, const Tensor& weight,
+                const Tensor& bias, float eps, Tensor& y) {
+  check_float(x, "group_norm");
+  check_float(y, "group_norm");
+  same_shape(x, y, "group_norm");
+  FLICK_CHECK(x.ndim() >= 2, "group_norm: x must be [N, C, *], got " + x.str());
+  const int64_t C = x.dim(1);
+  FLICK_CHECK(groups > 0 && C % groups == 0, "group_norm: " + std::to_string(groups) +
+                                                 " groups do not divide C = " + std::to_string(C));
+  // The spatial dims must flatten to one strided dim (contiguous within a
+  // channel): the layouts the VAEs use.
+  int64_t S = 1;
+  for (int d = 2; d < x.ndim(); ++d) S *= x.dim(d);
+  auto flat_stride = [&](const Tensor& t) {
+    for (int d = 2; d + 1 < t.ndim(); ++d)
+      FLICK_CHECK(t.stride(d) == t.stride(d + 1) * t.dim(d + 1),
+                  "group_norm: spatial dims of " + t.str() + " do not flatten");
+    return t.ndim() > 2 ? t.stride(-1) : 1;
+  };
+  GroupNormRow f{};
+  f.x = operand(x);
+  f.y = operand(y);
+  f.N = x.dim(0);
+  f.C = C;
+  f.S = S;
+  f.groups = groups;
+  f.xs0 = x.stride(0), f.xs1 = x.stride(1), f.xs2 = flat_stride(x);
+  f.ys0 = y.stride(0), f.ys1 = y.stride(1), f.ys2 = flat_stride(y);
+  f.w = param(weight, C, "group_norm", "weight");
+  f.b = param(bias, C, "group_norm", "bias");
+  f.eps = eps;
+  l.rows(f);
+}
+
+template <class L>
+void rope(const L& l, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) {
+  check_float(x, "rope");
+  check_float(y, "rope");
+  same_shape(x, y, "rope");
+  FLICK_CHECK(x.ndim() == 4 && x.dim(3) % 2 == 0,
+              "rope: x must be [B, L, H, D], D even, got " + x.str());
+  const Shape cs{x.dim(1), x.dim(3) / 2};
+  FLICK_CHECK(
+      cos.dtype == DType::F32 && sin.dtype == DType::F32 && cos.shape == cs && sin.shape == cs &&
+          cos.is_contiguous() && sin.is_contiguous(),
+      "rope: cos/sin must be contiguous F32 " + cs.str() + ", got " + cos.str() + ", " + sin.str());
+  RopePairs f{};
+  f.x = operand(x);
+  f.y = operand(y);
+  f.B = x.dim(0), f.L = x.dim(1), f.H = x.dim(2), f.half = x.dim(3) / 2;
+  f.cos = cos.ptr<const float>();
+  f.sin = sin.ptr<const float>();
+  l.for_each(f.size(), f);
+}
+
+template <class L>
+void upsample_nearest(const L& l, const Tensor& x, Tensor& y) {
+  check_float(x, "upsample_nearest");
+  check_float(y, "upsample_nearest");
+  FLICK_CHECK(x.ndim() == y.ndim() && (x.ndim() == 4 || x.ndim() == 5) && x.dim(0) == y.dim(0) &&
+                  x.dim(1) == y.dim(1),
+              "upsample_nearest: " + x.str() + " -> " + y.str());
+  UpsampleNearest f{};
+  f.ydims = dims_of(y.shape);
+  f.x = operand(x);
+  f.y = operand(y);
+  for (int d = 0; d < x.ndim(); ++d) {
+    FLICK_CHECK(x.dim(d) > 0 && y.dim(d) % x.dim(d) == 0,
+                "upsample_nearest: " + y.str() + " is not an integer multiple of " + x.str());
+    f.factor[d] = y.dim(d) / x.dim(d);
+  }
+  l.for_each(y.numel(), f);
+}
+
+// concat = one strided copy per input into its slice of y.
+template <class L>
+void concat(const L& l, std::span<const Tensor> xs, int dim, Tensor& y) {
+  if (dim < 0) dim += y.ndim();
+  int64_t at = 0;
+  for (const Tensor& x : xs) {
+    Tensor part = y.slice(dim, at, x.dim(dim));
+    copy(l, x, part);
+    at += x.dim(dim);
+  }
+  FLICK_CHECK(at == y.dim(dim), "concat: inputs cover " + std::to_string(at) + " of " + y.str());
+}
+
+}  // namespace flick::cuda::ops
