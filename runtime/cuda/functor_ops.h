@@ -6,6 +6,7 @@
 // pointers for CudaLauncher).
 #pragma once
 
+#include <cmath>
 #include <span>
 #include <string>
 
@@ -291,6 +292,79 @@ void concat(const L& l, std::span<const Tensor> xs, int dim, Tensor& y) {
     at += x.dim(dim);
   }
   FLICK_CHECK(at == y.dim(dim), "concat: inputs cover " + std::to_string(at) + " of " + y.str());
+}
+
+// y = act(acc + bias) from an fp32 contiguous result acc of y's shape;
+// channel_dim: the dim the bias runs along (the last for a linear, 1 for a
+// conv). bias may be empty.
+template <class L>
+void bias_act(const L& l, const float* acc, const Tensor& bias, int channel_dim, Activation act,
+              Tensor& y) {
+  check_float(y, "bias_act");
+  BiasActEpilogue f{};
+  f.acc = acc;
+  if (channel_dim < 0) channel_dim += y.ndim();
+  f.channels = y.dim(channel_dim);
+  f.inner = 1;
+  for (int d = channel_dim + 1; d < y.ndim(); ++d) f.inner *= y.dim(d);
+  f.bias = param(bias, f.channels, "bias_act", "bias");
+  f.dims = dims_of(y.shape);
+  f.y = operand(y);
+  f.act = act_of(act);
+  l.for_each(y.numel(), f);
+}
+
+// Attention as two batched GEMMs around the masked softmax functor, one
+// batch row at a time: S = q k^T (fp32), P = softmax(S * scale + masks) in
+// v's dtype, out = P v. For what the cuDNN SDPA op refuses (head dims over
+// 256, the VAEs' mid attention; masks and biases; F32). mm(a, b, c) is the
+// backend's batched matmul (cuBLASLt on the GPU); s_scratch F32 and
+// p_scratch (v's dtype) hold at least H * Lq * Lk elements. out may alias q:
+// a batch row's scores are complete before its output is written.
+template <class L, class Mm>
+void attention_fallback(const L& l, Mm&& mm, const Tensor& q, const Tensor& k, const Tensor& v,
+                        Tensor& out, const AttentionParams& p, void* s_scratch, void* p_scratch) {
+  FLICK_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4 && out.ndim() == 4,
+              "attention: q, k, v, out must be [B, L, H, D]");
+  const int64_t B = q.dim(0), Lq = q.dim(1), H = q.dim(2), D = q.dim(3), Lk = k.dim(1);
+  FLICK_CHECK(
+      k.dim(0) == B && k.dim(2) == H && k.dim(3) == D && v.shape == k.shape && out.shape == q.shape,
+      "attention: q " + q.str() + ", k " + k.str() + ", v " + v.str() + ", out " + out.str());
+  const float scale = p.scale != 0.f ? p.scale : 1.f / sqrtf(static_cast<float>(D));
+  Tensor s = Tensor::view(s_scratch, DType::F32, {H, Lq, Lk}, q.device);
+  Tensor pm = Tensor::view(p_scratch, v.dtype, {H, Lq, Lk}, q.device);
+  for (int64_t b = 0; b < B; ++b) {
+    const Tensor qb = q.select(0, b).permute({1, 0, 2});  // [H, Lq, D]
+    const Tensor kt = k.select(0, b).permute({1, 2, 0});  // [H, D, Lk]
+    const Tensor vb = v.select(0, b).permute({1, 0, 2});  // [H, Lk, D]
+    Tensor ob = out.select(0, b).permute({1, 0, 2});      // [H, Lq, D]
+    mm(qb, kt, s);
+    AttnSoftmaxRow f{};
+    f.s = s.ptr<const float>();
+    f.p = operand(pm);
+    f.H = H, f.Lq = Lq, f.Lk = Lk;
+    f.scale = scale;
+    if (!p.bias.empty()) {
+      const Tensor& bt = p.bias;
+      FLICK_CHECK(bt.dtype == DType::F32 && bt.ndim() == 4 && bt.dim(2) == Lq && bt.dim(3) == Lk &&
+                      (bt.dim(0) == B || bt.dim(0) == 1) && (bt.dim(1) == H || bt.dim(1) == 1),
+                  "attention: bias must be F32 [B or 1, H or 1, Lq, Lk], got " + bt.str());
+      f.bias = static_cast<const float*>(bt.data) + (bt.dim(0) == 1 ? 0 : b * bt.stride(0));
+      f.bias_sh = bt.dim(1) == 1 ? 0 : bt.stride(1);
+      f.bias_sq = bt.stride(2);
+      f.bias_sk = bt.stride(3);
+    }
+    if (!p.key_padding.empty()) {
+      const Tensor& kp = p.key_padding;
+      FLICK_CHECK(kp.dtype == DType::U8 && kp.ndim() == 2 && kp.dim(0) == B && kp.dim(1) == Lk,
+                  "attention: key_padding must be U8 [B, Lk], got " + kp.str());
+      f.key_padding = static_cast<const uint8_t*>(kp.data) + b * kp.stride(0);
+      f.kp_stride = kp.stride(1);
+    }
+    f.causal_block = p.causal_block;
+    l.rows(f);
+    mm(pm, vb, ob);
+  }
 }
 
 }  // namespace flick::cuda::ops

@@ -460,4 +460,64 @@ struct ScaleEpilogue {
   }
 };
 
+// The linear / conv epilogue: y = act(acc + bias[c]) with acc the fp32 GEMM
+// or convolution result (contiguous, the output's shape), c the channel
+// index i / inner % channels (linear: inner 1, channels N; NCDHW conv:
+// inner = spatial size, channels = C). The pre-activation is rounded once,
+// to y's dtype, only where RoundGeluTanh asks for it.
+struct BiasActEpilogue {
+  const float* acc;
+  Param bias;
+  Dims dims;  // y's shape
+  Operand y;
+  Act act;
+  int64_t inner, channels;
+  FLICK_HD void operator()(int64_t i) const {
+    const float v = acc[i] + bias.at(i / inner % channels, 0.f);
+    y.store(y.offset(dims, i), activate(v, act, y));
+  }
+};
+
+// The attention fallback's softmax over one score row of S [H, Lq, Lk] (fp32,
+// contiguous) into P (v's dtype, same shape): p = softmax(s * scale + bias)
+// over the keys a query may see (key_padding, block-causal), masked keys 0,
+// a row with every key masked all 0 (runtime/backend.h AttentionParams).
+struct AttnSoftmaxRow {
+  const float* s;
+  Operand p;  // contiguous [H, Lq, Lk]
+  int64_t H, Lq, Lk;
+  float scale;
+  const float* bias;  // [H or 1, Lq, Lk] view of this batch, or null
+  int64_t bias_sh, bias_sq, bias_sk;
+  const uint8_t* key_padding;  // [Lk] of this batch (0 = masked), or null
+  int64_t kp_stride;
+  int64_t causal_block;
+  using Acc = MaxSum;
+  FLICK_HD int64_t rows() const { return H * Lq; }
+  FLICK_HD int64_t len() const { return Lk; }
+  FLICK_HD bool visible(int64_t row, int64_t j) const {
+    if (key_padding && key_padding[j * kp_stride] == 0) return false;
+    if (causal_block > 0) {
+      const int64_t qpos = row % Lq + Lk - Lq;
+      if (j / causal_block > qpos / causal_block) return false;
+    }
+    return true;
+  }
+  FLICK_HD float logit(int64_t row, int64_t j) const {
+    float v = s[row * Lk + j] * scale;
+    if (bias) v += bias[row / Lq * bias_sh + row % Lq * bias_sq + j * bias_sk];
+    return v;
+  }
+  FLICK_HD Acc init() const { return {-INFINITY, 0.f}; }
+  FLICK_HD Acc partial(int64_t row, int64_t j) const {
+    return visible(row, j) ? Acc{logit(row, j), 1.f} : Acc{-INFINITY, 0.f};
+  }
+  FLICK_HD Acc combine(Acc a, Acc b) const { return SoftmaxRow{}.combine(a, b); }
+  FLICK_HD Stats2 finalize(Acc a) const { return {a.m, a.s > 0.f ? 1.f / a.s : 0.f}; }
+  FLICK_HD void apply(int64_t row, int64_t j, Stats2 st) const {
+    const float v = (st.b == 0.f || !visible(row, j)) ? 0.f : expf(logit(row, j) - st.a) * st.b;
+    p.store(row * Lk + j, v);
+  }
+};
+
 }  // namespace flick::cuda

@@ -328,5 +328,81 @@ TEST(FunctorsIndexMap, ScaleEpilogueMatchesReferenceInt8Linear) {
   EXPECT_LE(worst(y, e, kPointwise), 1.0);
 }
 
+// The linear epilogue over an fp32 GEMM result (a loop here, cuBLASLt on
+// the GPU) against the reference linear, for every activation: tolerances as
+// the pointwise ops (the fp32 sum order of K = 64 terms is within them).
+TEST_P(Functors, LinearEpilogue) {
+  const int64_t M = 5, K = 64, N = 24;
+  auto x = randn(dt(), {M, K}, 30), w = randn(DType::BF16, {N, K}, 31, 0.2f),
+       bias = randn(DType::F32, {N}, 32);
+  auto ref = make_ref_backend();
+  LinearDesc d;
+  d.w = w.t;
+  d.bias = bias.t;
+  d.precision = Precision::BF16;
+  auto packed = ref->pack_linear(d);
+  std::vector<float> acc(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        // BF16 precision: the activations enter the GEMM rounded to bf16 (as
+        // the CUDA linear converts an F32 x before cuBLASLt, and the reference).
+        s += round_bf16(load_as_f32(dt(), x.t.data, m * K + k)) *
+             load_as_f32(DType::BF16, w.t.data, n * K + k);
+      acc[static_cast<size_t>(m * N + n)] = static_cast<float>(s);
+    }
+  for (Activation act : {Activation::None, Activation::GeluErf, Activation::GeluTanh,
+                         Activation::Silu, Activation::RoundGeluTanh, Activation::Relu}) {
+    OwnedTensor y(dt(), {M, N}), e(dt(), {M, N});
+    cops::bias_act(host, acc.data(), bias, -1, act, y);
+    ref->linear(x, *packed, e, act);
+    EXPECT_LE(worst(y, e, kPointwise), 1.0) << "activation " << static_cast<int>(act);
+  }
+}
+
+// The GEMM + softmax attention fallback (the reference matmul standing in
+// for cuBLASLt) against the reference attention, with every mask kind, a
+// head dim over cuDNN's 256 and out aliasing q. Tolerance kReduce: fp32
+// scores and softmax vs the reference's double.
+TEST_P(Functors, AttentionFallback) {
+  const int64_t B = 2, Lq = 7, Lk = 11, H = 3, D = 384;
+  auto q = randn(dt(), {B, Lq, H, D}, 40, 0.08f), k = randn(dt(), {B, Lk, H, D}, 41, 0.08f),
+       v = randn(dt(), {B, Lk, H, D}, 42);
+  auto bias = randn(DType::F32, {1, H, Lq, Lk}, 43);
+  OwnedTensor kp(DType::U8, {B, Lk});
+  for (int64_t j = 0; j < Lk; ++j) {
+    kp.t.ptr<uint8_t>()[j] = j % 4 != 1;
+    kp.t.ptr<uint8_t>()[Lk + j] = j < 3;  // row b = 1: only the first 3 keys
+  }
+  std::vector<float> s(static_cast<size_t>(H * Lq * Lk));
+  std::vector<float> pbuf(static_cast<size_t>(H * Lq * Lk));
+  auto mm = [&](const Tensor& a, const Tensor& b, Tensor& c) { ref->matmul(a, b, c); };
+  for (int mode = 0; mode < 4; ++mode) {
+    AttentionParams p;
+    if (mode == 1) p.bias = bias.t;
+    if (mode == 2) p.key_padding = kp.t;
+    if (mode == 3) {
+      p.causal_block = 2;
+      p.key_padding = kp.t;
+      p.scale = 0.3f;
+    }
+    OwnedTensor y(dt(), q.t.shape), e(dt(), q.t.shape);
+    cops::attention_fallback(host, mm, q, k, v, y, p, s.data(), pbuf.data());
+    ref->attention(q, k, v, e, p);
+    // BF16: P is stored in v's dtype (the PV GEMM's input type), one more
+    // rounding than the reference: up to 2^-9 relative per weight, summed
+    // over Lk = 11 values of v ~ N(0, 1): an absolute 1e-2 floor (measured
+    // worst 4e-3).
+    EXPECT_LE(worst(y, e, dt() == DType::BF16 ? 1e-2 : kReduce), 1.0) << "mode " << mode;
+  }
+  // In place: out = q.
+  OwnedTensor qq(dt(), q.t.shape), e(dt(), q.t.shape);
+  ref->copy(q, qq);
+  cops::attention_fallback(host, mm, qq, k, v, qq, AttentionParams{}, s.data(), pbuf.data());
+  ref->attention(q, k, v, e, AttentionParams{});
+  EXPECT_LE(worst(qq, e, dt() == DType::BF16 ? 1e-2 : kReduce), 1.0) << "aliased";
+}
+
 }  // namespace
 }  // namespace flick
