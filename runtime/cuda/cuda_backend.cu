@@ -1,7 +1,9 @@
 // The CUDA backend: libflick_cuda.so, loaded by load_cuda_backend().
-//  - linear / matmul: cuBLASLt (TN: D^T = W X^T, fp32 accumulation); FP8 and
-//    INT8 weights dequantised to BF16 once at pack time (weight-only, the
-//    first step of shared/research/cuda-backend.md section 7); bias and
+//  - linear / matmul: cuBLASLt (TN: D^T = W X^T, fp32 accumulation);
+//    Precision::INT8 as W8A8 (per-row activation quantisation, IMMA int32
+//    GEMM, our scale epilogue); FP8 weights (and I8 weights at another
+//    precision) dequantised to BF16 once at pack time, as the CPU backend
+//    converts FP8 (weight-only; FP8 GEMMs are a later step); bias and
 //    activation in our epilogue functor (exact Backend semantics, including
 //    RoundGeluTanh, with no dependence on cuBLASLt's GELU formula).
 //  - attention: cuDNN's unified SDPA op (BF16, head dim <= 256, d % 8 == 0,
@@ -79,7 +81,11 @@ void lt_matmul(cublasLtHandle_t h, cudaStream_t stream, void* ws, size_t ws_byte
                const LtOperand& a, const LtOperand& b, void* d, cudaDataType_t d_type, int64_t m,
                int64_t n, int64_t ld_d, int64_t d_batch_stride, int batch) {
   cublasLtMatmulDesc_t op = nullptr;
-  lt_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  // int8 x int8 -> int32 (IMMA): compute and scale type 32I; else fp32.
+  const bool imma = d_type == CUDA_R_32I;
+  lt_check(cublasLtMatmulDescCreate(&op, imma ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                    imma ? CUDA_R_32I : CUDA_R_32F),
+           "MatmulDescCreate");
   const cublasOperation_t ta = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N,
                           tb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
@@ -117,8 +123,11 @@ void lt_matmul(cublasLtHandle_t h, cudaStream_t stream, void* ws, size_t ws_byte
            "AlgoGetHeuristic");
   FLICK_CHECK(found > 0, "cuBLASLt: no algorithm for this GEMM (m " + std::to_string(m) + ", n " +
                              std::to_string(n) + ")");
-  const float alpha = 1.f, beta = 0.f;
-  lt_check(cublasLtMatmul(h, op, &alpha, a.p, la, b.p, lb, &beta, d, ld, d, ld, &res.algo, ws,
+  const float alpha_f = 1.f, beta_f = 0.f;
+  const int32_t alpha_i = 1, beta_i = 0;
+  const void* alpha = imma ? static_cast<const void*>(&alpha_i) : &alpha_f;
+  const void* beta = imma ? static_cast<const void*>(&beta_i) : &beta_f;
+  lt_check(cublasLtMatmul(h, op, alpha, a.p, la, b.p, lb, beta, d, ld, d, ld, &res.algo, ws,
                           ws_bytes, stream),
            "Matmul");
   cublasLtMatmulPreferenceDestroy(pref);
@@ -147,6 +156,10 @@ DeviceBlock upload(const Tensor& t, DType to) {
   }
   DeviceBlock b(host.size());
   cuda_check(cudaMemcpy(b.get(), host.data(), host.size(), cudaMemcpyHostToDevice), "upload");
+  // A pageable copy may still be in flight when cudaMemcpy returns, and the
+  // backend's stream does not wait for the legacy stream: finish it (load
+  // time only).
+  cuda_check(cudaDeviceSynchronize(), "upload");
   return b;
 }
 
@@ -157,6 +170,11 @@ class CudaLinear : public PackedLinear {
   DType wdt = DType::BF16;  // of w on the device: BF16, or F32 for Precision::F32
   DeviceBlock w, bias;      // w [N, K]; bias F32 [N] or empty
   Tensor bias_view;
+  // Precision::INT8 with I8 weights: W8A8 as the reference (activations
+  // quantised per row, int32 accumulation through IMMA), w int8 and w_scale
+  // F32 [N] (a per-tensor scale expanded).
+  bool w8a8 = false;
+  DeviceBlock w_scale;
   int64_t in_features() const override { return k; }
   int64_t out_features() const override { return n; }
   Precision precision() const override { return prec; }
@@ -208,7 +226,22 @@ class CudaBackend final : public Backend {
     FLICK_CHECK(d.w.ndim() == 2, "pack_linear: w must be [N, K], got " + d.w.str());
     auto p = std::make_unique<CudaLinear>();
     p->n = d.w.dim(0), p->k = d.w.dim(1), p->prec = d.precision;
-    if (d.w.dtype == DType::I8 || d.w.dtype == DType::F8_E4M3) {
+    if (d.w.dtype == DType::I8 && d.precision == Precision::INT8) {
+      FLICK_CHECK(d.w_scale.dtype == DType::F32 && d.w_scale.ndim() == 1 &&
+                      (d.w_scale.dim(0) == p->n || d.w_scale.dim(0) == 1),
+                  "pack_linear: w_scale must be F32 [N] or [1], got " + d.w_scale.str());
+      // IMMA (CUBLASLT_ORDER_COL, TN): K a multiple of 4.
+      FLICK_CHECK(p->k % 4 == 0, "pack_linear: INT8 on the CUDA backend needs K % 4 == 0, got " +
+                                     std::to_string(p->k));
+      p->w8a8 = true;
+      p->wdt = DType::I8;
+      p->w = upload(d.w, DType::I8);
+      std::vector<float> sc(static_cast<size_t>(p->n));
+      for (int64_t i = 0; i < p->n; ++i)
+        sc[static_cast<size_t>(i)] = load_as_f32(
+            DType::F32, d.w_scale.data, d.w_scale.dim(0) == 1 ? 0 : i * d.w_scale.stride(0));
+      p->w_scale = upload(Tensor::view(sc.data(), DType::F32, {p->n}), DType::F32);
+    } else if (d.w.dtype == DType::I8 || d.w.dtype == DType::F8_E4M3) {
       // Weight-only: dequantise once into BF16 (W8A8 through IMMA / FP8
       // GEMMs is the next step; the ScaleEpilogue functor is its epilogue).
       FLICK_CHECK(d.w_scale.dtype == DType::F32 && d.w_scale.ndim() == 1 &&
@@ -241,7 +274,10 @@ class CudaBackend final : public Backend {
                     ", " + std::to_string(w.k) + "] weight (unit last strides)");
     const int64_t M = x.numel() / w.k;
     const int64_t ldx = rows_stride(x, "linear x"), ldy = rows_stride(y, "linear y");
-    (void)ldy;
+    if (w.w8a8) {
+      linear_w8a8(x, w, y, act, M, ldy);
+      return;
+    }
     // x in the weight's type (cuBLASLt takes A and B of one type).
     const void* xp = x.data;
     int64_t ld = ldx;
@@ -257,6 +293,39 @@ class CudaBackend final : public Backend {
     lt_matmul(lt_, stream_, workspace_.get(), kWorkspace, {w.w.get(), t, true, w.k, w.n, w.k, 0},
               {xp, t, false, w.k, M, ld, 0}, acc, CUDA_R_32F, w.n, M, w.n, 0, 1);
     ops::bias_act(launch_, acc, w.bias_view, -1, act, y);
+  }
+
+  // W8A8: q, sx = quantize_rows_int8(x); acc = q W^T in int32 (IMMA, TN);
+  // y = act(acc * sw[n] * sx[m] + bias[n]) (ScaleEpilogue): the reference's
+  // INT8 linear, with exact integer accumulation.
+  void linear_w8a8(const Tensor& x, const CudaLinear& w, Tensor& y, Activation act, int64_t M,
+                   int64_t ldy) {
+    auto* xq = static_cast<int8_t*>(input_scratch_.get(static_cast<size_t>(M * w.k + 256 + M * 4)));
+    auto* sx = reinterpret_cast<float*>(xq + (M * w.k + 255) / 256 * 256);
+    Tensor x2 = Tensor::view(nullptr, x.dtype, {M, w.k}, Device::CUDA);
+    x2.data = x.data;
+    x2.strides[0] = x.ndim() >= 2 ? x.stride(-2) : w.k;
+    Tensor q = Tensor::view(xq, DType::I8, {M, w.k}, Device::CUDA);
+    Tensor sxt = Tensor::view(sx, DType::F32, {M}, Device::CUDA);
+    ops::quantize_rows_int8(launch_, x2, q, sxt);
+    auto* acc = static_cast<int32_t*>(acc_scratch_.get(static_cast<size_t>(M * w.n) * 4));
+    lt_matmul(lt_, stream_, workspace_.get(), kWorkspace,
+              {w.w.get(), CUDA_R_8I, true, w.k, w.n, w.k, 0},
+              {xq, CUDA_R_8I, false, w.k, M, w.k, 0}, acc, CUDA_R_32I, w.n, M, w.n, 0, 1);
+    ScaleEpilogue f{};
+    f.acc = acc;
+    f.acc_i32 = true;
+    f.sw = static_cast<const float*>(w.w_scale.get());
+    f.sx = sx;
+    f.bias = ops::param(w.bias_view, w.n, "linear", "bias");
+    f.y.data = y.data;
+    f.y.dtype = y.dtype;
+    f.y.s[0] = ldy;
+    f.y.s[1] = 1;
+    f.act = ops::act_of(act);
+    f.T = M, f.N = w.n;
+    ops::check_float(y, "linear");
+    launch_.for_each(M * w.n, f);
   }
 
   void matmul(const Tensor& a, const Tensor& b, Tensor& c) override {
@@ -291,6 +360,7 @@ class CudaBackend final : public Backend {
     FLICK_CHECK(d.groups == 1, "pack_conv: the CUDA backend has no grouped convolution yet");
     FLICK_CHECK(d.w.dtype != DType::I8 && d.w.dtype != DType::F8_E4M3,
                 "pack_conv: the CUDA backend has no quantised convolution yet");
+    // Every conv runs in BF16 (cuDNN's fast engines), Precision::F32 too.
     auto p = std::make_unique<CudaConv>();
     p->d = d;
     // Weights channels-last ({k, c, *kernel} with c innermost): the layout

@@ -58,6 +58,7 @@ struct DeviceTensor {
   explicit DeviceTensor(const Tensor& host) {
     EXPECT_EQ(rt().malloc(&p, host.nbytes()), 0);
     EXPECT_EQ(rt().memcpy(p, host.data, host.nbytes(), 1), 0);
+    EXPECT_EQ(rt().sync(), 0);  // the backend's stream does not wait for cudaMemcpy's
     t = Tensor::view(p, host.dtype, host.shape, Device::CUDA);
   }
   DeviceTensor(DType dt, Shape s) : DeviceTensor(OwnedTensor(dt, s).t) {}
@@ -155,6 +156,32 @@ TEST_F(CudaBackendTest, LinearBf16) {
     ref->linear(x, *pr, e, act);
     EXPECT_LE(worst(dy.host(), e, 2e-3), 1.0) << "activation " << static_cast<int>(act);
   }
+}
+
+// W8A8: the same integers as the reference (quantize_rows_int8 is bit-exact
+// with it, the int32 GEMM exact), so only the epilogue's fp32 products and
+// the final rounding differ: the pointwise tolerance.
+TEST_F(CudaBackendTest, LinearInt8W8A8) {
+  const int64_t M = 19, K = 256, N = 72;
+  auto x = randn(DType::F32, {M, K}, 13);
+  OwnedTensor w(DType::I8, {N, K}), ws(DType::F32, {N});
+  std::mt19937 g(14);
+  for (int64_t i = 0; i < N * K; ++i)
+    w.t.ptr<int8_t>()[i] = static_cast<int8_t>(int(g() % 255) - 127);
+  for (int64_t n = 0; n < N; ++n) ws.t.ptr<float>()[n] = 0.002f * static_cast<float>(n + 1);
+  auto bias = randn(DType::F32, {N}, 15);
+  LinearDesc d;
+  d.w = w.t;
+  d.w_scale = ws.t;
+  d.bias = bias.t;
+  d.precision = Precision::INT8;
+  auto pc = cuda->pack_linear(d);
+  auto pr = ref->pack_linear(d);
+  DeviceTensor dx(x), dy(DType::F32, {M, N});
+  OwnedTensor e(DType::F32, {M, N});
+  cuda->linear(dx, *pc, dy, Activation::Silu);
+  ref->linear(x, *pr, e, Activation::Silu);
+  EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0);
 }
 
 TEST_F(CudaBackendTest, Attention) {
