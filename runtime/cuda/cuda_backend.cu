@@ -497,18 +497,22 @@ class CudaBackend final : public Backend {
     ops::quantize_rows_int8(launch_, x, q, scale);
   }
   void rope_3d(const Tensor&, const Rope3dParams&, Tensor&) override { not_yet("rope_3d"); }
-  void rope_unfused(const Tensor&, const Tensor&, const Tensor&, Tensor&) override {
-    not_yet("rope_unfused");
+  void rope_unfused(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override {
+    ops::rope_unfused(launch_, x, cos, sin, y);
   }
-  void rms_norm_stepwise(const Tensor&, float, Tensor&) override { not_yet("rms_norm_stepwise"); }
+  void rms_norm_stepwise(const Tensor& x, float eps, Tensor& y) override {
+    ops::rms_norm_stepwise(launch_, x, eps, y);
+  }
   void mul_add_stepwise(const Tensor& a, const Tensor& b, const Tensor& c, Tensor& y) override {
     ops::mul_add_stepwise(launch_, a, b, c, y);
   }
-  void normalize_l2(const Tensor&, const Tensor&, float, NormRounding, Activation,
-                    Tensor&) override {
-    not_yet("normalize_l2");
+  void normalize_l2(const Tensor& x, const Tensor& gamma, float scale, NormRounding rounding,
+                    Activation act, Tensor& y) override {
+    ops::normalize_l2(launch_, x, gamma, scale, rounding, act, y);
   }
-  void softmax_parts(const Tensor&, float, Tensor&, Tensor&) override { not_yet("softmax_parts"); }
+  void softmax_parts(const Tensor& x, float scale, Tensor& p, Tensor& inv_sum) override {
+    ops::softmax_parts(launch_, x, scale, p, inv_sum);
+  }
 
  private:
   static constexpr size_t kWorkspace = 32u << 20;

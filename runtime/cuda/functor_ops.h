@@ -242,7 +242,8 @@ void group_norm(const L& l, const Tensor& x, int64_t groups, const Tensor& weigh
 }
 
 template <class L>
-void rope(const L& l, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) {
+void rope(const L& l, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y,
+          bool unfused = false) {
   check_float(x, "rope");
   check_float(y, "rope");
   same_shape(x, y, "rope");
@@ -259,7 +260,56 @@ void rope(const L& l, const Tensor& x, const Tensor& cos, const Tensor& sin, Ten
   f.B = x.dim(0), f.L = x.dim(1), f.H = x.dim(2), f.half = x.dim(3) / 2;
   f.cos = cos.ptr<const float>();
   f.sin = sin.ptr<const float>();
+  f.unfused = unfused;
   l.for_each(f.size(), f);
+}
+
+template <class L>
+void rope_unfused(const L& l, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) {
+  rope(l, x, cos, sin, y, true);
+}
+
+template <class L>
+void rms_norm_stepwise(const L& l, const Tensor& x, float eps, Tensor& y) {
+  check_float(x, "rms_norm_stepwise");
+  FLICK_CHECK(x.shape == y.shape && x.dtype == y.dtype && x.ndim() >= 1,
+              "rms_norm_stepwise: x " + x.str() + " y " + y.str());
+  auto f = row_io<RmsNormStepwiseRow>(x, y);
+  f.eps = eps;
+  l.rows(f);
+}
+
+template <class L>
+void normalize_l2(const L& l, const Tensor& x, const Tensor& gamma, float scale,
+                  NormRounding rounding, Activation act, Tensor& y) {
+  check_float(x, "normalize_l2");
+  FLICK_CHECK(x.shape == y.shape && x.dtype == y.dtype && x.ndim() >= 1,
+              "normalize_l2: x " + x.str() + " y " + y.str());
+  FLICK_CHECK(act == Activation::None || act == Activation::Silu,
+              "normalize_l2: activation None or Silu");
+  FLICK_CHECK(
+      gamma.dtype == DType::F32 && gamma.shape == Shape{x.dim(-1)} && gamma.is_contiguous(),
+      "normalize_l2: gamma must be F32 [" + std::to_string(x.dim(-1)) + "], got " + gamma.str());
+  auto f = row_io<NormalizeL2Row>(x, y);
+  f.gamma = gamma.ptr<const float>();
+  f.scale = scale;
+  f.per_op = rounding == NormRounding::PerOp;
+  f.silu = act == Activation::Silu;
+  l.rows(f);
+}
+
+template <class L>
+void softmax_parts(const L& l, const Tensor& x, float scale, Tensor& p, Tensor& inv_sum) {
+  FLICK_CHECK(x.dtype == DType::F32 && x.ndim() >= 1 && x.shape == p.shape &&
+                  (p.dtype == DType::F32 || p.dtype == DType::BF16),
+              "softmax_parts: x " + x.str() + " p " + p.str());
+  FLICK_CHECK(inv_sum.dtype == DType::F32 && inv_sum.is_contiguous() &&
+                  inv_sum.numel() * x.dim(-1) == x.numel(),
+              "softmax_parts: inv_sum " + inv_sum.str() + " for x " + x.str());
+  auto f = row_io<SoftmaxPartsRow>(x, p);
+  f.scale = scale;
+  f.inv_sum = inv_sum.ptr<float>();
+  l.rows(f);
 }
 
 template <class L>

@@ -70,19 +70,23 @@ FLICK_HD float from_e4m3(uint8_t v) {
 }
 
 // Products and sums that must not fuse into an FMA (the stepwise ops round
-// each op as PyTorch does): nvcc contracts a * b + c by default.
+// each op as PyTorch does): nvcc contracts a * b + c by default, and so does
+// g++ for C++ (-ffp-contract=fast) with -mfma; the volatile store rounds the
+// host's value to fp32 whatever the flags (host code is for the tests).
 FLICK_HD float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
-  return a * b;
+  volatile float p = a * b;
+  return p;
 #endif
 }
 FLICK_HD float add_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
 #else
-  return a + b;
+  volatile float s = a + b;
+  return s;
 #endif
 }
 
@@ -366,6 +370,75 @@ struct GroupNormRow {
   }
 };
 
+// PyTorch-rounded weight-free RMS norm (rms_norm_stepwise): x^2 rounded to
+// y's dtype, summed in fp32, the mean, + eps, the root and its inverse each
+// rounded, then x * inv rounded at the store. Bit-exact with the reference
+// through the CPU launcher (the same sequential sum); a GPU block sums in a
+// tree, within fp32 rounding of it.
+struct RmsNormStepwiseRow : RowIo {
+  float eps;
+  using Acc = float;
+  FLICK_HD Acc init() const { return 0.f; }
+  FLICK_HD Acc partial(int64_t row, int64_t i) const {
+    const float v = ld(row, i);
+    return y.round(mul_rn(v, v));
+  }
+  FLICK_HD Acc combine(Acc p, Acc q) const { return add_rn(p, q); }
+  FLICK_HD Stats2 finalize(Acc a) const {
+    const float mean = y.round(a / static_cast<float>(r.n));
+    return {0.f, y.round(1.f / y.round(sqrtf(y.round(add_rn(mean, eps)))))};
+  }
+  FLICK_HD void apply(int64_t row, int64_t i, Stats2 s) const {
+    st(row, i, mul_rn(ld(row, i), s.b));
+  }
+};
+
+// F.normalize(x, dim=-1) * scale * gamma, then SiLU or not (normalize_l2),
+// rounded per op (PerOp) or once (Once). Sum of squares in fp32 (the
+// reference: double), so PerOp can differ from it by one rounding of y.
+struct NormalizeL2Row : RowIo {
+  const float* gamma;
+  float scale;
+  bool per_op, silu;
+  using Acc = float;
+  FLICK_HD Acc init() const { return 0.f; }
+  FLICK_HD Acc partial(int64_t row, int64_t i) const {
+    const float v = ld(row, i);
+    return v * v;
+  }
+  FLICK_HD Acc combine(Acc p, Acc q) const { return p + q; }
+  FLICK_HD Stats2 finalize(Acc a) const {
+    float norm = sqrtf(a);
+    if (per_op) norm = y.round(norm);
+    return {fmaxf(norm, 1e-12f), 0.f};
+  }
+  FLICK_HD void apply(int64_t row, int64_t i, Stats2 s) const {
+    const float v = ld(row, i);
+    float q =
+        per_op ? y.round(y.round(y.round(v / s.a) * scale) * gamma[i]) : v / s.a * scale * gamma[i];
+    if (silu) q = q * sigmoid_f(q);
+    st(row, i, q);
+  }
+};
+
+// softmax_parts: p = exp(x * scale - max) (the scaled value and the shift
+// in fp32) stored in p's dtype, inv_sum[row] = 1 / the fp32 sum of the exps.
+// x F32 (y = p).
+struct SoftmaxPartsRow : RowIo {
+  float scale;
+  float* inv_sum;
+  using Acc = MaxSum;
+  FLICK_HD float scaled(int64_t row, int64_t i) const { return mul_rn(ld(row, i), scale); }
+  FLICK_HD Acc init() const { return {-INFINITY, 0.f}; }
+  FLICK_HD Acc partial(int64_t row, int64_t i) const { return {scaled(row, i), 1.f}; }
+  FLICK_HD Acc combine(Acc p, Acc q) const { return SoftmaxRow{}.combine(p, q); }
+  FLICK_HD Stats2 finalize(Acc a) const { return {a.m, 1.f / a.s}; }
+  FLICK_HD void apply(int64_t row, int64_t i, Stats2 s) const {
+    st(row, i, expf(scaled(row, i) - s.a));
+    if (i == 0) inv_sum[row] = s.b;
+  }
+};
+
 // ---- index-map ----
 // Interleaved-pair RoPE over x, y [B, L, H, D], F32 tables cos/sin [L, D/2]
 // (contiguous): index i runs over the B * L * H * D/2 pairs.
@@ -373,6 +446,7 @@ struct RopePairs {
   Operand x, y;  // strides of [B, L, H, D] in s[0..3]
   int64_t B, L, H, half;
   const float *cos, *sin;
+  bool unfused;
   FLICK_HD int64_t size() const { return B * L * H * half; }
   FLICK_HD void operator()(int64_t i) const {
     const int64_t p = i % half, h = i / half % H, l = i / (half * H) % L, b = i / (half * H * L);
@@ -380,6 +454,11 @@ struct RopePairs {
     const int64_t oy = b * y.s[0] + l * y.s[1] + h * y.s[2];
     const float c = cos[l * half + p], s = sin[l * half + p];
     const float x0 = x.load(ox + 2 * p * x.s[3]), x1 = x.load(ox + (2 * p + 1) * x.s[3]);
+    if (unfused) {  // rope_unfused: each product and the sum rounded to fp32
+      y.store(oy + 2 * p * y.s[3], add_rn(mul_rn(x0, c), -mul_rn(x1, s)));
+      y.store(oy + (2 * p + 1) * y.s[3], add_rn(mul_rn(x1, c), mul_rn(x0, s)));
+      return;
+    }
     y.store(oy + 2 * p * y.s[3], x0 * c - x1 * s);
     y.store(oy + (2 * p + 1) * y.s[3], x0 * s + x1 * c);
   }

@@ -140,6 +140,34 @@ TEST_F(CudaBackendTest, ElementwiseAndNorms) {
   }
 }
 
+TEST_F(CudaBackendTest, ChainOps) {
+  // rope_unfused is pointwise with explicit fp32 roundings: bit-exact. The
+  // row-reducing chains (rms_norm_stepwise, normalize_l2, softmax_parts) sum
+  // in a tree on the GPU: the row-reduction tolerance.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    auto x = randn(dt, {2, 40, 6, 64}, 20), cos = randn(DType::F32, {40, 32}, 21),
+         sin = randn(DType::F32, {40, 32}, 22), gamma = randn(DType::F32, {64}, 23);
+    DeviceTensor dx(x), dcos(cos), dsin(sin), dgamma(gamma), dy(dt, x.t.shape);
+    OwnedTensor e(dt, x.t.shape);
+    cuda->rope_unfused(dx, dcos, dsin, dy);
+    ref->rope_unfused(x, cos, sin, e);
+    EXPECT_LE(worst(dy.host(), e, 0.0), 1.0) << "rope_unfused " << dtype_name(dt);
+    cuda->rms_norm_stepwise(dx, 1e-6f, dy);
+    ref->rms_norm_stepwise(x, 1e-6f, e);
+    EXPECT_LE(worst(dy.host(), e, 1e-4), 1.0) << "rms_norm_stepwise " << dtype_name(dt);
+    cuda->normalize_l2(dx, dgamma, 8.f, NormRounding::PerOp, Activation::Silu, dy);
+    ref->normalize_l2(x, gamma, 8.f, NormRounding::PerOp, Activation::Silu, e);
+    EXPECT_LE(worst(dy.host(), e, 1e-4), 1.0) << "normalize_l2 " << dtype_name(dt);
+  }
+  auto s = randn(DType::F32, {8, 300}, 24, 3.f);
+  DeviceTensor ds(s), dp(DType::BF16, {8, 300}), dinv(DType::F32, {8});
+  OwnedTensor pe(DType::BF16, {8, 300}), ie(DType::F32, {8});
+  cuda->softmax_parts(ds, 0.1f, dp, dinv);
+  ref->softmax_parts(s, 0.1f, pe, ie);
+  EXPECT_LE(worst(dp.host(), pe, 2e-5), 1.0) << "softmax_parts p";
+  EXPECT_LE(worst(dinv.host(), ie, 1e-4), 1.0) << "softmax_parts inv_sum";
+}
+
 TEST_F(CudaBackendTest, LinearBf16) {
   const int64_t M = 37, K = 1536, N = 320;
   auto x = randn(DType::BF16, {M, K}, 4), w = randn(DType::BF16, {N, K}, 5, 0.03f),

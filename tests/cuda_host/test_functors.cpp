@@ -222,6 +222,51 @@ TEST_P(Functors, QuantizeRowsInt8) {
   EXPECT_EQ(s.t.ptr<float>()[3], 1.f);
 }
 
+TEST_P(Functors, RopeUnfusedIsBitExact) {
+  // Defined by its fp32 roundings: equality with the reference.
+  auto x = randn(dt(), {2, 5, 3, 16}, 50);
+  auto cos = randn(DType::F32, {5, 8}, 51), sin = randn(DType::F32, {5, 8}, 52);
+  OwnedTensor y(dt(), x.t.shape), e(dt(), x.t.shape);
+  cops::rope_unfused(host, x, cos, sin, y);
+  ref->rope_unfused(x, cos, sin, e);
+  EXPECT_EQ(values(y), values(e));
+}
+
+TEST_P(Functors, RmsNormStepwiseIsBitExactOnTheCpuLauncher) {
+  // The CPU launcher sums in the reference's order: equality. (A GPU block's
+  // tree sum is not: tests/cuda compares it with a tolerance.)
+  auto x = randn(dt(), {3, 4, 384}, 53, 1.5f);
+  OwnedTensor y(dt(), x.t.shape), e(dt(), x.t.shape);
+  cops::rms_norm_stepwise(host, x, 1e-6f, y);
+  ref->rms_norm_stepwise(x, 1e-6f, e);
+  EXPECT_EQ(values(y), values(e));
+}
+
+TEST_P(Functors, NormalizeL2) {
+  // fp32 sum of squares vs the reference's double: the row reduction
+  // tolerance; PerOp rounds several times in y's dtype, so BF16 may land a
+  // bf16 ulp off (the BF16 band).
+  auto x = randn(dt(), {2, 6, 96}, 54, 3.f);
+  auto gamma = randn(DType::F32, {96}, 55);
+  for (NormRounding r : {NormRounding::PerOp, NormRounding::Once})
+    for (Activation act : {Activation::None, Activation::Silu}) {
+      OwnedTensor y(dt(), x.t.shape), e(dt(), x.t.shape);
+      cops::normalize_l2(host, x, gamma, 9.8f, r, act, y);
+      ref->normalize_l2(x, gamma, 9.8f, r, act, e);
+      EXPECT_LE(worst(y, e, kReduce), 1.0) << static_cast<int>(r) << " " << static_cast<int>(act);
+    }
+}
+
+TEST_P(Functors, SoftmaxParts) {
+  auto x = randn(DType::F32, {3, 5, 77}, 56, 4.f);
+  OwnedTensor p(dt(), x.t.shape), pe(dt(), x.t.shape), s(DType::F32, {3, 5}),
+      se(DType::F32, {3, 5});
+  cops::softmax_parts(host, x, 0.125f, p, s);
+  ref->softmax_parts(x, 0.125f, pe, se);
+  EXPECT_LE(worst(p, pe, kPointwise), 1.0) << "p";
+  EXPECT_LE(worst(s, se, kReduce), 1.0) << "inv_sum";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Functors, ::testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
