@@ -492,11 +492,15 @@ class CudaBackend final : public Backend {
   void concat(std::span<const Tensor> xs, int dim, Tensor& y) override {
     ops::concat(launch_, xs, dim, y);
   }
-  void reduce(const Tensor&, int, ReduceOp, Tensor&) override { not_yet("reduce"); }
+  void reduce(const Tensor& x, int dim, ReduceOp op, Tensor& y) override {
+    ops::reduce(launch_, x, dim, op, y);
+  }
   void quantize_rows_int8(const Tensor& x, Tensor& q, Tensor& scale) override {
     ops::quantize_rows_int8(launch_, x, q, scale);
   }
-  void rope_3d(const Tensor&, const Rope3dParams&, Tensor&) override { not_yet("rope_3d"); }
+  void rope_3d(const Tensor& x, const Rope3dParams& p, Tensor& y) override {
+    ops::rope_3d(launch_, x, p, y);
+  }
   void rope_unfused(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override {
     ops::rope_unfused(launch_, x, cos, sin, y);
   }

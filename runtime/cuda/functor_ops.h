@@ -313,6 +313,50 @@ void softmax_parts(const L& l, const Tensor& x, float scale, Tensor& p, Tensor& 
 }
 
 template <class L>
+void rope_3d(const L& l, const Tensor& x, const Rope3dParams& p, Tensor& y) {
+  check_float(x, "rope_3d");
+  check_float(y, "rope_3d");
+  const int pairs = p.pairs[0] + p.pairs[1] + p.pairs[2];
+  const int64_t tokens = p.grid[0] * p.grid[1] * p.grid[2];
+  FLICK_CHECK(x.shape == y.shape && x.ndim() == 3 && x.dim(0) == tokens && x.dim(2) == 2 * pairs,
+              "rope_3d: x " + x.str() + " y " + y.str() + " for a grid of " +
+                  std::to_string(tokens) + " tokens and " + std::to_string(pairs) + " pairs");
+  Rope3d f{};
+  f.x = operand(x);
+  f.y = operand(y);
+  for (int a = 0; a < 3; ++a) {
+    f.grid[a] = p.grid[static_cast<size_t>(a)];
+    f.start[a] = p.start[static_cast<size_t>(a)];
+    f.pairs[a] = p.pairs[static_cast<size_t>(a)];
+  }
+  f.theta = p.theta;
+  f.H = x.dim(1);
+  f.half = pairs;
+  l.for_each(f.size(), f);
+}
+
+template <class L>
+void reduce(const L& l, const Tensor& x, int dim, ReduceOp op, Tensor& y) {
+  if (dim < 0) dim += x.ndim();
+  FLICK_CHECK(dim >= 0 && dim < x.ndim(), "reduce: dim out of range for " + x.str());
+  check_float(x, "reduce");
+  check_float(y, "reduce");
+  Shape expect = x.shape;
+  expect[dim] = 1;
+  FLICK_CHECK(y.shape == expect, "reduce: " + x.str() + " over dim " + std::to_string(dim) +
+                                     " must give " + expect.str() + ", got " + y.str());
+  FLICK_CHECK(x.dim(dim) > 0 || op == ReduceOp::Sum, "reduce: max/min/mean of an empty dim");
+  ReduceDim f{};
+  f.ydims = dims_of(y.shape);
+  f.x = operand(x);
+  f.y = operand(y);
+  f.n = x.dim(dim);
+  f.sd = x.stride(dim);
+  f.op = static_cast<int>(op);
+  l.for_each(y.numel(), f);
+}
+
+template <class L>
 void upsample_nearest(const L& l, const Tensor& x, Tensor& y) {
   check_float(x, "upsample_nearest");
   check_float(y, "upsample_nearest");

@@ -464,6 +464,77 @@ struct RopePairs {
   }
 };
 
+// Double-precision product and sum without FMA (rope_3d's complex128
+// multiply): as mul_rn / add_rn.
+FLICK_HD double dmul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  volatile double p = a * b;
+  return p;
+#endif
+}
+FLICK_HD double dadd_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  volatile double s = a + b;
+  return s;
+#endif
+}
+
+// Wan's 3-D RoPE (rope_3d, Rope3dParams): x, y [tokens, H, D]; index i runs
+// over tokens * H * D/2 pairs. Angles, cos/sin and the complex product in
+// f64, rounded once. Bit-exact with the reference on the host; the GPU's f64
+// cos/sin are within an ulp or two of glibc's, which the f32 rounding hides
+// but for rare ties.
+struct Rope3d {
+  Operand x, y;  // strides of [tokens, H, D] in s[0..2]
+  int64_t grid[3], start[3];
+  int pairs[3];
+  double theta;
+  int64_t H, half;
+  FLICK_HD int64_t size() const { return grid[0] * grid[1] * grid[2] * H * half; }
+  FLICK_HD void operator()(int64_t i) const {
+    const int64_t pair = i % half, h = i / half % H, tok = i / (half * H);
+    const int64_t coord[3] = {tok / (grid[1] * grid[2]), tok / grid[2] % grid[1], tok % grid[2]};
+    int axis = 0, j = static_cast<int>(pair);
+    while (j >= pairs[axis]) j -= pairs[axis++];
+    const int n = pairs[axis];
+    const double pos = static_cast<double>(start[axis] + coord[axis]);
+    const double inv_freq = 1.0 / pow(theta, static_cast<double>(2 * j) / (2 * n));
+    const double ang = pos * inv_freq;
+    const double c = cos(ang), s = sin(ang);
+    const int64_t ox = tok * x.s[0] + h * x.s[1], oy = tok * y.s[0] + h * y.s[1];
+    const double a = x.load(ox + 2 * pair * x.s[2]), b = x.load(ox + (2 * pair + 1) * x.s[2]);
+    const double re = dadd_rn(dmul_rn(a, c), -dmul_rn(b, s));
+    const double im = dadd_rn(dmul_rn(b, c), dmul_rn(a, s));
+    y.store(oy + 2 * pair * y.s[2], static_cast<float>(re));
+    y.store(oy + (2 * pair + 1) * y.s[2], static_cast<float>(im));
+  }
+};
+
+// reduce over one dim (y has it of size 1): each output element walks the
+// reduced dim in order, in fp32 (the reference: double). NaN propagates.
+struct ReduceDim {
+  Dims ydims;
+  Operand x, y;   // x's strides over ydims' rank (the reduced dim at index 0)
+  int64_t n, sd;  // length and stride of the reduced dim
+  int op;         // ReduceOp: 0 Sum, 1 Mean, 2 Max, 3 Min
+  FLICK_HD void operator()(int64_t i) const {
+    const int64_t ox = x.offset(ydims, i);
+    float acc = op == 2 ? -INFINITY : (op == 3 ? INFINITY : 0.f);
+    bool nan = false;
+    for (int64_t k = 0; k < n; ++k) {
+      const float v = x.load(ox + k * sd);
+      nan |= v != v;
+      acc = op <= 1 ? acc + v : (op == 2 ? fmaxf(acc, v) : fminf(acc, v));
+    }
+    if (op == 1) acc /= static_cast<float>(n);
+    y.store(y.offset(ydims, i), nan ? NAN : acc);
+  }
+};
+
 // Nearest upsampling by integer factors: output index -> input index / factor.
 struct UpsampleNearest {
   Dims ydims;

@@ -159,6 +159,25 @@ TEST_F(CudaBackendTest, ChainOps) {
     ref->normalize_l2(x, gamma, 8.f, NormRounding::PerOp, Activation::Silu, e);
     EXPECT_LE(worst(dy.host(), e, 1e-4), 1.0) << "normalize_l2 " << dtype_name(dt);
   }
+  {
+    // rope_3d: the GPU's f64 cos/sin may differ from glibc's in the last
+    // ulp: the pointwise tolerance, not equality.
+    Rope3dParams p;
+    p.grid = {3, 4, 5};
+    p.start = {7, 0, 0};
+    p.pairs = {22, 21, 21};
+    auto x = randn(DType::BF16, {60, 2, 128}, 25);
+    DeviceTensor dx(x), dy(DType::BF16, x.t.shape);
+    OwnedTensor e(DType::BF16, x.t.shape);
+    cuda->rope_3d(dx, p, dy);
+    ref->rope_3d(x, p, e);
+    EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0) << "rope_3d";
+    DeviceTensor dr(DType::F32, {60, 1, 128});
+    OwnedTensor er(DType::F32, {60, 1, 128});
+    cuda->reduce(dx, 1, ReduceOp::Mean, dr);
+    ref->reduce(x, 1, ReduceOp::Mean, er);
+    EXPECT_LE(worst(dr.host(), er, 1e-4), 1.0) << "reduce";
+  }
   auto s = randn(DType::F32, {8, 300}, 24, 3.f);
   DeviceTensor ds(s), dp(DType::BF16, {8, 300}), dinv(DType::F32, {8});
   OwnedTensor pe(DType::BF16, {8, 300}), ie(DType::F32, {8});

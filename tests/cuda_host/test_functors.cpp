@@ -267,6 +267,33 @@ TEST_P(Functors, SoftmaxParts) {
   EXPECT_LE(worst(s, se, kReduce), 1.0) << "inv_sum";
 }
 
+TEST_P(Functors, Rope3dIsBitExact) {
+  // f64 angles and product rounded once: equality with the reference.
+  Rope3dParams p;
+  p.grid = {2, 3, 4};
+  p.start = {5, 0, 1};
+  p.pairs = {4, 2, 2};
+  auto x = randn(dt(), {24, 3, 16}, 60);
+  OwnedTensor y(dt(), x.t.shape), e(dt(), x.t.shape);
+  cops::rope_3d(host, x, p, y);
+  ref->rope_3d(x, p, e);
+  EXPECT_EQ(values(y), values(e));
+}
+
+TEST_P(Functors, Reduce) {
+  // fp32 sums of up to 9 terms vs double: the row-reduction tolerance.
+  auto x = randn(dt(), {3, 9, 5}, 61);
+  for (int dim : {0, 1, -1})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min}) {
+      Shape s = x.t.shape;
+      s[dim < 0 ? dim + 3 : dim] = 1;
+      OwnedTensor y(dt(), s), e(dt(), s);
+      cops::reduce(host, x, dim, op, y);
+      ref->reduce(x, dim, op, e);
+      EXPECT_LE(worst(y, e, kReduce), 1.0) << dim << " " << static_cast<int>(op);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Functors, ::testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
