@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cuda/cublaslt_plan.h"
 #include "runtime/cuda/cudnn_graph.h"
 #include "runtime/cuda/device_arena.h"
 #include "runtime/cuda/functor_ops.h"
@@ -66,75 +67,27 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-// One column-major matrix operand of cublasLtMatmul: rows x cols with
-// leading dimension ld, batch stride, transposed or not.
-struct LtOperand {
-  const void* p;
-  cudaDataType_t type;
-  bool trans;
-  int64_t rows, cols, ld, batch_stride;  // of the stored matrix
-};
-
-// D (m x n, col-major, ld) = op(A) op(B), `batch` strided batches, fp32
-// accumulation, alpha 1 beta 0.
+// D (m x n, col-major, ld) = op(A) op(B), `batch` strided batches, alpha 1
+// beta 0; descriptors from cublaslt_plan (also built by the deviceless probe).
 void lt_matmul(cublasLtHandle_t h, cudaStream_t stream, void* ws, size_t ws_bytes,
                const LtOperand& a, const LtOperand& b, void* d, cudaDataType_t d_type, int64_t m,
                int64_t n, int64_t ld_d, int64_t d_batch_stride, int batch) {
-  cublasLtMatmulDesc_t op = nullptr;
-  // int8 x int8 -> int32 (IMMA): compute and scale type 32I; else fp32.
-  const bool imma = d_type == CUDA_R_32I;
-  lt_check(cublasLtMatmulDescCreate(&op, imma ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
-                                    imma ? CUDA_R_32I : CUDA_R_32F),
-           "MatmulDescCreate");
-  const cublasOperation_t ta = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          tb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
-           "TRANSA");
-  lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
-           "TRANSB");
-  auto layout = [&](cudaDataType_t t, int64_t r, int64_t c, int64_t ld, int64_t bs) {
-    cublasLtMatrixLayout_t l = nullptr;
-    lt_check(
-        cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(r), static_cast<uint64_t>(c), ld),
-        "MatrixLayoutCreate");
-    if (batch > 1) {
-      const int32_t count = batch;
-      lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                sizeof count),
-               "BATCH_COUNT");
-      lt_check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &bs,
-                                                sizeof bs),
-               "STRIDED_BATCH_OFFSET");
-    }
-    return l;
-  };
-  cublasLtMatrixLayout_t la = layout(a.type, a.rows, a.cols, a.ld, a.batch_stride);
-  cublasLtMatrixLayout_t lb = layout(b.type, b.rows, b.cols, b.ld, b.batch_stride);
-  cublasLtMatrixLayout_t ld = layout(d_type, m, n, ld_d, d_batch_stride);
-  cublasLtMatmulPreference_t pref = nullptr;
-  lt_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
-  const uint64_t wsb = ws_bytes;
-  lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &wsb, sizeof wsb),
-           "MAX_WORKSPACE_BYTES");
+  auto descs = lt_descs(a, b, d_type, m, n, ld_d, d_batch_stride, batch, ws_bytes);
+  FLICK_CHECK(descs.ok(), descs.status().message());
+  const LtDescs& l = **descs;
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
-  lt_check(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, ld, ld, pref, 1, &res, &found),
+  lt_check(cublasLtMatmulAlgoGetHeuristic(h, l.op, l.a, l.b, l.d, l.d, l.pref, 1, &res, &found),
            "AlgoGetHeuristic");
   FLICK_CHECK(found > 0, "cuBLASLt: no algorithm for this GEMM (m " + std::to_string(m) + ", n " +
                              std::to_string(n) + ")");
   const float alpha_f = 1.f, beta_f = 0.f;
   const int32_t alpha_i = 1, beta_i = 0;
-  const void* alpha = imma ? static_cast<const void*>(&alpha_i) : &alpha_f;
-  const void* beta = imma ? static_cast<const void*>(&beta_i) : &beta_f;
-  lt_check(cublasLtMatmul(h, op, alpha, a.p, la, b.p, lb, beta, d, ld, d, ld, &res.algo, ws,
+  const void* alpha = l.imma ? static_cast<const void*>(&alpha_i) : &alpha_f;
+  const void* beta = l.imma ? static_cast<const void*>(&beta_i) : &beta_f;
+  lt_check(cublasLtMatmul(h, l.op, alpha, a.p, l.a, b.p, l.b, beta, d, l.d, d, l.d, &res.algo, ws,
                           ws_bytes, stream),
            "Matmul");
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(op);
 }
 
 // Upload a host tensor (any dtype) as a contiguous device buffer of `to`.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cuda/cublaslt_plan.h"
 #include "runtime/cuda/cudnn_graph.h"
 
 namespace flick::cuda {
@@ -98,6 +99,29 @@ inline std::vector<ModelConv> model_conv_shapes() {
                  conv3d(128, 128, 3, {11, 642, 642}, {0, 0, 0}, {0, 0, 0}, cl)});
   }
   return v;
+}
+
+// The models' linear layers as the backend lays them out for cuBLASLt (TN:
+// A = W stored K x N read transposed, B = X stored K x T, D = N x T) with T
+// tokens: BF16 into an fp32 result, and INT8 (IMMA) into int32.
+struct ModelGemm {
+  std::string name;
+  int64_t n, k, t;
+  bool int8;
+};
+inline std::vector<ModelGemm> model_gemm_shapes() {
+  return {
+      {"wan-dit qkv/o 1536x1536 t1560 bf16", 1536, 1536, 1560, false},
+      {"wan-dit ffn up 8960x1536 t1560 bf16", 8960, 1536, 1560, false},
+      {"wan-dit ffn down 1536x8960 t1560 bf16", 1536, 8960, 1560, false},
+      {"wan-dit ffn up 8960x1536 t1560 int8", 8960, 1536, 1560, true},
+      {"framepack-dit qkv 3072x3072 t5376 bf16", 3072, 3072, 5376, false},
+  };
+}
+inline Expected<std::unique_ptr<LtDescs>> model_gemm_descs(const ModelGemm& g) {
+  const cudaDataType_t ab = g.int8 ? CUDA_R_8I : CUDA_R_16BF;
+  return lt_descs({nullptr, ab, true, g.k, g.n, g.k, 0}, {nullptr, ab, false, g.k, g.t, g.k, 0},
+                  g.int8 ? CUDA_R_32I : CUDA_R_32F, g.n, g.t, g.n, 0, 1, 32u << 20);
 }
 
 }  // namespace flick::cuda

@@ -27,6 +27,15 @@ int main(int argc, char** argv) {
   }
   std::printf("cuDNN %zu (headers %d)\n", cudnnGetVersion(), CUDNN_VERSION);
   int missing = 0;
+  // cuBLASLt: the descriptors only (heuristics need a GPU: cublasLtCreate
+  // fails without one).
+  std::printf("cuBLASLt %zu descriptors\n", cublasLtGetVersion());
+  for (const ModelGemm& g : model_gemm_shapes()) {
+    auto d = model_gemm_descs(g);
+    std::printf("  %s %-48s %s\n", d.ok() ? "ok  " : "FAIL", g.name.c_str(),
+                d.ok() ? "descriptors accepted" : d.status().message().c_str());
+    if (!d.ok()) ++missing;
+  }
   for (int a = 1; a < argc; ++a) {
     std::ifstream f(argv[a]);
     std::stringstream ss;
