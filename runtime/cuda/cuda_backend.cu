@@ -33,6 +33,7 @@
 #include "runtime/cuda/cudnn_graph.h"
 #include "runtime/cuda/device_arena.h"
 #include "runtime/cuda/functor_ops.h"
+#include "runtime/cuda/gemm_map.h"
 #include "runtime/cuda/launch_cuda.cuh"
 
 namespace flick::cuda {
@@ -242,9 +243,7 @@ class CudaBackend final : public Backend {
     }
     // D^T = W X^T into an fp32 result, then bias + activation into y.
     float* acc = static_cast<float*>(acc_scratch_.get(static_cast<size_t>(M * w.n) * 4));
-    const cudaDataType_t t = cuda_type(w.wdt);
-    lt_matmul(lt_, stream_, workspace_.get(), kWorkspace, {w.w.get(), t, true, w.k, w.n, w.k, 0},
-              {xp, t, false, w.k, M, ld, 0}, acc, CUDA_R_32F, w.n, M, w.n, 0, 1);
+    gemm(linear_call(xp, w.wdt, M, w.k, ld, w.w.get(), w.wdt, w.n, acc, DType::F32));
     ops::bias_act(launch_, acc, w.bias_view, -1, act, y);
   }
 
@@ -262,9 +261,7 @@ class CudaBackend final : public Backend {
     Tensor sxt = Tensor::view(sx, DType::F32, {M}, Device::CUDA);
     ops::quantize_rows_int8(launch_, x2, q, sxt);
     auto* acc = static_cast<int32_t*>(acc_scratch_.get(static_cast<size_t>(M * w.n) * 4));
-    lt_matmul(lt_, stream_, workspace_.get(), kWorkspace,
-              {w.w.get(), CUDA_R_8I, true, w.k, w.n, w.k, 0},
-              {xq, CUDA_R_8I, false, w.k, M, w.k, 0}, acc, CUDA_R_32I, w.n, M, w.n, 0, 1);
+    gemm(linear_call(xq, DType::I8, M, w.k, w.k, w.w.get(), DType::I8, w.n, acc, DType::I32));
     ScaleEpilogue f{};
     f.acc = acc;
     f.acc_i32 = true;
@@ -285,28 +282,7 @@ class CudaBackend final : public Backend {
     check_device(a, "matmul");
     check_device(b, "matmul");
     check_device(c, "matmul");
-    FLICK_CHECK(a.ndim() == 3 && b.ndim() == 3 && c.ndim() == 3 && a.dim(0) == b.dim(0) &&
-                    a.dim(0) == c.dim(0) && a.dim(2) == b.dim(1) && c.dim(1) == a.dim(1) &&
-                    c.dim(2) == b.dim(2),
-                "matmul: a " + a.str() + ", b " + b.str() + ", c " + c.str());
-    FLICK_CHECK(a.dtype == b.dtype, "matmul: the CUDA backend needs a and b of one dtype, got " +
-                                        a.str() + ", " + b.str());
-    FLICK_CHECK(c.stride(2) == 1, "matmul: c needs a unit last stride, got " + c.str());
-    const int64_t Bt = a.dim(0), M = a.dim(1), K = a.dim(2), N = b.dim(2);
-    // Row-major C = A B is column-major C^T = B^T A^T: m = N, n = M.
-    auto operand_of = [&](const Tensor& t, int64_t rows, int64_t cols, const char* what) {
-      // t row-major [rows, cols] read as column-major [cols, rows].
-      const cudaDataType_t ty = cuda_type(t.dtype);
-      const int64_t bs = t.dim(0) == 1 ? 0 : t.stride(0);
-      if (t.stride(2) == 1) return LtOperand{t.data, ty, false, cols, rows, t.stride(1), bs};
-      FLICK_CHECK(t.stride(1) == 1, std::string("matmul: ") + what +
-                                        " needs a unit stride in one of its two last dims, got " +
-                                        t.str());
-      return LtOperand{t.data, ty, true, rows, cols, t.stride(2), bs};
-    };
-    const LtOperand bt = operand_of(b, K, N, "b"), at = operand_of(a, M, K, "a");
-    lt_matmul(lt_, stream_, workspace_.get(), kWorkspace, bt, at, c.data, cuda_type(c.dtype), N, M,
-              c.stride(1), c.stride(0), static_cast<int>(Bt));
+    gemm(matmul_call(a, b, c));  // the mapping tests/cuda_host checks
   }
 
   std::unique_ptr<PackedConv> pack_conv(const ConvDesc& d) override {
@@ -480,6 +456,19 @@ class CudaBackend final : public Backend {
     CudnnDesc plan;
     int64_t workspace = 0;
   };
+
+  // One cuBLASLt call from a gemm_map.h mapping; an I32 result selects IMMA.
+  void gemm(const GemmCall& g) {
+    auto lt = [](const GemmOperand& o) {
+      return LtOperand{o.p,           o.dtype == DType::I8 ? CUDA_R_8I : cuda_type(o.dtype),
+                       o.trans,       o.rows,
+                       o.cols,        o.ld,
+                       o.batch_stride};
+    };
+    lt_matmul(lt_, stream_, workspace_.get(), kWorkspace, lt(g.a), lt(g.b), g.d,
+              g.d_dtype == DType::I32 ? CUDA_R_32I : cuda_type(g.d_dtype), g.m, g.n, g.ld_d,
+              g.d_batch_stride, g.batch);
+  }
 
   static int64_t rows_stride(const Tensor& t, const char* what) {
     // [.., K] with the leading dims collapsible into rows of one stride.
