@@ -1,7 +1,6 @@
 #include "runtime/backend.h"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
