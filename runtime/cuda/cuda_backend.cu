@@ -47,12 +47,6 @@ void dnn_check(cudnnStatus_t s, const char* what) {
   FLICK_CHECK(s == CUDNN_STATUS_SUCCESS, cudnn_error(s, what));
 }
 
-[[noreturn]] void not_yet(const char* op) {
-  FLICK_CHECK(false, std::string("the CUDA backend has no ") + op +
-                         " yet (runtime/cuda; issue 14): run this pipeline with backend = \"cpu\"");
-  std::abort();
-}
-
 void check_device(const Tensor& t, const char* op) {
   FLICK_CHECK(t.empty() || t.device == Device::CUDA,
               std::string(op) + ": the CUDA backend takes device tensors, got " + t.str());
@@ -416,7 +410,25 @@ class CudaBackend final : public Backend {
   void upsample_nearest(const Tensor& x, Tensor& y) override {
     ops::upsample_nearest(launch_, x, y);
   }
-  void resize(const Tensor&, Tensor&, ResizeMode, bool, bool) override { not_yet("resize"); }
+  void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners,
+              bool antialias) override {
+    // The taps (PyTorch's index arithmetic, host code) copied into a device
+    // scratch on the stream: a pageable async copy is staged before it
+    // returns, so the host vectors may go.
+    auto stage = [this](const resample::Taps& t, int dim) {
+      const size_t nf = t.first.size() * 8, nc = t.count.size() * 4, nw = t.weight.size() * 4;
+      const size_t oc = (nf + 255) / 256 * 256, ow = oc + (nc + 255) / 256 * 256;
+      char* p = static_cast<char*>(taps_scratch_[dim].get(ow + nw));
+      cuda_check(cudaMemcpyAsync(p, t.first.data(), nf, cudaMemcpyHostToDevice, stream_), "taps");
+      cuda_check(cudaMemcpyAsync(p + oc, t.count.data(), nc, cudaMemcpyHostToDevice, stream_),
+                 "taps");
+      cuda_check(cudaMemcpyAsync(p + ow, t.weight.data(), nw, cudaMemcpyHostToDevice, stream_),
+                 "taps");
+      return ResizeTaps{reinterpret_cast<const int64_t*>(p), reinterpret_cast<const int*>(p + oc),
+                        reinterpret_cast<const float*>(p + ow), t.width, t.in};
+    };
+    ops::resize(launch_, x, y, mode, align_corners, antialias, stage);
+  }
   void copy(const Tensor& x, Tensor& y) override { ops::copy(launch_, x, y); }
   void concat(std::span<const Tensor> xs, int dim, Tensor& y) override {
     ops::concat(launch_, xs, dim, y);
@@ -556,7 +568,7 @@ class CudaBackend final : public Backend {
   CudaLauncher launch_;
   DeviceBlock workspace_;
   DeviceScratch input_scratch_, acc_scratch_, conv_in_scratch_, conv_out_scratch_, attn_s_scratch_,
-      attn_p_scratch_, dnn_workspace_;
+      attn_p_scratch_, dnn_workspace_, taps_scratch_[2];
   using ConvKey = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
   std::map<ConvKey, Plan> conv_plans_;

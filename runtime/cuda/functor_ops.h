@@ -12,6 +12,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cuda/functors.h"
+#include "runtime/ref/resample.h"
 
 namespace flick::cuda::ops {
 
@@ -354,6 +355,32 @@ void reduce(const L& l, const Tensor& x, int dim, ReduceOp op, Tensor& y) {
   f.sd = x.stride(dim);
   f.op = static_cast<int>(op);
   l.for_each(y.numel(), f);
+}
+
+// resize: taps from runtime/ref/resample.h (PyTorch's index arithmetic, the
+// one place that reproduces it), staged by stage(taps, dim) where the
+// launcher runs (the host: pointers into taps; the GPU: a device copy).
+template <class L, class Stage>
+void resize(const L& l, const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners,
+            bool antialias, Stage&& stage) {
+  check_float(x, "resize");
+  check_float(y, "resize");
+  resample::check_resize(x, y, mode, align_corners, antialias);
+  const resample::Taps th =
+      resample::resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias);
+  const resample::Taps tw =
+      resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias);
+  Resize2d f{};
+  f.x = operand(x);
+  f.y = operand(y);
+  f.N = y.dim(0), f.C = y.dim(1), f.Ho = y.dim(2), f.Wo = y.dim(3);
+  f.th = stage(th, 0);
+  f.tw = stage(tw, 1);
+  l.for_each(y.numel(), f);
+}
+// The host's stage: the taps' own vectors.
+inline ResizeTaps host_taps(const resample::Taps& t, int) {
+  return {t.first.data(), t.count.data(), t.weight.data(), t.width, t.in};
 }
 
 template <class L>

@@ -535,6 +535,40 @@ struct ReduceDim {
   }
 };
 
+// Separable resize taps of one dim (runtime/ref/resample.h Taps, staged
+// where the launcher runs): output i reads input first[i] + j, clamped, for
+// j < count[i], weighted by weight[i * width + j].
+struct ResizeTaps {
+  const int64_t* first;
+  const int* count;
+  const float* weight;
+  int width;
+  int64_t in;
+};
+
+// F.interpolate over [N, C, H, W] (resize): every output pixel sums its H
+// taps of W-tap rows, in fp32 (the reference: double).
+struct Resize2d {
+  Operand x, y;  // strides of [N, C, H, W] in s[0..3]
+  int64_t N, C, Ho, Wo;
+  ResizeTaps th, tw;
+  FLICK_HD static int64_t clamp_i(int64_t v, int64_t n) { return v < 0 ? 0 : (v >= n ? n - 1 : v); }
+  FLICK_HD void operator()(int64_t i) const {
+    const int64_t ow = i % Wo, oh = i / Wo % Ho, c = i / (Wo * Ho) % C, n = i / (Wo * Ho * C);
+    const int64_t bx = n * x.s[0] + c * x.s[1];
+    float acc = 0.f;
+    for (int a = 0; a < th.count[oh]; ++a) {
+      const int64_t h = clamp_i(th.first[oh] + a, th.in);
+      float row = 0.f;
+      for (int b = 0; b < tw.count[ow]; ++b)
+        row += tw.weight[ow * tw.width + b] *
+               x.load(bx + h * x.s[2] + clamp_i(tw.first[ow] + b, tw.in) * x.s[3]);
+      acc += th.weight[oh * th.width + a] * row;
+    }
+    y.store(n * y.s[0] + c * y.s[1] + oh * y.s[2] + ow * y.s[3], acc);
+  }
+};
+
 // Nearest upsampling by integer factors: output index -> input index / factor.
 struct UpsampleNearest {
   Dims ydims;

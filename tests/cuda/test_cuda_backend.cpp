@@ -178,6 +178,15 @@ TEST_F(CudaBackendTest, ChainOps) {
     ref->reduce(x, 1, ReduceOp::Mean, er);
     EXPECT_LE(worst(dr.host(), er, 1e-4), 1.0) << "reduce";
   }
+  {
+    // resize: the reference's taps summed in fp32: the reduction tolerance.
+    auto x = randn(DType::F32, {1, 3, 50, 70}, 26);
+    DeviceTensor dx(x), dy(DType::F32, {1, 3, 21, 33});
+    OwnedTensor e(DType::F32, {1, 3, 21, 33});
+    cuda->resize(dx, dy, ResizeMode::Bicubic, false, true);
+    ref->resize(x, e, ResizeMode::Bicubic, false, true);
+    EXPECT_LE(worst(dy.host(), e, 1e-4), 1.0) << "resize";
+  }
   auto s = randn(DType::F32, {8, 300}, 24, 3.f);
   DeviceTensor ds(s), dp(DType::BF16, {8, 300}), dinv(DType::F32, {8});
   OwnedTensor pe(DType::BF16, {8, 300}), ie(DType::F32, {8});

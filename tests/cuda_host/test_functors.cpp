@@ -294,6 +294,29 @@ TEST_P(Functors, Reduce) {
     }
 }
 
+TEST_P(Functors, Resize) {
+  // The reference's taps, summed in fp32 instead of double: pointwise-sum
+  // tolerance of the row reductions.
+  auto x = randn(dt(), {2, 3, 17, 23}, 70);
+  struct Case {
+    ResizeMode mode;
+    bool align, aa;
+    int64_t h, w;
+  };
+  for (const Case& c : {Case{ResizeMode::Bilinear, false, false, 34, 40},
+                        Case{ResizeMode::Bilinear, true, false, 9, 50},
+                        Case{ResizeMode::Bicubic, false, false, 30, 11},
+                        Case{ResizeMode::Bicubic, false, true, 8, 9},
+                        Case{ResizeMode::Bilinear, false, true, 5, 23},
+                        Case{ResizeMode::Nearest, false, false, 40, 7}}) {
+    OwnedTensor y(dt(), {2, 3, c.h, c.w}), e(dt(), {2, 3, c.h, c.w});
+    cops::resize(host, x, y, c.mode, c.align, c.aa, cuda::ops::host_taps);
+    ref->resize(x, e, c.mode, c.align, c.aa);
+    EXPECT_LE(worst(y, e, kReduce), 1.0)
+        << static_cast<int>(c.mode) << " " << c.align << c.aa << " " << c.h << "x" << c.w;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Functors, ::testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
