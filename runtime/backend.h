@@ -239,4 +239,17 @@ class Backend {
 std::unique_ptr<Backend> make_ref_backend();
 std::unique_ptr<Backend> make_cpu_backend();
 
+// The CUDA backend (runtime/cuda), a module built with -DFLICK_CUDA=ON and
+// loaded on first use, so flick starts without the CUDA libraries:
+// $FLICK_CUDA_MODULE if set, else libflick_cuda.so next to the executable,
+// else on the library path. An unavailable() Status says what is missing (the
+// module, a library it needs, the driver, a GPU). Its ops take tensors in
+// device memory (Device::CUDA).
+Expected<std::unique_ptr<Backend>> load_cuda_backend();
+// The module's entry point (extern "C"): fills *out or writes the reason
+// into err; kBackendModuleAbi guards against a module of another build.
+inline constexpr int kBackendModuleAbi = 1;
+using CudaBackendEntry = int (*)(int abi, Backend** out, char* err, size_t err_len);
+inline constexpr const char* kCudaBackendEntry = "flick_cuda_backend_create";
+
 }  // namespace flick

@@ -1,0 +1,44 @@
+// The cuBLASLt descriptors of one GEMM (column-major D = op(A) op(B)),
+// built without a handle: the CUDA backend runs them (cuda_backend.cu) and
+// the deviceless probe (cudnn_probe.cpp) builds them for the models' shapes,
+// so CI catches a rejected attribute or layout (cuBLASLt checks those
+// without a GPU; heuristics and the GEMM itself need one).
+#pragma once
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/status.h"
+
+namespace flick::cuda {
+
+// One operand as stored: rows x cols column-major with leading dimension
+// ld, batch stride, and whether the GEMM reads it transposed.
+struct LtOperand {
+  const void* p;
+  cudaDataType_t type;
+  bool trans;
+  int64_t rows, cols, ld, batch_stride;
+};
+
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  bool imma = false;  // int8 x int8 -> int32: alpha/beta are int32
+  LtDescs() = default;
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+  ~LtDescs();
+};
+
+// D (m x n, ld_d) of d_type: CUDA_R_32I selects IMMA (compute and scale
+// 32I), anything else fp32 compute and scale. batch > 1: strided batches.
+Expected<std::unique_ptr<LtDescs>> lt_descs(const LtOperand& a, const LtOperand& b,
+                                            cudaDataType_t d_type, int64_t m, int64_t n,
+                                            int64_t ld_d, int64_t d_batch_stride, int batch,
+                                            size_t workspace_bytes);
+
+}  // namespace flick::cuda
