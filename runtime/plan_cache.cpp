@@ -359,4 +359,53 @@ Expected<int64_t> PlanCache::clear() const {
   return removed;
 }
 
+namespace {
+thread_local PlanCacheScope* g_scope = nullptr;
+}  // namespace
+
+PlanCacheScope::PlanCacheScope(const PlanCache* cache, std::string platform)
+    : cache_(cache), platform_(std::move(platform)), outer_(g_scope) {
+  g_scope = this;
+}
+
+PlanCacheScope::~PlanCacheScope() { g_scope = outer_; }
+
+void PlanCacheScope::set_source(std::string component, std::string identity) {
+  component_ = std::move(component);
+  identity_ = std::move(identity);
+}
+
+PlanCacheScope* PlanCacheScope::current() { return g_scope; }
+
+Expected<PlanCached> PlanCached::get(
+    std::string_view layer, std::string_view kind,
+    const std::function<Expected<std::vector<OwnedTensor>>()>& build) {
+  PlanCached out;
+  const PlanCacheScope* scope = PlanCacheScope::current();
+  const bool cached = scope != nullptr && scope->cache_ != nullptr;
+  std::string name, key;
+  if (cached) {
+    name = scope->component_ + "." + std::string(layer);
+    key = PlanKey()
+              .add("format", "flick-plan-1")
+              .add("kind", kind)
+              .add("entry", name)
+              .add("source", scope->identity_)
+              .add("platform", scope->platform_)
+              .text();
+    out.entry = scope->cache_->load(name, key);
+    if (out.entry) {
+      out.tensors = out.entry->tensors();
+      out.hit = true;
+      return out;
+    }
+  }
+  FLICK_ASSIGN_OR_RETURN(out.built, build());
+  for (const OwnedTensor& t : out.built) out.tensors.push_back(t.t);
+  if (cached)
+    if (Status s = scope->cache_->store(name, key, out.tensors); !s.ok())
+      log_warning("plan cache: not stored: " + s.message());
+  return out;
+}
+
 }  // namespace flick

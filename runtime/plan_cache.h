@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -110,6 +111,50 @@ class PlanCache {
   std::string path_of(std::string_view name) const;
   std::string dir_;
   mutable int64_t hits_ = 0, rejected_ = 0, stores_ = 0;
+};
+
+// The cache a component loader consults while a pipeline loads: set by the
+// pipeline around its load (thread-local, nested scopes restore the outer
+// one), so the linear loaders of every model (wan_quant, clip_vision) reach
+// it without a cache parameter threaded through each component's load().
+// No scope (or a null cache): loaders build as they always did.
+class PlanCacheScope {
+ public:
+  // `platform`: what the prepared bytes depend on besides the checkpoint
+  // ("isa=avx512_core_amx;onednn=3.5.3"), part of every key.
+  PlanCacheScope(const PlanCache* cache, std::string platform);
+  ~PlanCacheScope();
+  PlanCacheScope(const PlanCacheScope&) = delete;
+  PlanCacheScope& operator=(const PlanCacheScope&) = delete;
+
+  // The checkpoint the next entries come from: entry names start with
+  // `component` ("mg2-universal.dit"), keys hold `identity`
+  // (source_identity() of the file).
+  void set_source(std::string component, std::string identity);
+
+  static PlanCacheScope* current();
+  const PlanCache* cache() const { return cache_; }
+
+ private:
+  friend struct PlanCached;
+  const PlanCache* cache_;
+  std::string platform_, component_, identity_;
+  PlanCacheScope* outer_;
+};
+
+// Tensors prepared at load through the current scope's cache: the entry
+// "<component>.<layer>" if its key (format `kind`, which names what the
+// bytes are and their shapes, the layer, the source identity, the platform)
+// matches, else build()'s tensors, stored for the next load (a failed store
+// is a warning: the cache is an optimisation). Without a scope, build().
+struct PlanCached {
+  std::vector<Tensor> tensors;  // views into `entry` or `built`
+  bool hit = false;
+  std::optional<PlanEntry> entry;
+  std::vector<OwnedTensor> built;
+
+  static Expected<PlanCached> get(std::string_view layer, std::string_view kind,
+                                  const std::function<Expected<std::vector<OwnedTensor>>()>& build);
 };
 
 // The payload checksum (exposed for tests).
