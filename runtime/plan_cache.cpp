@@ -231,10 +231,7 @@ Status PlanCache::store(std::string_view name, const std::string& key,
                         std::span<const Tensor> tensors) const {
   FLICK_CHECK(tensors.size() <= kMaxTensors && key.size() <= kMaxKey,
               "plan cache entry too large: " + std::string(name));
-  // The directory and its parent (the default /var/cache/flick/plans under a
-  // cache root that may not exist yet on a developer machine).
-  if (Status s = ensure_dir(parent_dir(dir_)); !s.ok()) return s;
-  if (Status s = ensure_dir(dir_); !s.ok()) return s;
+  FLICK_TRY(create_dir());
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
   h.version = kVersion;
@@ -279,6 +276,11 @@ Status PlanCache::store(std::string_view name, const std::string& key,
   FLICK_TRY(f.commit());
   ++stores_;
   return ok_status();
+}
+
+Status PlanCache::create_dir() const {
+  FLICK_TRY(ensure_dir(parent_dir(dir_)));
+  return ensure_dir(dir_);
 }
 
 Expected<std::vector<PlanEntryInfo>> PlanCache::list() const {

@@ -87,6 +87,9 @@ class PlanCache {
   explicit PlanCache(std::string dir);
 
   const std::string& dir() const { return dir_; }
+  // Creates the directory (and its parent) if needed: a pipeline checks it
+  // once and loads without the cache (one warning) if it cannot.
+  Status create_dir() const;
 
   // The entry `name` ([A-Za-z0-9._-], others become '_') if its file is
   // whole and its key equals `key`; otherwise nullopt, with a warning when

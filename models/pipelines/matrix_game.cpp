@@ -249,7 +249,13 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   // directories share a cache without evicting each other); its key holds
   // the file's identity, so a changed checkpoint rebuilds its entries.
   std::optional<PlanCache> plan_cache;
-  if (!opt.plan_cache.empty()) plan_cache.emplace(opt.plan_cache);
+  if (!opt.plan_cache.empty()) {
+    plan_cache.emplace(opt.plan_cache);
+    if (Status s = plan_cache->create_dir(); !s.ok()) {
+      log_warning("Matrix-Game 2.0: loading without the plan cache: " + s.message());
+      plan_cache.reset();
+    }
+  }
   PlanCacheScope plan_scope(plan_cache ? &*plan_cache : nullptr, plan_cache_platform(be));
   auto plan_source = [&](std::string_view component, const std::string& path) -> Status {
     if (!plan_cache) return ok_status();
