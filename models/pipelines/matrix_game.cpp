@@ -260,8 +260,12 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   auto plan_source = [&](std::string_view component, const std::string& path) -> Status {
     if (!plan_cache) return ok_status();
     FLICK_ASSIGN_OR_RETURN(std::string identity, source_identity(path));
-    plan_scope.set_source("mg2-" + std::string(component) + "-" + sha256_hex(path).substr(0, 8),
-                          identity);
+    // The canonical path: the same file named another way shares entries.
+    std::error_code ec;
+    const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
+    plan_scope.set_source(
+        "mg2-" + std::string(component) + "-" + sha256_hex(ec ? path : canonical).substr(0, 8),
+        identity);
     return ok_status();
   };
 
