@@ -293,6 +293,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   // ---- VAE encoder and streaming decoder ----
   {
     FLICK_ASSIGN_OR_RETURN(WeightStore vae_store, WeightStore::open({vae_path}));
+    FLICK_TRY(plan_source("vae", vae_path));
     Expected<WanVaeEncoder> e = WanVaeEncoder::load(vae_store.root(), be, vae_precision);
     if (!e.ok()) return Status(e.status().code(), vae_path + ": " + e.status().message());
     Expected<WanVaeDecoder> d = WanVaeDecoder::load(vae_store.root(), be, vae_precision);

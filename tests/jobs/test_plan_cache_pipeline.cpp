@@ -90,24 +90,54 @@ TEST_F(PlanCachePipeline, ColdAndWarmLoadsMakeTheSameVideoBitForBit) {
   ASSERT_EQ(uncached.size(), 9u);
   const auto cold = video(tiny_int8(dir_));
   EXPECT_EQ(cold, uncached);
-  // Every INT8 linear of the DiT (fused q/k/v included) and of CLIP's blocks.
+  // Every INT8 linear of the DiT (fused q/k/v included) and of CLIP's
+  // blocks, and the VAE's larger convolution weights (if the tiny VAE has
+  // any of 4096 values or more).
   Expected<std::vector<PlanEntryInfo>> l = PlanCache(dir_).list();
   ASSERT_TRUE(l.ok());
-  int dit = 0, clip = 0;
+  int dit = 0, clip = 0, vae = 0;
   for (const PlanEntryInfo& e : *l) {
     EXPECT_TRUE(e.problem.empty()) << e.file << ": " << e.problem;
     dit += e.file.rfind("mg2-universal-dit-", 0) == 0;
     clip += e.file.rfind("mg2-clip-", 0) == 0;
+    vae += e.file.rfind("mg2-vae-", 0) == 0;
     EXPECT_NE(e.key.find("isa="), std::string::npos) << e.key;
     EXPECT_NE(e.key.find("mtime_ns="), std::string::npos) << e.key;
   }
   EXPECT_GT(dit, 0);
   EXPECT_GT(clip, 0);
-  EXPECT_EQ(static_cast<int>(l->size()), dit + clip);
+  EXPECT_EQ(static_cast<int>(l->size()), dit + clip + vae);
   const auto before = inodes(dir_);
   const auto warm = video(tiny_int8(dir_));
   EXPECT_EQ(warm, uncached);
   EXPECT_EQ(inodes(dir_), before);  // nothing rewritten: every entry was a hit
+}
+
+// `flick synth --size tiny` weights have the real head sizes and VAE
+// convolutions large enough for the cache (4096 values and up): the VAE's
+// entries are bit-exact too.
+TEST_F(PlanCachePipeline, SynthWeightsWithVaeEntriesAreBitExact) {
+  const std::string weights = root_ + "/mg2";
+  const int rc = std::system((std::string(FLICK_BINARY) + " synth --size tiny --mode universal " +
+                              weights + " > /dev/null 2>&1")
+                                 .c_str());
+  ASSERT_EQ(rc, 0);
+  Mg2Options o = tiny_int8("");
+  o.weights = weights;
+  o.dit_head_dim = 0;  // the released sizes
+  o.clip_head_dim = 0;
+  const auto uncached = video(o);
+  ASSERT_EQ(uncached.size(), 9u);
+  o.plan_cache = dir_;
+  EXPECT_EQ(video(o), uncached);  // cold
+  int vae = 0;
+  Expected<std::vector<PlanEntryInfo>> l = PlanCache(dir_).list();
+  ASSERT_TRUE(l.ok());
+  for (const PlanEntryInfo& e : *l) vae += e.file.rfind("mg2-vae-", 0) == 0;
+  EXPECT_GT(vae, 0);
+  const auto before = inodes(dir_);
+  EXPECT_EQ(video(o), uncached);  // warm
+  EXPECT_EQ(inodes(dir_), before);
 }
 
 TEST_F(PlanCachePipeline, AWarmLoadUsesTheEntriesAndRebuildsADamagedOne) {
