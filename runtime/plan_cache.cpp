@@ -208,12 +208,14 @@ std::optional<PlanEntry> PlanCache::load(std::string_view name, const std::strin
       return reject("has a corrupt tensor record");
     Shape s;
     s.ndim = static_cast<int>(r.ndim);
+    const DType dt = static_cast<DType>(r.dtype);
+    // The byte count, without overflow whatever the dims say.
+    int64_t bytes = static_cast<int64_t>(dtype_size(dt));
     for (uint32_t d = 0; d < r.ndim; ++d) {
-      if (r.dims[d] < 0) return reject("has a corrupt tensor record");
+      if (r.dims[d] < 0 || __builtin_mul_overflow(bytes, r.dims[d], &bytes))
+        return reject("has a corrupt tensor record");
       s.dims[d] = r.dims[d];
     }
-    const DType dt = static_cast<DType>(r.dtype);
-    const int64_t bytes = s.numel() * static_cast<int64_t>(dtype_size(dt));
     if (offset + bytes > static_cast<int64_t>(h.payload_bytes))
       return reject("has tensors beyond its payload");
     entry.tensors_.push_back(
