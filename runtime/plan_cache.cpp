@@ -391,7 +391,7 @@ Expected<PlanCached> PlanCached::get(
   if (cached) {
     name = scope->component_ + "." + std::string(layer);
     key = PlanKey()
-              .add("format", "flick-plan-1")
+              .add("format", kPlanCodeVersion)
               .add("kind", kind)
               .add("entry", name)
               .add("source", scope->identity_)

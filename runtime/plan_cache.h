@@ -145,6 +145,13 @@ class PlanCacheScope {
   PlanCacheScope* outer_;
 };
 
+// Part of every PlanCached key: bump it whenever a cached preparation
+// changes its bytes (ref::prepare_weights' int8 rule, the VAE's weight
+// casts, an entry's layout), so entries written by an older flick are stale
+// rather than trusted. (No build id is in the key: a rebuild that changes no
+// rule keeps the cache.)
+inline constexpr std::string_view kPlanCodeVersion = "flick-plan-1";
+
 // Tensors prepared at load through the current scope's cache: the entry
 // "<component>.<layer>" if its key (format `kind`, which names what the
 // bytes are and their shapes, the layer, the source identity, the platform)
