@@ -359,8 +359,11 @@ int cmd_status(const CommonOptions& o) {
 
 }  // namespace
 
+void register_cache(CLI::App& app, CliContext& ctx);  // jobs/cmd_cache.cpp
+
 void register_job_commands(CLI::App& app, CliContext& ctx) {
   auto common = std::make_shared<CommonOptions>();
+  register_cache(app, ctx);  // the daemon's plan cache
 
   CLI::App* serve = app.add_subcommand(
       "serve",

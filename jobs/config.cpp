@@ -162,7 +162,20 @@ Expected<DaemonConfig> load_config(const std::string& path, const std::string& s
   return std::move(*c);
 }
 
+namespace {
+thread_local const std::string* g_loading_plan_cache = nullptr;
+}  // namespace
+
+const std::string& loading_plan_cache() {
+  static const std::string kNone;
+  return g_loading_plan_cache != nullptr ? *g_loading_plan_cache : kNone;
+}
+
 Status load_pipelines(DaemonConfig& config, const DaemonConfig* previous) {
+  struct Scope {
+    explicit Scope(const std::string* dir) { g_loading_plan_cache = dir; }
+    ~Scope() { g_loading_plan_cache = nullptr; }
+  } scope(&config.plan_cache);
   for (ConfiguredPipeline& p : config.pipelines) {
     if (p.loaded) continue;
     if (previous != nullptr) {

@@ -30,6 +30,8 @@ struct DaemonConfig {
   std::string spool;
   std::vector<Root> input_roots;
   std::vector<Root> output_roots;
+  // Where pipelines keep weights prepared at load (runtime/plan_cache.h;
+  // `flick cache` lists and clears it).
   std::string plan_cache = "/var/cache/flick";
   int max_attempts = 3;
   int retry_delay_s = 30;      // a failed attempt is retried no sooner than this
@@ -53,5 +55,10 @@ Expected<DaemonConfig> load_config(const std::string& path, const std::string& s
 // Loads every pipeline instance not yet loaded; instances whose [[pipeline]]
 // entry is unchanged in `previous` are reused (SIGHUP reload).
 Status load_pipelines(DaemonConfig& config, const DaemonConfig* previous);
+
+// The plan_cache of the config whose pipelines load_pipelines() is loading on
+// this thread (empty outside it): the kinds pass it to their pipelines in
+// PipelineInstance::load(), which takes no config.
+const std::string& loading_plan_cache();
 
 }  // namespace flick

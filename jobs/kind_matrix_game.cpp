@@ -310,7 +310,9 @@ class Mg2Instance : public PipelineInstance {
   Status load() override {
     if (pipeline_ != nullptr) return ok_status();
     backend_ = profile_if_enabled(make_cpu_backend());
-    FLICK_ASSIGN_OR_RETURN(pipeline_, Mg2Pipeline::load(options_, *backend_));
+    Mg2Options o = options_;
+    o.plan_cache = loading_plan_cache();  // [daemon].plan_cache
+    FLICK_ASSIGN_OR_RETURN(pipeline_, Mg2Pipeline::load(o, *backend_));
     return ok_status();
   }
 

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "runtime/dtype.h"
+#include "runtime/plan_cache.h"
+#include "runtime/ref/matmul_common.h"
 
 namespace flick {
 namespace {
@@ -93,6 +95,34 @@ Status ClipVision::load_weights(const WeightView& visual) {
   auto linear = [&](const WeightView& v, std::string_view prefix, int64_t n,
                     int64_t k) -> Expected<std::unique_ptr<PackedLinear>> {
     const std::string p(prefix);
+    const TensorInfo* info = v.info(p + ".weight");
+    if (precision_ == Precision::INT8 && PlanCacheScope::current() != nullptr &&
+        PlanCacheScope::current()->cache() != nullptr && info != nullptr &&
+        info->shape == std::vector<int64_t>{n, k}) {
+      // Through the plan cache (runtime/plan_cache.h): the int8 weight and
+      // scales ref::prepare_weights makes of the fp32 checkpoint weight, so a
+      // hit packs the same bytes without reading 4 bytes per weight from the
+      // .pth and quantizing them.
+      const std::string kind = "int8-linear w I8 [" + std::to_string(n) + ", " + std::to_string(k) +
+                               "] scale F32 [" + std::to_string(n) + "]";
+      FLICK_ASSIGN_OR_RETURN(
+          PlanCached cached,
+          PlanCached::get(v.full_name(p), kind, [&]() -> Expected<std::vector<OwnedTensor>> {
+            FLICK_ASSIGN_OR_RETURN(Tensor wt, v.get(p + ".weight", kFloat, {n, k}));
+            ref::PreparedWeights pw = ref::prepare_weights(wt, Tensor{}, Tensor{}, precision_);
+            std::vector<OwnedTensor> out;
+            out.push_back(std::move(pw.w));
+            out.push_back(std::move(pw.scale));
+            return out;
+          }));
+      if (cached.tensors.size() != 2 || cached.tensors[0].dtype != DType::I8 ||
+          cached.tensors[0].shape != Shape{n, k} || cached.tensors[1].dtype != DType::F32 ||
+          cached.tensors[1].shape != Shape{n})
+        return internal_error("plan cache entry of " + v.full_name(p) + " has the wrong tensors");
+      v.mark_used(p + ".weight");  // a hit reads none of it
+      FLICK_ASSIGN_OR_RETURN(Tensor b, param(v, p + ".bias", {n}));
+      return backend_->pack_linear({cached.tensors[0], cached.tensors[1], b, precision_});
+    }
     FLICK_ASSIGN_OR_RETURN(Tensor wt, v.get(p + ".weight", kFloat, {n, k}));
     FLICK_ASSIGN_OR_RETURN(Tensor b, param(v, p + ".bias", {n}));
     return backend_->pack_linear({wt, Tensor{}, b, precision_});

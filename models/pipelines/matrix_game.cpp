@@ -23,7 +23,9 @@
 #include "runtime/file_util.h"
 #include "runtime/heap.h"
 #include "runtime/log.h"
+#include "runtime/plan_cache.h"
 #include "runtime/profile_backend.h"
+#include "runtime/sha256.h"
 #include "runtime/weights/weight_store.h"
 
 namespace flick {
@@ -242,8 +244,34 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
 
   FLICK_TRY(check_wan_precision(opt.precision, be, "Matrix-Game 2.0"));
 
+  // The plan cache, for the loaders below (wan_quant.h, clip_vision.h). An
+  // entry's name holds a hash of its checkpoint's path (two weight
+  // directories share a cache without evicting each other); its key holds
+  // the file's identity, so a changed checkpoint rebuilds its entries.
+  std::optional<PlanCache> plan_cache;
+  if (!opt.plan_cache.empty()) {
+    plan_cache.emplace(opt.plan_cache);
+    if (Status s = plan_cache->create_dir(); !s.ok()) {
+      log_warning("Matrix-Game 2.0: loading without the plan cache: " + s.message());
+      plan_cache.reset();
+    }
+  }
+  PlanCacheScope plan_scope(plan_cache ? &*plan_cache : nullptr, plan_cache_platform(be));
+  auto plan_source = [&](std::string_view component, const std::string& path) -> Status {
+    if (!plan_cache) return ok_status();
+    FLICK_ASSIGN_OR_RETURN(std::string identity, source_identity(path));
+    // The canonical path: the same file named another way shares entries.
+    std::error_code ec;
+    const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
+    plan_scope.set_source(
+        "mg2-" + std::string(component) + "-" + sha256_hex(ec ? path : canonical).substr(0, 8),
+        identity);
+    return ok_status();
+  };
+
   // ---- CLIP visual tower ----
   FLICK_ASSIGN_OR_RETURN(clip_store, WeightStore::open({clip_path}));
+  FLICK_TRY(plan_source("clip", clip_path));
   {
     const int64_t head_dim = opt.clip_head_dim > 0 ? opt.clip_head_dim : 80;
     Expected<ClipVision> c =
@@ -265,6 +293,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   // ---- VAE encoder and streaming decoder ----
   {
     FLICK_ASSIGN_OR_RETURN(WeightStore vae_store, WeightStore::open({vae_path}));
+    FLICK_TRY(plan_source("vae", vae_path));
     Expected<WanVaeEncoder> e = WanVaeEncoder::load(vae_store.root(), be, vae_precision);
     if (!e.ok()) return Status(e.status().code(), vae_path + ": " + e.status().message());
     Expected<WanVaeDecoder> d = WanVaeDecoder::load(vae_store.root(), be, vae_precision);
@@ -289,6 +318,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
 
   // ---- DiT and its action modules ----
   FLICK_ASSIGN_OR_RETURN(dit_store, WeightStore::open({dit_path}));
+  FLICK_TRY(plan_source(std::string(mode->name) + "-dit", dit_path));
   {
     const WeightView model = dit_store.view("model.");
     const int64_t head_dim = opt.dit_head_dim > 0 ? opt.dit_head_dim : 128;
@@ -336,6 +366,11 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   for (const WeightStore* s : {&clip_store, &dit_store}) s->release_pages();
   release_free_heap();
   log_debug("Matrix-Game 2.0: mapped checkpoints released, " + resident() + " resident");
+  if (plan_cache)
+    log_info("Matrix-Game 2.0: plan cache " + plan_cache->dir() + ": " +
+             std::to_string(plan_cache->hits()) + " entries loaded, " +
+             std::to_string(plan_cache->stores()) + " stored, " +
+             std::to_string(plan_cache->rejected()) + " rejected");
   step_t = wan::warped_step_times(schedule, mode->steps);
   return ok_status();
 }

@@ -81,6 +81,9 @@ struct Mg2Options {
   // CLIP 80). The tiny test checkpoints set them.
   int64_t dit_head_dim = 0;
   int64_t clip_head_dim = 0;
+  // Plan cache directory (runtime/plan_cache.h): INT8 weights quantized at
+  // load are kept there and mapped by the next load. Empty: none.
+  std::string plan_cache;
 };
 
 // One job's inputs, checked by validate() before any compute.

@@ -3,12 +3,17 @@
 #include <fnmatch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/dtype.h"
+#include "runtime/plan_cache.h"
+#include "runtime/ref/matmul_common.h"
 
 namespace flick {
 
@@ -110,19 +115,96 @@ void stack_rows(const std::vector<Tensor>& parts, Tensor& out) {
   }
 }
 
+// Whether `layers` (weights of `weight_shape` each) pack through the plan cache: a
+// scope is active and they run INT8 from float weights, so loading means
+// reading 2 bytes per weight and quantizing them; the cache holds the
+// quantized int8 weight and its scales (what ref::prepare_weights makes of
+// them, so a hit packs the same bytes). Stored-quantized checkpoints and
+// float layers are a copy already and skip the cache.
+bool int8_cacheable(const WeightView& v, std::span<const std::string_view> layers,
+                    const Shape& weight_shape, Precision model) {
+  const PlanCacheScope* scope = PlanCacheScope::current();
+  if (scope == nullptr || scope->cache() == nullptr) return false;
+  for (std::string_view layer : layers) {
+    const std::string w_name = std::string(layer) + ".weight";
+    const TensorInfo* info = v.info(w_name);
+    if (info == nullptr || v.has(w_name + "_scale") ||
+        wan_layer_precision(v.full_name(w_name), model) != Precision::INT8 ||
+        !(info->type->dtype && kFloat.contains(*info->type->dtype)) ||
+        info->shape != weight_shape.to_vector())
+      return false;  // the uncached path reports whatever is wrong
+  }
+  return true;
+}
+
+// The INT8 linear of `layers` stacked ([n * layers.size(), k]) through the
+// plan cache; `read` builds the stacked float weight (the uncached path).
+Expected<std::unique_ptr<PackedLinear>> pack_int8_cached(
+    const WeightView& v, std::span<const std::string_view> layers, int64_t n, int64_t k, bool bias,
+    Precision model, Backend& backend,
+    const std::function<Expected<Tensor>(OwnedTensor& keep)>& read) {
+  const int64_t total = n * static_cast<int64_t>(layers.size());
+  std::string name = v.full_name(std::string(layers[0]));
+  for (size_t i = 1; i < layers.size(); ++i) name += "+" + std::string(layers[i]);
+  const std::string kind = "int8-linear w I8 [" + std::to_string(total) + ", " + std::to_string(k) +
+                           "] scale F32 [" + std::to_string(total) + "]";
+  FLICK_ASSIGN_OR_RETURN(
+      PlanCached c, PlanCached::get(name, kind, [&]() -> Expected<std::vector<OwnedTensor>> {
+        OwnedTensor keep;
+        FLICK_ASSIGN_OR_RETURN(Tensor w, read(keep));
+        ref::PreparedWeights p = ref::prepare_weights(w, Tensor{}, Tensor{}, Precision::INT8);
+        std::vector<OwnedTensor> out;
+        out.push_back(std::move(p.w));
+        out.push_back(std::move(p.scale));
+        return out;
+      }));
+  if (c.tensors.size() != 2 || c.tensors[0].dtype != DType::I8 ||
+      c.tensors[0].shape != Shape{total, k} || c.tensors[1].dtype != DType::F32 ||
+      c.tensors[1].shape != Shape{total})
+    return internal_error("plan cache entry of " + name + " has the wrong tensors");
+  // A hit read no weight: count them as used (their shapes were checked
+  // against the checkpoint's records by int8_cacheable).
+  for (std::string_view layer : layers) v.mark_used(std::string(layer) + ".weight");
+  OwnedTensor b;
+  if (bias) {
+    b = OwnedTensor(wan_activation_dtype(model), Shape{total});
+    char* dst = static_cast<char*>(b.t.data);
+    for (std::string_view layer : layers) {
+      FLICK_ASSIGN_OR_RETURN(Tensor raw, v.get(std::string(layer) + ".bias", kFloat, Shape{n}));
+      convert(raw.dtype, raw.data, b.t.dtype, dst, n);
+      dst += n * static_cast<int64_t>(dtype_size(b.t.dtype));
+    }
+  }
+  return backend.pack_linear({c.tensors[0], c.tensors[1], b.t, Precision::INT8});
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<PackedLinear>> load_wan_linear(const WeightView& v, std::string_view layer,
                                                         const Shape& weight_shape, bool bias,
                                                         Precision model, Backend& backend) {
+  const int64_t n = weight_shape[0], k = weight_shape.numel() / n;
+  const std::string_view layers[] = {layer};
+  if (int8_cacheable(v, layers, weight_shape, model))
+    return pack_int8_cached(
+        v, layers, n, k, bias, model, backend, [&](OwnedTensor&) -> Expected<Tensor> {
+          FLICK_ASSIGN_OR_RETURN(LayerTensors t, read_layer(v, layer, weight_shape, false, model));
+          return t.w;  // a view into the checkpoint
+        });
   FLICK_ASSIGN_OR_RETURN(LayerTensors t, read_layer(v, layer, weight_shape, bias, model));
   return backend.pack_linear({t.w, t.scale, t.bias.t, t.precision});  // copies what it keeps
 }
 
-Expected<std::unique_ptr<PackedLinear>> load_wan_linears_fused(
-    const WeightView& v, std::span<const std::string_view> layers, int64_t n, int64_t k, bool bias,
-    Precision model, Backend& backend) {
-  FLICK_CHECK(!layers.empty(), "load_wan_linears_fused: no layers");
+namespace {
+
+// The stacked checkpoint tensors of load_wan_linears_fused.
+struct FusedTensors {
+  OwnedTensor w, scale, b;
+  Precision precision;
+};
+
+Expected<FusedTensors> read_fused(const WeightView& v, std::span<const std::string_view> layers,
+                                  int64_t n, int64_t k, bool bias, Precision model) {
   std::vector<LayerTensors> parts;
   for (std::string_view layer : layers) {
     FLICK_ASSIGN_OR_RETURN(LayerTensors t, read_layer(v, layer, Shape{n, k}, bias, model));
@@ -174,7 +256,33 @@ Expected<std::unique_ptr<PackedLinear>> load_wan_linears_fused(
     for (const LayerTensors& p : parts) biases.push_back(p.bias.t);
     stack_rows(biases, b.t);
   }
-  return backend.pack_linear({w.t, scale.t, b.t, first.precision});
+  return FusedTensors{std::move(w), std::move(scale), std::move(b), first.precision};
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<PackedLinear>> load_wan_linears_fused(
+    const WeightView& v, std::span<const std::string_view> layers, int64_t n, int64_t k, bool bias,
+    Precision model, Backend& backend) {
+  FLICK_CHECK(!layers.empty(), "load_wan_linears_fused: no layers");
+  if (int8_cacheable(v, layers, Shape{n, k}, model))
+    return pack_int8_cached(
+        v, layers, n, k, bias, model, backend, [&](OwnedTensor& keep) -> Expected<Tensor> {
+          FLICK_ASSIGN_OR_RETURN(FusedTensors f, read_fused(v, layers, n, k, false, model));
+          keep = std::move(f.w);
+          return keep.t;
+        });
+  FLICK_ASSIGN_OR_RETURN(FusedTensors f, read_fused(v, layers, n, k, bias, model));
+  return backend.pack_linear({f.w.t, f.scale.t, f.b.t, f.precision});
+}
+
+std::string plan_cache_platform(const Backend& backend) {
+  const dnnl_version_t* v = dnnl_version();
+  char isa[32];
+  std::snprintf(isa, sizeof(isa), "0x%x", static_cast<unsigned>(dnnl::get_effective_cpu_isa()));
+  return std::string("backend=") + backend.name() + ";isa=" + isa +
+         ";onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + "+" + v->hash;
 }
 
 }  // namespace flick

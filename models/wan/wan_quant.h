@@ -97,4 +97,15 @@ Expected<std::unique_ptr<PackedLinear>> load_wan_linears_fused(
     const WeightView& v, std::span<const std::string_view> layers, int64_t n, int64_t k, bool bias,
     Precision model, Backend& backend);
 
+// Both loaders consult the plan cache of the current PlanCacheScope
+// (runtime/plan_cache.h) for INT8 layers whose checkpoint weight is float:
+// the entry holds the int8 weight and per-channel scales that
+// ref::prepare_weights makes of it, so a hit packs the same bytes without
+// reading the float weight (2 bytes per weight) or quantizing it.
+
+// What prepared weights depend on besides the checkpoint, for plan cache
+// keys: the backend, the CPU ISA oneDNN runs and oneDNN's version
+// ("backend=cpu;isa=0x...;onednn=3.5.3+hash").
+std::string plan_cache_platform(const Backend& backend);
+
 }  // namespace flick

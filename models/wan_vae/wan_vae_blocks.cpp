@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/plan_cache.h"
 #include "runtime/threads.h"
 
 namespace flick::wan_vae {
@@ -14,8 +15,8 @@ const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
 // A weight, bias or norm scale in any float dtype as the fp32 values the
 // numerics compute with (the reference's casts applied).
-Expected<OwnedTensor> load_f32(const WeightView& v, const std::string& name, const Shape& shape,
-                               const Numerics& num) {
+Expected<OwnedTensor> convert_f32(const WeightView& v, const std::string& name, const Shape& shape,
+                                  const Numerics& num) {
   FLICK_ASSIGN_OR_RETURN(Tensor t, v.get(name, kFloat, shape));
   OwnedTensor out(DType::F32, shape);
   float* p = out.t.ptr<float>();
@@ -23,6 +24,38 @@ Expected<OwnedTensor> load_f32(const WeightView& v, const std::string& name, con
     const float x = load_as_f32(t.dtype, t.data, i);
     p[i] = num.ref_weights ? ref_weight_value(x) : x;
   }
+  return out;
+}
+
+Expected<OwnedTensor> load_f32(const WeightView& v, const std::string& name, const Shape& shape,
+                               const Numerics& num) {
+  const PlanCacheScope* scope = PlanCacheScope::current();
+  const TensorInfo* info = v.info(name);
+  // Large weights (the convolutions) through the plan cache of a pipeline's
+  // load (runtime/plan_cache.h): the converted fp32 values, so a hit skips
+  // reading the .pth storage (CRC-checked) and the per-element casts.
+  // Biases and norm scales (under 4096 values) are not worth a file each.
+  if (scope == nullptr || scope->cache() == nullptr || info == nullptr ||
+      info->shape != shape.to_vector() || shape.numel() < 4096)
+    return convert_f32(v, name, shape, num);
+  FLICK_ASSIGN_OR_RETURN(
+      PlanCached c,
+      // The cast in the name too: encoder and decoder may read one tensor
+      // with different numerics, and must not evict each other's entry.
+      PlanCached::get(v.full_name(name) + (num.ref_weights ? "@ref-cast" : "@f32"),
+                      "vae-weight F32 " + shape.str() + (num.ref_weights ? " ref-cast" : ""),
+                      [&]() -> Expected<std::vector<OwnedTensor>> {
+                        FLICK_ASSIGN_OR_RETURN(OwnedTensor t, convert_f32(v, name, shape, num));
+                        std::vector<OwnedTensor> out;
+                        out.push_back(std::move(t));
+                        return out;
+                      }));
+  if (c.tensors.size() != 1 || c.tensors[0].dtype != DType::F32 || c.tensors[0].shape != shape)
+    return internal_error("plan cache entry of " + v.full_name(name) + " has the wrong tensors");
+  if (!c.built.empty()) return std::move(c.built[0]);
+  v.mark_used(name);  // a hit reads none of it
+  OwnedTensor out(DType::F32, shape);
+  std::memcpy(out.t.data, c.tensors[0].data, out.t.nbytes());
   return out;
 }
 

@@ -1,4 +1,4 @@
-#include "jobs/sha256.h"
+#include "runtime/sha256.h"
 
 #include <unistd.h>
 
