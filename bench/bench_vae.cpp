@@ -133,6 +133,11 @@ class CountingBackend final : public Backend {
     totals.flops += 4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.dim(1));
     timed(&Totals::attention_s, [&] { inner_.attention(q, k, v, out, p); });
   }
+  void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      const AttentionParams& p) override {
+    totals.flops += 4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.dim(1));
+    timed(&Totals::attention_s, [&] { inner_.attention_int8(q, k, v, out, p); });
+  }
 
  private:
   Backend& inner_;

@@ -144,6 +144,17 @@ class Backend {
 
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                          const AttentionParams& p) = 0;
+  // attention with INT8 Q.K^T (SageAttention-style), same arguments, masks and
+  // contract: K is smoothed by subtracting its mean over all Lk keys (per
+  // batch, head and dim; the mean taken in double, rounded to fp32, the
+  // difference in fp32) - a per-query constant shift of the scores, which
+  // leaves the softmax unchanged - then each row (token) of Q and of the
+  // smoothed K is quantized to symmetric INT8: s = max|x| / 127, q =
+  // round_half_even(x * (127 / max|x|)) (an all-zero row: s = 0). Scores are
+  // the exact integer dot times s_q s_k scale; the softmax is fp32, and the
+  // P.V product takes P and V rounded to bf16 with fp32 accumulation.
+  virtual void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                              const AttentionParams& p) = 0;
 
   // ---- normalisation (over the last dim unless stated) ----
   // weight/bias may be empty (no affine). eps as in the module.
