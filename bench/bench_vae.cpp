@@ -104,6 +104,7 @@ class CountingBackend final : public Backend {
                     (const Tensor& x, const Tensor& g, float s, NormRounding r, Activation a,
                      Tensor& y),
                     (x, g, s, r, a, y))
+  FLICK_BENCH_TIMED(bool, attention_int8_pays_off, (), ())
   FLICK_BENCH_TIMED(void, softmax_parts, (const Tensor& x, float s, Tensor& p, Tensor& i),
                     (x, s, p, i))
 #undef FLICK_BENCH_TIMED

@@ -155,6 +155,10 @@ class Backend {
   // P.V product takes P and V rounded to bf16 with fp32 accumulation.
   virtual void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                               const AttentionParams& p) = 0;
+  // Whether attention_int8 runs faster than attention for the DiT's shapes on
+  // this backend and host: models take attention_int8 for precision INT8
+  // only where it does (the reference: true, it has no speed to lose).
+  virtual bool attention_int8_pays_off() = 0;
 
   // ---- normalisation (over the last dim unless stated) ----
   // weight/bias may be empty (no affine). eps as in the module.
