@@ -29,6 +29,20 @@ float element(const Operand& t, int64_t b, int64_t l, int64_t h, int64_t e) {
                      b * t.stride[0] + l * t.stride[1] + h * t.stride[2] + e * t.stride[3]);
 }
 
+// Row (b, l, h) of an operand as fp32: a contiguous BF16 row widened in bulk.
+void load_row(const Operand& t, int64_t b, int64_t l, int64_t h, int64_t n, float* dst) {
+  const int64_t base = b * t.stride[0] + l * t.stride[1] + h * t.stride[2];
+  if (t.dtype == DType::BF16 && t.stride[3] == 1) {
+    const uint16_t* src = static_cast<const uint16_t*>(t.data) + base;
+    for (int64_t e = 0; e < n; ++e) {
+      const uint32_t u = static_cast<uint32_t>(src[e]) << 16;
+      std::memcpy(dst + e, &u, 4);
+    }
+    return;
+  }
+  for (int64_t e = 0; e < n; ++e) dst[e] = load_as_f32(t.dtype, t.data, base + e * t.stride[3]);
+}
+
 // Symmetric per-row INT8: scale = max|x| / 127, q = x * (127 / max|x|) rounded
 // to nearest even (an all-zero row: scale 0, q 0). Written out again in
 // runtime/ref/attention_int8.cpp; the two must stay the same formula.
@@ -50,23 +64,23 @@ float quantize_row(const float* x, int64_t n, int8_t* q) {
 void quantize_k(const Problem& p, int64_t b, int64_t h, int64_t ldk, int8_t* kq, float* kscale,
                 float* mean) {
   const int64_t D = p.head_dim, Lk = p.kv_len;
-  // The mean over keys in double, in key order, rounded once to fp32.
-  for (int64_t e = 0; e < D; ++e) {
-    double sum = 0;
-    for (int64_t j = 0; j < Lk; ++j) sum += static_cast<double>(element(p.k, b, j, h, e));
-    mean[e] = Lk > 0 ? static_cast<float>(sum / static_cast<double>(Lk)) : 0.f;
-  }
-  float row[512 + 64];
-  float* x = D <= 512 ? row : nullptr;
-  std::vector<float> big;
-  if (x == nullptr) {
-    big.resize(static_cast<size_t>(D));
-    x = big.data();
-  }
+  std::vector<double> sum(static_cast<size_t>(D), 0.0);
+  std::vector<float> x(static_cast<size_t>(D));
+  // The mean over keys in double, in key order per dim (the reference's
+  // order: one pass over the rows, so the same sums), rounded once to fp32.
   for (int64_t j = 0; j < Lk; ++j) {
-    for (int64_t e = 0; e < D; ++e) x[e] = element(p.k, b, j, h, e) - mean[e];
+    load_row(p.k, b, j, h, D, x.data());
+    for (int64_t e = 0; e < D; ++e)
+      sum[static_cast<size_t>(e)] += static_cast<double>(x[size_t(e)]);
+  }
+  for (int64_t e = 0; e < D; ++e)
+    mean[e] =
+        Lk > 0 ? static_cast<float>(sum[static_cast<size_t>(e)] / static_cast<double>(Lk)) : 0.f;
+  for (int64_t j = 0; j < Lk; ++j) {
+    load_row(p.k, b, j, h, D, x.data());
+    for (int64_t e = 0; e < D; ++e) x[size_t(e)] -= mean[e];
     int8_t* dst = kq + j * ldk;
-    kscale[j] = quantize_row(x, D, dst);
+    kscale[j] = quantize_row(x.data(), D, dst);
     std::fill(dst + D, dst + ldk, int8_t{0});
   }
 }
@@ -75,7 +89,7 @@ void quantize_q(const Problem& p, int64_t b, int64_t h, int64_t row0, int64_t ro
                 int8_t* qq, float* qscale, float* row) {
   const int64_t D = p.head_dim;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t e = 0; e < D; ++e) row[e] = element(p.q, b, row0 + r, h, e);
+    load_row(p.q, b, row0 + r, h, D, row);
     int8_t* dst = qq + r * ldq;
     qscale[r] = quantize_row(row, D, dst);
     std::fill(dst + D, dst + ldq, int8_t{0});
