@@ -199,7 +199,8 @@ TEST_P(AttentionInt8Kernels, MatchReferenceOverShapes) {
   const DType in = GetParam();
   std::mt19937 rng(11);
   const Case cases[] = {{1, 1, 1, 1, 64},     {1, 13, 17, 2, 40}, {2, 200, 100, 2, 64},
-                        {1, 37, 257, 3, 128}, {1, 5, 70, 1, 36},  {1, 250, 64, 1, 8}};
+                        {1, 37, 257, 3, 128}, {1, 5, 70, 1, 36},  {1, 250, 64, 1, 8},
+                        {1, 21, 45, 2, 30},   {1, 9, 33, 1, 6}};
   for (const Case& c : cases) {
     OwnedTensor q = random4(in, {c.B, c.Lq, c.H, c.D}, rng, 2.f);
     OwnedTensor k = random4(in, {c.B, c.Lk, c.H, c.D}, rng, 2.f, 0.5f);
