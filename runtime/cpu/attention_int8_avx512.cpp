@@ -7,10 +7,13 @@
 //   per key (exact integers), then S = float(dot) * kscale[j] * qscale[i] *
 //   scale * log2(e).
 // P.V is attention_avx512.cpp's bf16 product: P rounded to bf16, V (rounded
-// to bf16) packed as key pairs, vdpbf16ps with fp32 accumulation. Measured
-// choice: P in bf16 keeps P's relative error at 2^-9 where an INT8 P (scale
-// 1/127 of the row max) loses the many small weights of a 5280-key row, and
-// the P.V product is half the work of a Q.K^T one in neither case.
+// to bf16) packed as key pairs, vdpbf16ps with fp32 accumulation. P.V stays
+// 16-bit as in SageAttention v1: an INT8 P (a fixed 1/255 step, P <= 1)
+// would lose the many weights of a 5280-key row that lie below one step. An
+// INT8 P.V kernel was not built or measured; on this Intel host vdpbf16ps
+// runs at half the FMA rate, so P.V takes at least half of this kernel's time
+// here (the self-attention's 43 GFLOP of P.V at the 113 GFLOPS vdpbf16ps
+// peak: >= 380 of 749 ms on one core; bench/RESULTS.md, "INT8 attention").
 //
 // See attention_kernels.h for why this file avoids inline functions of other
 // headers: everything here is in an anonymous namespace or intrinsics.
