@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench/peak.h"
+#include "runtime/cpu/attention_int8_kernels.h"
 #include "runtime/cpu/attention_kernels.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/tensor.h"
@@ -20,6 +21,7 @@ struct AttentionCase {
   DType dtype;
   int64_t batch, q_len, kv_len, heads, head_dim;
   const Kernel* kernel;
+  bool int8 = false;  // cpu::attention_int8's kernels (BF16 inputs)
 };
 
 // Deterministic values in [-2, 2): attention time does not depend on them, as
@@ -37,8 +39,8 @@ std::string case_name(const AttentionCase& c) {
   std::string shape = std::to_string(c.q_len) + "x" + std::to_string(c.kv_len) + " " +
                       std::to_string(c.heads) + "x" + std::to_string(c.head_dim);
   if (c.batch > 1) shape = std::to_string(c.batch) + "x" + shape;
-  return std::string("attention ") + (c.dtype == DType::BF16 ? "bf16 " : "f32 ") + c.what + " " +
-         shape + " " + c.kernel->name;
+  const char* kind = c.int8 ? "int8 " : c.dtype == DType::BF16 ? "bf16 " : "f32 ";
+  return std::string("attention ") + kind + c.what + " " + shape + " " + c.kernel->name;
 }
 
 BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOptions& options) {
@@ -48,7 +50,12 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
   fill(q);
   fill(k);
   fill(v);
-  auto call = [&] { cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, {}); };
+  auto call = [&] {
+    if (c.int8)
+      cpu::attention_int8_detail::attention_int8_with(*c.kernel, q, k, v, out, {});
+    else
+      cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, {});
+  };
   call();  // warm-up: pages, per-thread scratch
   const std::string kernel = c.kernel->name;
   const PeakUnit unit = kernel == "amx"          ? PeakUnit::AmxBf16
@@ -81,6 +88,8 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
   if (kernel == "amx") {
     std::snprintf(detail, sizeof detail, "of AMX bf16 peak (%.0f%% of vdpbf16ps)",
                   peaks.bf16_gflops > 0 ? 100.0 * result.rate / peaks.bf16_gflops : 0.0);
+  } else if (c.int8) {  // half the work is vpdpbusd, half vdpbf16ps: rated like bf16
+    std::snprintf(detail, sizeof detail, "of vdpbf16ps peak (dense-equivalent)");
   } else {
     std::snprintf(detail, sizeof detail, "of %s peak",
                   c.dtype == DType::BF16 ? "vdpbf16ps" : "FMA");
@@ -93,8 +102,10 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
   }
   Tensor o = out;
   namespace ad = cpu::attention_detail;
-  if (&ad::select_kernel(ad::resolve_problem(q, k, v, o, {})) == c.kernel)
-    result.detail += ", cpu::attention's choice";
+  const ad::Problem problem = ad::resolve_problem(q, k, v, o, {});
+  if (c.int8 ? &cpu::attention_int8_detail::select_kernel(problem) == c.kernel
+             : &ad::select_kernel(problem) == c.kernel)
+    result.detail += c.int8 ? ", cpu::attention_int8's choice" : ", cpu::attention's choice";
   return result;
 }
 
@@ -130,6 +141,14 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     if (ad::avx512_bf16_supported() && s.kv_len <= ad::kShortKeys)
       cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        &ad::kAvx512ShortKernel});
+    // INT8 Q.K^T for the DiT's two attentions (what precision int8 runs).
+    if (s.f32) {
+      namespace a8 = cpu::attention_int8_detail;
+      const Kernel* k8 =
+          a8::avx512_vnni_supported() ? &a8::kInt8Avx512Kernel : &a8::kInt8PortableKernel;
+      cases.push_back(
+          {s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, k8, true});
+    }
     if (s.f32)
       cases.push_back(
           {s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, f32_kernel});

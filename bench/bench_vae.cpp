@@ -104,6 +104,7 @@ class CountingBackend final : public Backend {
                     (const Tensor& x, const Tensor& g, float s, NormRounding r, Activation a,
                      Tensor& y),
                     (x, g, s, r, a, y))
+  FLICK_BENCH_TIMED(bool, attention_int8_pays_off, (), ())
   FLICK_BENCH_TIMED(void, softmax_parts, (const Tensor& x, float s, Tensor& p, Tensor& i),
                     (x, s, p, i))
 #undef FLICK_BENCH_TIMED
@@ -132,6 +133,11 @@ class CountingBackend final : public Backend {
     // [B, L, H, D]: QK^T and PV
     totals.flops += 4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.dim(1));
     timed(&Totals::attention_s, [&] { inner_.attention(q, k, v, out, p); });
+  }
+  void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      const AttentionParams& p) override {
+    totals.flops += 4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.dim(1));
+    timed(&Totals::attention_s, [&] { inner_.attention_int8(q, k, v, out, p); });
   }
 
  private:

@@ -144,6 +144,21 @@ class Backend {
 
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                          const AttentionParams& p) = 0;
+  // attention with INT8 Q.K^T (SageAttention-style), same arguments, masks and
+  // contract: K is smoothed by subtracting its mean over all Lk keys (per
+  // batch, head and dim; the mean taken in double, rounded to fp32, the
+  // difference in fp32) - a per-query constant shift of the scores, which
+  // leaves the softmax unchanged - then each row (token) of Q and of the
+  // smoothed K is quantized to symmetric INT8: s = max|x| / 127, q =
+  // round_half_even(x * (127 / max|x|)) (an all-zero row: s = 0). Scores are
+  // the exact integer dot times s_q s_k scale; the softmax is fp32, and the
+  // P.V product takes P and V rounded to bf16 with fp32 accumulation.
+  virtual void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                              const AttentionParams& p) = 0;
+  // Whether attention_int8 runs faster than attention for the DiT's shapes on
+  // this backend and host: models take attention_int8 for precision INT8
+  // only where it does (the reference: true, it has no speed to lose).
+  virtual bool attention_int8_pays_off() = 0;
 
   // ---- normalisation (over the last dim unless stated) ----
   // weight/bias may be empty (no affine). eps as in the module.

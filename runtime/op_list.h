@@ -16,6 +16,10 @@
   X(void, attention,                                                                            \
     (const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, const AttentionParams& p), \
     (q, k, v, out, p))                                                                          \
+  X(void, attention_int8,                                                                       \
+    (const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, const AttentionParams& p), \
+    (q, k, v, out, p))                                                                          \
+  X(bool, attention_int8_pays_off, (), ())                                                      \
   X(void, layer_norm,                                                                           \
     (const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y),           \
     (x, weight, bias, eps, y))                                                                  \

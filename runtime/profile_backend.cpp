@@ -82,6 +82,17 @@ struct Cost<attention_op> {
   }
 };
 
+template <>
+struct Cost<attention_int8_op> {
+  // As attention (the dense problem's operations, half of them int8).
+  static OpCost of(const Tensor& q, const Tensor& k, const Tensor&, const Tensor&,
+                   const AttentionParams&) {
+    return {"attention_int8 " + std::to_string(q.dim(0)) + "x" + std::to_string(q.dim(1)) + "x" +
+                std::to_string(k.dim(1)),
+            4.0 * static_cast<double>(q.numel()) * static_cast<double>(k.dim(1))};
+  }
+};
+
 std::string format_row(std::string_view name, int64_t calls, double seconds, double wall,
                        double flops, double inclusive) {
   char rate[32] = "";

@@ -84,6 +84,10 @@ Expected<WanDit> WanDit::load(const WeightView& model, Backend& backend, Precisi
   m.backend_ = &backend;
   m.precision_ = precision;
   m.act_ = wan_activation_dtype(precision);
+  // INT8 Q.K^T for the self-attention where the backend runs it faster (the
+  // cross-attention's 257 keys keep BF16: measured slower in INT8, the
+  // quantization of K per call not paid back over so few keys).
+  m.int8_attention_ = precision == Precision::INT8 && backend.attention_int8_pays_off();
   m.rope_ = std::make_unique<wan::Rope3d>(static_cast<int>(m.cfg_.head_dim));
   FLICK_TRY(m.load_weights(model));
   m.plan();
@@ -438,7 +442,10 @@ void WanDit::attention(int64_t i, int64_t start_frame, const Tap& tap) {
   emit("sa_kwin", kwin);
   emit("sa_vwin", vwin);
   Tensor attn4 = attn.reshape(heads4);
-  be.attention(q.reshape(heads4), kwin, vwin, attn4, AttentionParams{});
+  if (int8_attention_)
+    be.attention_int8(q.reshape(heads4), kwin, vwin, attn4, AttentionParams{});
+  else
+    be.attention(q.reshape(heads4), kwin, vwin, attn4, AttentionParams{});
   emit("sa_attn", attn4);
   be.linear(attn, *b.sa_o, o, Activation::None);
   emit3("sa_out", o);

@@ -19,7 +19,9 @@
 // autocast: every elementwise op rounds to bf16, LayerNorm/RMSNorm statistics
 // in fp32, sinusoid and RoPE in f64); Precision F32 runs everything in fp32.
 // INT8 and FP8 run the big linears quantized (the keep list and the schemes
-// are in wan_quant.h) and everything else exactly as BF16. Checkpoints may be
+// are in wan_quant.h) and everything else exactly as BF16, except that INT8
+// runs the self-attention on Backend::attention_int8 (INT8 Q.K^T, see
+// runtime/backend.h) where the backend says it pays off. Checkpoints may be
 // float or pre-quantized by `flick convert` (an I8 / F8_E4M3 `<name>.weight`
 // with a F32 `<name>.weight_scale`), which loads without re-quantizing; INT8
 // needs AVX-512 VNNI on the CPU backend (load() says so otherwise).
@@ -142,6 +144,7 @@ class WanDit {
   Backend* backend_ = nullptr;
   Precision precision_ = Precision::F32;
   DType act_ = DType::F32;
+  bool int8_attention_ = false;  // self-attention on Backend::attention_int8
   std::unique_ptr<wan::Rope3d> rope_;
 
   std::vector<OwnedTensor> owned_;
