@@ -373,6 +373,16 @@ class CudaBackend final : public Backend {
     ops::attention_fallback(launch_, mm, q, k, v, out, p, s, pm);
   }
 
+  // The SageAttention-style INT8 path has no CUDA kernel yet; models take it
+  // only where attention_int8_pays_off() says so, which it never does here.
+  void attention_int8(const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                      const AttentionParams&) override {
+    FLICK_CHECK(false,
+                "attention_int8: not implemented on the CUDA backend "
+                "(attention_int8_pays_off() is false; call attention)");
+  }
+  bool attention_int8_pays_off() override { return false; }
+
   // ---- the functor ops ----
   void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps,
                   Tensor& y) override {
