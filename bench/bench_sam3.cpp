@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "models/sam3/sam3_image_model.h"
 #include "models/sam3/sam3_synth.h"
 #include "runtime/backend.h"
+#include "runtime/profile_backend.h"
 
 namespace flick::bench {
 namespace fs = std::filesystem;
@@ -70,7 +72,10 @@ BenchResult row(const std::string& name, double seconds, const std::string& deta
 std::vector<BenchResult> run_precision(const std::string& weights, const PrecisionCase& p,
                                        const BenchOptions& options) {
   const std::string base = std::string("sam3.") + p.name;
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  // FLICK_PROFILE=1: per-op tables (stderr) of the last repetition's image
+  // side and its last prompt.
+  std::unique_ptr<Backend> backend = profile_if_enabled(make_cpu_backend());
+  ProfileBackend* profiler = as_profiler(*backend);
   Sam3Options o;
   o.weights = weights;
   o.precision = p.precision;
@@ -90,10 +95,15 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   double image_s = 1e30, prompt_s = 1e30, text_s = 1e30;
   size_t kept = 0;
   for (int rep = 0; rep < reps; ++rep) {
+    const bool last = rep == reps - 1;
+    if (profiler != nullptr && last) profiler->reset();
     double t0 = bench_now(options);
     if (Status s = m.encode_image(frame.view()); !s.ok()) return {failed(base, s.message())};
     image_s = std::min(image_s, bench_now(options) - t0);
+    if (profiler != nullptr && last)
+      std::fputs(profiler->stats().table(base + " image side").c_str(), stderr);
     for (const char* prompt : kPrompts) {
+      if (profiler != nullptr && last) profiler->reset();
       // The first repetition sees each prompt for the first time (text
       // encoding included); later ones hit the cache.
       t0 = bench_now(options);
@@ -101,6 +111,8 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
       if (!d.ok()) return {failed(base, d.status().message())};
       const double t = bench_now(options) - t0;
       kept = std::max(kept, d->score.size());
+      if (profiler != nullptr && last && prompt == kPrompts[std::size(kPrompts) - 1])
+        std::fputs(profiler->stats().table(base + " prompt \"" + prompt + "\"").c_str(), stderr);
       if (rep == 0) {
         text_s = std::min(text_s, t);  // minus the cached time below
       } else {
