@@ -98,6 +98,9 @@ def main():
               "see tools/sam3_refenv.py")
         return 0
 
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "unknown CPU")
+    print(f"CPU: {cpu}; load average before: {os.getloadavg()[0]:.2f}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     frame = torch.randint(0, 256, (3, 720, 1280), dtype=torch.uint8)
@@ -118,15 +121,17 @@ def main():
 
     if args.flick:
         found = run_flick(args.flick, args.weights, args.threads)
-        for name in ("f32", "bf16"):
+        # flick int8 against both torch rows (torch has no int8 CPU path here).
+        for name, peer in (("f32", "f32"), ("bf16", "bf16"), ("int8", "f32"), ("int8", "bf16")):
             fi, fp = found.get(f"sam3.{name} image"), found.get(f"sam3.{name} prompt")
             if fi is None or fp is None:
                 print(f"flick sam3.{name}: no figures in `flick bench` output")
                 continue
-            ti, tp = rows[name]
-            print(f"flick vs torch, {name}: image side {ti / fi:.2f}x, prompt {tp / fp:.2f}x, "
+            ti, tp = rows[peer]
+            print(f"flick {name} vs torch {peer}: image side {ti / fi:.2f}x, prompt {tp / fp:.2f}x, "
                   f"frame + 1 prompt {(ti + tp) / (fi + fp):.2f}x "
                   f"(flick {fi + fp:.2f} s, torch {ti + tp:.2f} s)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -5,7 +5,7 @@
 // [[pipeline]] (flick.toml)
 //   weights    = "/var/lib/flick/models/efficient_sam3_repvit-m0_9_mobileclip_s1.pth"
 //                                    # .pth as released, or .safetensors with its keys
-//   precision  = "f32"               # f32 (default) | bf16
+//   precision  = "f32"               # f32 (default) | bf16 | int8
 //   backend    = "cpu"               # cpu (cuda: not in this build)
 //   image_size = 1008                # the model's square input side, a multiple of 14
 //   vocab      = "/path/bpe_simple_vocab_16e6.txt.gz"   # optional (see sam3_image_model.h)
@@ -378,8 +378,8 @@ std::unique_ptr<PipelineInstance> create_sam3_segment_pipeline(TableReader& entr
     }
   }
   if (entry.has("precision")) {
-    constexpr Precision kPrecisions[] = {Precision::F32, Precision::BF16};
-    const auto p = entry.choice("precision", Need::kOptional, {"f32", "bf16"});
+    constexpr Precision kPrecisions[] = {Precision::F32, Precision::BF16, Precision::INT8};
+    const auto p = entry.choice("precision", Need::kOptional, {"f32", "bf16", "int8"});
     if (p) {
       o.precision = kPrecisions[*p];
     } else {

@@ -54,7 +54,9 @@ Expected<DetrDecoder> DetrDecoder::load(const WeightView& decoder, Backend& back
     return invalid_input("SAM3 decoder: width " + std::to_string(c.d_model) + ", " +
                          std::to_string(c.heads) + " heads, grid " + std::to_string(grid) +
                          " do not fit");
-  if (precision != Precision::F32 && precision != Precision::BF16)
+  // INT8: the attention projections and the FFN W8A8; the small MLP heads
+  // (boxes, presence, query pos, boxRPB) stay bf16 as the peers keep heads.
+  if (precision != Precision::F32 && precision != Precision::BF16 && precision != Precision::INT8)
     return invalid_input(std::string("SAM3 decoder: precision ") + precision_name(precision) +
                          " is not supported (F32 or BF16)");
   m.backend_ = &backend;
@@ -75,32 +77,33 @@ Status DetrDecoder::load_weights(const WeightView& decoder) {
     convert(t.dtype, t.data, act_, o.t.data, t.numel());
     return o.t;
   };
-  auto pack = [&](const Tensor& w, const Tensor& b) {
-    return backend_->pack_linear({w, Tensor{}, b, precision_});
+  const Precision head = precision_ == Precision::INT8 ? Precision::BF16 : precision_;
+  auto pack = [&](const Tensor& w, const Tensor& b, Precision p) {
+    return backend_->pack_linear({w, Tensor{}, b, p});
   };
-  auto linear = [&](const WeightView& v, const std::string& p, int64_t n,
-                    int64_t k) -> Expected<std::unique_ptr<PackedLinear>> {
+  auto linear = [&](const WeightView& v, const std::string& p, int64_t n, int64_t k,
+                    Precision prec) -> Expected<std::unique_ptr<PackedLinear>> {
     FLICK_ASSIGN_OR_RETURN(Tensor w, v.get(p + ".weight", kFloat, {n, k}));
     FLICK_ASSIGN_OR_RETURN(Tensor b, v.get(p + ".bias", kFloat, {n}));
-    return pack(w, b);
+    return pack(w, b, prec);
   };
   // nn.MultiheadAttention with packed in_proj rows [q; k; v].
   auto mha = [&](const WeightView& v, const std::string& p) -> Expected<Mha> {
     Mha m;
     FLICK_ASSIGN_OR_RETURN(Tensor w, v.get(p + ".in_proj_weight", kFloat, {3 * d, d}));
     FLICK_ASSIGN_OR_RETURN(Tensor b, v.get(p + ".in_proj_bias", kFloat, {3 * d}));
-    m.q = pack(w.slice(0, 0, d), b.slice(0, 0, d));
-    m.k = pack(w.slice(0, d, d), b.slice(0, d, d));
-    m.v = pack(w.slice(0, 2 * d, d), b.slice(0, 2 * d, d));
-    m.qk = pack(w.slice(0, 0, 2 * d), b.slice(0, 0, 2 * d));
-    FLICK_ASSIGN_OR_RETURN(m.out, linear(v, p + ".out_proj", d, d));
+    m.q = pack(w.slice(0, 0, d), b.slice(0, 0, d), precision_);
+    m.k = pack(w.slice(0, d, d), b.slice(0, d, d), precision_);
+    m.v = pack(w.slice(0, 2 * d, d), b.slice(0, 2 * d, d), precision_);
+    m.qk = pack(w.slice(0, 0, 2 * d), b.slice(0, 0, 2 * d), precision_);
+    FLICK_ASSIGN_OR_RETURN(m.out, linear(v, p + ".out_proj", d, d, precision_));
     return m;
   };
   auto mlp = [&](const std::string& p, std::vector<int64_t> dims) -> Expected<Mlp> {
     Mlp m;
     for (size_t i = 0; i + 1 < dims.size(); ++i) {
-      FLICK_ASSIGN_OR_RETURN(
-          auto lin, linear(decoder, p + ".layers." + std::to_string(i), dims[i + 1], dims[i]));
+      FLICK_ASSIGN_OR_RETURN(auto lin, linear(decoder, p + ".layers." + std::to_string(i),
+                                              dims[i + 1], dims[i], head));
       m.layers.push_back(std::move(lin));
     }
     return m;
@@ -112,8 +115,8 @@ Status DetrDecoder::load_weights(const WeightView& decoder) {
     FLICK_ASSIGN_OR_RETURN(l.image, mha(v, "cross_attn"));
     FLICK_ASSIGN_OR_RETURN(l.text, mha(v, "ca_text"));
     FLICK_ASSIGN_OR_RETURN(l.self_attn, mha(v, "self_attn"));
-    FLICK_ASSIGN_OR_RETURN(l.fc1, linear(v, "linear1", c.ffn, d));
-    FLICK_ASSIGN_OR_RETURN(l.fc2, linear(v, "linear2", d, c.ffn));
+    FLICK_ASSIGN_OR_RETURN(l.fc1, linear(v, "linear1", c.ffn, d, precision_));
+    FLICK_ASSIGN_OR_RETURN(l.fc2, linear(v, "linear2", d, c.ffn, precision_));
     FLICK_ASSIGN_OR_RETURN(l.n1_w, param(v, "norm1.weight", {d}));
     FLICK_ASSIGN_OR_RETURN(l.n1_b, param(v, "norm1.bias", {d}));
     FLICK_ASSIGN_OR_RETURN(l.n2_w, param(v, "norm2.weight", {d}));

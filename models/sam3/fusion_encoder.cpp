@@ -32,9 +32,11 @@ Expected<FusionEncoder> FusionEncoder::load(const WeightView& encoder, Backend& 
     return invalid_input("SAM3 fusion encoder: width " + std::to_string(c.d_model) + ", " +
                          std::to_string(heads) + " heads, grid " + std::to_string(grid) +
                          ", prompt " + std::to_string(max_prompt) + " do not fit");
-  if (precision != Precision::F32 && precision != Precision::BF16)
+  // INT8: every linear W8A8 (per-output-channel weight scales, per-token
+  // dynamic activation scales), activations and norms bf16.
+  if (precision != Precision::F32 && precision != Precision::BF16 && precision != Precision::INT8)
     return invalid_input(std::string("SAM3 fusion encoder: precision ") +
-                         precision_name(precision) + " is not supported (F32 or BF16)");
+                         precision_name(precision) + " is not supported (F32, BF16 or INT8)");
   m.backend_ = &backend;
   m.precision_ = precision;
   m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;

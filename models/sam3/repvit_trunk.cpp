@@ -208,6 +208,19 @@ Tensor RepVitTrunk::view(Arena::BufferId id, int64_t c, int64_t h) const {
   return arena_.get(id).slice(0, 0, c * h * h).reshape({1, c, h, h});
 }
 
+Tensor RepVitTrunk::view_cl(Arena::BufferId id, int64_t c, int64_t h) const {
+  return arena_.get(id).slice(0, 0, c * h * h).reshape({1, h, h, c}).permute({0, 3, 1, 2});
+}
+
+namespace {
+// A channels-last [1, c, h, w] view as the contiguous [1, h*w, c] rows it
+// covers (elementwise ops and reductions run on those at full speed).
+Tensor rows_of(const Tensor& cl) {
+  const int64_t c = cl.dim(1), hw = cl.dim(2) * cl.dim(3);
+  return cl.permute({0, 2, 3, 1}).reshape({1, hw, c});
+}
+}  // namespace
+
 Expected<Tensor> RepVitTrunk::forward(const Tensor& pixels, const Tap& tap) {
   const RepVitConfig& c = cfg_;
   const Shape want{1, 3, image_size_, image_size_};
@@ -215,53 +228,58 @@ Expected<Tensor> RepVitTrunk::forward(const Tensor& pixels, const Tap& tap) {
     return invalid_input("RepViT trunk: expected F32 or BF16 pixels " + want.str() + ", got " +
                          pixels.str());
   Backend& be = *backend_;
+  // The activations stay channels-last from the stem to the head (see
+  // view_cl): oneDNN's convolutions then run without reordering x and y on
+  // every call (NCHW costs two passes over each map, 58 % of the image side
+  // at 1008^2 in bf16). Taps get an NCHW copy.
+  OwnedTensor tap_copy;
   auto emit = [&](std::string_view name, const Tensor& v) {
-    if (tap) tap(name, v);
+    if (!tap) return;
+    tap_copy = OwnedTensor(v.dtype, v.shape);
+    be.copy(v, tap_copy.t);
+    tap(name, tap_copy.t);
   };
 
-  // ---- stem: conv3x3 s2 + BN, GELU, conv3x3 s2 + BN ----
-  Tensor s1 = view(hidden_, c.stem / 2, stem_h1_);  // [1, c0/2, S/2, S/2]
+  Tensor s1 = view_cl(hidden_, c.stem / 2, stem_h1_);  // [1, c0/2, S/2, S/2]
   be.conv(pixels, *stem1_, s1, Activation::GeluErf);
-  Tensor x = view(a_, c.stem, stem_h2_);  // [1, c0, S/4, S/4]
+  Tensor x = view_cl(a_, c.stem, stem_h2_);  // [1, c0, S/4, S/4]
   be.conv(s1, *stem2_, x, Activation::None);
   emit("stem", x);
 
-  // ---- blocks: x lives in buffer a, the token mixer's output in b ----
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block& b = blocks_[i];
     const RepVitBlockConfig& bc = b.cfg;
-    Tensor t = view(b_, bc.in, b.h_out);  // [1, c_in, h', h']
+    Tensor t = view_cl(b_, bc.in, b.h_out);  // [1, c_in, h', h']
     be.conv(x, *b.token, t, Activation::None);
     if (b.se) {
-      // timm SEModule: x * sigmoid(fc2(relu(fc1(mean_hw(x))))).
-      const int64_t hw = b.h_out * b.h_out;
-      Tensor mean = arena_.get(mean_).slice(0, 0, bc.in).reshape({1, bc.in, 1});
-      be.reduce(t.reshape({1, bc.in, hw}), 2, ReduceOp::Mean, mean);
+      Tensor t_rows = rows_of(t);  // [1, h'*h', c_in]
+      Tensor mean = arena_.get(mean_).slice(0, 0, bc.in).reshape({1, 1, bc.in});
+      be.reduce(t_rows, 1, ReduceOp::Mean, mean);
       Tensor red = arena_.get(se_).slice(0, 0, bc.se).reshape({1, bc.se});
       be.linear(mean.reshape({1, bc.in}), *b.se->fc1, red, Activation::Relu);
       Tensor gate = arena_.get(gate_).slice(0, 0, bc.in).reshape({1, bc.in});
       be.linear(red, *b.se->fc2, gate, Activation::Sigmoid);
-      be.mul(t, gate.reshape({1, bc.in, 1, 1}), t);
+      be.mul(t_rows, gate.reshape({1, 1, bc.in}), t_rows);
     }
-    Tensor y = view(a_, bc.out, b.h_out);  // [1, c_out, h', h']
+    Tensor y = view_cl(a_, bc.out, b.h_out);  // [1, c_out, h', h']
     Tensor mixer_in = t;
     if (b.down) {  // stride 2: the token mixer ends in a 1x1 c_in -> c_out (into a)
       be.conv(t, *b.down, y, Activation::None);
       mixer_in = y;
     }
-    Tensor hid = view(hidden_, 2 * bc.out, b.h_out);  // [1, 2 c_out, h', h']
+    Tensor hid = view_cl(hidden_, 2 * bc.out, b.h_out);  // [1, 2 c_out, h', h']
     be.conv(mixer_in, *b.mix1, hid, Activation::GeluErf);
-    Tensor o = b.down ? view(b_, bc.out, b.h_out) : y;  // the buffer mixer_in is not in
+    Tensor o = b.down ? view_cl(b_, bc.out, b.h_out) : y;  // the buffer mixer_in is not in
     be.conv(hid, *b.mix2, o, Activation::None);
-    be.add(mixer_in, o, y);  // Residual: x + m(x)
+    Tensor y_rows = rows_of(y);
+    be.add(rows_of(mixer_in), rows_of(o), y_rows);  // Residual: x + m(x)
     x = y;
     emit("block" + std::to_string(i), x);
   }
 
-  // ---- student head + bilinear to embed_size ----
-  Tensor h1 = view(head_, c.embed_dim, out_h_);
+  Tensor h1 = view_cl(head_, c.embed_dim, out_h_);
   be.conv(x, *head1_, h1, Activation::GeluErf);
-  Tensor h2 = view(head2_buf_, c.embed_dim, out_h_);  // [1, 1024, h, w]
+  Tensor h2 = view(head2_buf_, c.embed_dim, out_h_);  // [1, 1024, h, w] NCHW for the resize
   be.conv(h1, *head2_, h2, Activation::None);
   emit("head", h2);
   Tensor out = arena_.get(out_);  // [1, 1024, 72, 72]

@@ -75,27 +75,33 @@ Status Sam3Neck::load_weights(const WeightView& vision) {
   const int64_t ch = c.in_channels, d = c.d_model;
   const WeightView convs = vision.sub("convs");
 
-  // nn.ConvTranspose2d(in, out, 2, stride 2): weight [in, out, 2, 2] ->
-  // linear rows (o, dy, dx) over the input channels, bias repeated per tap.
+  // nn.ConvTranspose2d(in, out, 2, stride 2): weight [in, out, 2, 2] -> a
+  // 1x1 convolution with output channels (dy, dx, o), bias repeated per tap;
+  // its channels-last output is [h, w, dy, dx, o], which scatters to the
+  // channels-last [2h, 2w, o] map in contiguous runs of `out` channels.
   auto conv_t = [&](const std::string& p, int64_t in, int64_t out) -> Expected<ConvT> {
     FLICK_ASSIGN_OR_RETURN(Tensor w, convs.get(p + ".weight", kFloat, {in, out, 2, 2}));
     FLICK_ASSIGN_OR_RETURN(Tensor b, convs.get(p + ".bias", kFloat, {out}));
     std::vector<float> wf(static_cast<size_t>(w.numel())), bf(static_cast<size_t>(out));
     convert(w.dtype, w.data, DType::F32, wf.data(), w.numel());
     convert(b.dtype, b.data, DType::F32, bf.data(), out);
-    OwnedTensor& lw = owned_.emplace_back(DType::F32, Shape{4 * out, in});
+    OwnedTensor& lw = owned_.emplace_back(DType::F32, Shape{4 * out, in, 1, 1});
     OwnedTensor& lb = owned_.emplace_back(DType::F32, Shape{4 * out});
     float* pw = lw.t.ptr<float>();
     for (int64_t i = 0; i < in; ++i)
       for (int64_t o = 0; o < out; ++o)
         for (int64_t t = 0; t < 4; ++t)  // t = dy * 2 + dx
-          pw[(o * 4 + t) * in + i] = wf[static_cast<size_t>((i * out + o) * 4 + t)];
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t t = 0; t < 4; ++t) lb.t.ptr<float>()[o * 4 + t] = bf[static_cast<size_t>(o)];
+          pw[(t * out + o) * in + i] = wf[static_cast<size_t>((i * out + o) * 4 + t)];
+    for (int64_t t = 0; t < 4; ++t)
+      for (int64_t o = 0; o < out; ++o) lb.t.ptr<float>()[t * out + o] = bf[static_cast<size_t>(o)];
     ConvT r;
     r.in = in;
     r.out = out;
-    r.lin = backend_->pack_linear({lw.t, Tensor{}, lb.t, precision_});
+    ConvDesc desc;
+    desc.w = lw.t;
+    desc.bias = lb.t;
+    desc.precision = precision_;
+    r.conv = backend_->pack_conv(desc);
     return r;
   };
   auto conv = [&](const std::string& p, int64_t out, int64_t in,
@@ -141,11 +147,10 @@ Status Sam3Neck::load_weights(const WeightView& vision) {
 void Sam3Neck::plan() {
   const Sam3NeckConfig& c = cfg_;
   const int64_t ch = c.in_channels, g = c.grid, d = c.d_model;
-  rows_ = arena_.request("neck.rows", act_, {std::max(g * g * ch, 4 * g * g * (ch / 2))});
   // convT outputs before the scatter: g^2 x 4 (C/2) and (2g)^2 x 4 (C/4).
   cols_ = arena_.request("neck.cols", act_, {4 * g * g * ch});
-  up_a_ = arena_.request("neck.up_a", act_, {1, ch / 2, 2 * g, 2 * g});
-  up_b_ = arena_.request("neck.up_b", act_, {1, ch / 4, 4 * g, 4 * g});
+  up_a_ = arena_.request("neck.up_a", act_, {ch / 2 * 4 * g * g});  // channels-last
+  up_b_ = arena_.request("neck.up_b", act_, {ch / 4 * 16 * g * g});
   mid_ = arena_.request("neck.mid", act_, {d * 16 * g * g});
   for (int l = 0; l < Sam3NeckConfig::kLevels; ++l)
     out_[static_cast<size_t>(l)] =
@@ -153,16 +158,24 @@ void Sam3Neck::plan() {
   arena_.finalize();
 }
 
+namespace {
+// A channels-last [1, c, h, h] view over the start of a flat buffer: the
+// layout oneDNN's convolutions read and write without reorders.
+Tensor channels_last(const Tensor& flat, int64_t c, int64_t h) {
+  return flat.slice(0, 0, c * h * h).reshape({1, h, h, c}).permute({0, 3, 1, 2});
+}
+}  // namespace
+
 void Sam3Neck::conv_transpose(const Tensor& x, const ConvT& c, Tensor& y, Activation act) {
   Backend& be = *backend_;
-  const int64_t h = x.dim(2), hw = h * h;
-  Tensor rows = arena_.get(rows_).slice(0, 0, hw * c.in).reshape({hw, c.in});  // [h*h, in]
-  be.copy(x.reshape({c.in, hw}).permute({1, 0}), rows);
-  Tensor cols = arena_.get(cols_).slice(0, 0, hw * 4 * c.out).reshape({hw, 4 * c.out});
-  be.linear(rows, *c.lin, cols, act);  // [h*h, (o, dy, dx)]
-  // y[o, 2 y0 + dy, 2 x0 + dx] = cols[y0, x0, o, dy, dx]
-  Tensor scatter = y.reshape({c.out, h, 2, h, 2}).permute({1, 3, 0, 2, 4});
-  be.copy(cols.reshape({h, h, c.out, 2, 2}), scatter);
+  const int64_t h = x.dim(2);
+  Tensor cols = channels_last(arena_.get(cols_), 4 * c.out, h);  // [1, (dy, dx, o), h, h]
+  be.conv(x, *c.conv, cols, act);
+  // y[o, 2 y0 + dy, 2 x0 + dx] = cols[y0, x0, dy, dx, o]; y is channels-last:
+  // [2h, 2h, o] = [h, 2, h, 2, o] <- cols [h, h, 2, 2, o] permuted.
+  Tensor src = cols.permute({0, 2, 3, 1}).reshape({h, h, 2, 2, c.out}).permute({0, 2, 1, 3, 4});
+  Tensor dst = y.permute({0, 2, 3, 1}).reshape({h, 2, h, 2, c.out});
+  be.copy(src, dst);
 }
 
 Expected<std::array<Tensor, Sam3NeckConfig::kLevels>> Sam3Neck::forward(const Tensor& x,
@@ -178,18 +191,21 @@ Expected<std::array<Tensor, Sam3NeckConfig::kLevels>> Sam3Neck::forward(const Te
   for (int l = 0; l < Sam3NeckConfig::kLevels; ++l) {
     const int64_t n = c.side(l);
     Tensor in = x;
-    if (l == 0) {                    // convT, GELU, convT
-      Tensor a = arena_.get(up_a_);  // [1, C/2, 2g, 2g]
+    if (l == 0) {  // convT, GELU, convT
+      Tensor a =
+          channels_last(arena_.get(up_a_), c.in_channels / 2, 2 * c.grid);  // [1, C/2, 2g, 2g]
       conv_transpose(x, up4_0_, a, Activation::GeluErf);
-      Tensor b = arena_.get(up_b_);  // [1, C/4, 4g, 4g]
+      Tensor b =
+          channels_last(arena_.get(up_b_), c.in_channels / 4, 4 * c.grid);  // [1, C/4, 4g, 4g]
       conv_transpose(a, up4_1_, b, Activation::None);
       in = b;
     } else if (l == 1) {
-      Tensor a = arena_.get(up_a_);  // [1, C/2, 2g, 2g]
+      Tensor a =
+          channels_last(arena_.get(up_a_), c.in_channels / 2, 2 * c.grid);  // [1, C/2, 2g, 2g]
       conv_transpose(x, up2_, a, Activation::None);
       in = a;
     }
-    Tensor mid = arena_.get(mid_).slice(0, 0, d * n * n).reshape({1, d, n, n});
+    Tensor mid = channels_last(arena_.get(mid_), d, n);  // [1, d, n, n]
     be.conv(in, *conv1x1_[static_cast<size_t>(l)], mid, Activation::None);
     Tensor y = arena_.get(out_[static_cast<size_t>(l)]);  // [1, d, n, n]
     be.conv(mid, *conv3x3_[static_cast<size_t>(l)], y, Activation::None);

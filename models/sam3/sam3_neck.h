@@ -11,9 +11,9 @@
 //                  pos_a[2j+1] = cos(same), a = (i+1) / (n + 1e-6) * 2 pi          // [1, d, n, n]
 //
 // A 2x2 stride-2 transposed conv has no overlapping taps, so it runs as one
-// linear layer per input pixel ([g*g, C] @ [C, 4 C']) scattered into the
-// 2x-upsampled map. The position encodings are constants, computed at load.
-// The 0.5x level's weights are recognised and skipped (scalp=1).
+// 1x1 convolution C -> 4 C' scattered into the 2x-upsampled map; the maps
+// between the convolutions are channels-last (no oneDNN reorders). The position encodings are
+// constants, computed at load. The 0.5x level's weights are recognised and skipped (scalp=1).
 //
 // Precision F32 or BF16 (weights and stored activations rounded to bf16,
 // fp32 accumulation; the position encodings are rounded to bf16 as the
@@ -66,9 +66,9 @@ class Sam3Neck {
                                                                 const Tap& tap = {});
 
  private:
-  struct ConvT {  // a 2x2 stride-2 ConvTranspose2d as a linear layer
+  struct ConvT {  // a 2x2 stride-2 ConvTranspose2d as a 1x1 convolution
     int64_t in = 0, out = 0;
-    std::unique_ptr<PackedLinear> lin;  // [4 out, in], rows (o, dy, dx)
+    std::unique_ptr<PackedConv> conv;  // [4 out, in, 1, 1], rows (dy, dx, o)
   };
 
   Sam3Neck() = default;
@@ -88,7 +88,7 @@ class Sam3Neck {
   std::array<std::unique_ptr<PackedConv>, Sam3NeckConfig::kLevels> conv1x1_, conv3x3_;
 
   Arena arena_;
-  Arena::BufferId rows_ = -1, cols_ = -1, up_a_ = -1, up_b_ = -1, mid_ = -1;
+  Arena::BufferId cols_ = -1, up_a_ = -1, up_b_ = -1, mid_ = -1;
   std::array<Arena::BufferId, Sam3NeckConfig::kLevels> out_{-1, -1, -1};
 };
 

@@ -29,9 +29,11 @@ Expected<SegHead> SegHead::load(const WeightView& head, Backend& backend, Precis
     return invalid_input("SAM3 mask head: width " + std::to_string(c.d_model) + ", " +
                          std::to_string(heads) + " heads, grid " + std::to_string(grid) +
                          ", queries " + std::to_string(queries) + " do not fit");
-  if (precision != Precision::F32 && precision != Precision::BF16)
+  // INT8: the prompt cross-attention's linears W8A8; the pixel decoder's
+  // convolutions and the mask embedding MLP stay bf16.
+  if (precision != Precision::F32 && precision != Precision::BF16 && precision != Precision::INT8)
     return invalid_input(std::string("SAM3 mask head: precision ") + precision_name(precision) +
-                         " is not supported (F32 or BF16)");
+                         " is not supported (F32, BF16 or INT8)");
   m.backend_ = &backend;
   m.precision_ = precision;
   m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;
@@ -50,6 +52,7 @@ Status SegHead::load_weights(const WeightView& head) {
     convert(t.dtype, t.data, act_, o.t.data, t.numel());
     return o.t;
   };
+  const Precision dense = precision_ == Precision::INT8 ? Precision::BF16 : precision_;
   auto pack = [&](const Tensor& w, const Tensor& b) {
     return backend_->pack_linear({w, Tensor{}, b, precision_});
   };
@@ -60,7 +63,7 @@ Status SegHead::load_weights(const WeightView& head) {
     desc.w = w;
     desc.bias = b;
     desc.padding = {k / 2, k / 2, 0};
-    desc.precision = precision_;
+    desc.precision = dense;
     return backend_->pack_conv(desc);
   };
 
@@ -95,7 +98,7 @@ Status SegHead::load_weights(const WeightView& head) {
     const std::string p = "mask_predictor.mask_embed.layers." + std::to_string(i);
     FLICK_ASSIGN_OR_RETURN(Tensor lw, head.get(p + ".weight", kFloat, {d, d}));
     FLICK_ASSIGN_OR_RETURN(Tensor lb, head.get(p + ".bias", kFloat, {d}));
-    mask_embed_.push_back(pack(lw, lb));
+    mask_embed_.push_back(backend_->pack_linear({lw, Tensor{}, lb, dense}));
   }
   return ok_status();
 }

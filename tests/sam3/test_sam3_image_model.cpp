@@ -350,26 +350,34 @@ TEST_F(Sam3ImageModelGolden, EveryTapAt224F32) {
                golden(g, "det.mask_prob"), tol);
 }
 
-// BF16 against the same fp32 golden: every weight and stored activation is
-// rounded to bf16 (relative step 2^-8), through ~60 layers. Checked as
-// error figures of the taps and as what a user sees: the boxes in pixels and
-// the binary masks (mask IoU over the golden's sampled mask logits).
-TEST_F(Sam3ImageModelGolden, Bf16AgreesWithTheF32Reference) {
+// Bounds of a reduced precision against the fp32 golden: taps relative to
+// each tensor's largest value, boxes in pixels of the 160 x 120 frame, and
+// the IoU of the binary masks (logit > 0) at the golden's sampled positions.
+struct LowPrecisionBounds {
+  Tol taps;
+  double score_max_abs;  // max |score - golden| (scores are probabilities)
+  double iou_min, box_max_px, box_mean_px;
+};
+
+void expect_agrees_with_f32(const std::string& weights, Precision p, const LowPrecisionBounds& b) {
   auto store = WeightStore::open({fixture("sam3_image_224.safetensors")});
   ASSERT_TRUE(store.ok()) << store.status().message();
   const WeightView g = store->root();
   ModelRun r;
-  run_model(path_, g, Precision::BF16, 224, r);
-  ASSERT_FALSE(HasFatalFailure());
+  run_model(weights, g, p, 224, r);
+  ASSERT_FALSE(testing::Test::HasFatalFailure());
   const bool print = std::getenv("FLICK_SAM3_PRINT_ERRORS") != nullptr;
-  // Taps: a few bf16 steps relative to each tensor's largest value.
-  const Tol tol{6e-2, 2e-2};
   for (const char* name : {"trunk", "neck.level2", "text", "memory", "logits", "scores", "boxes",
                            "mask_logits", "decoder.hs5"})
-    expect_close(name, r.taps[name], golden(g, name), tol);
+    expect_close(name, r.taps[name], golden(g, name), b.taps);
+  const std::vector<float> scores = r.taps["scores"], want_scores = golden(g, "scores");
+  ASSERT_EQ(scores.size(), want_scores.size());
+  double score_max = 0;
+  for (size_t i = 0; i < scores.size(); ++i)
+    score_max = std::max(score_max, static_cast<double>(std::fabs(scores[i] - want_scores[i])));
   // Boxes in pixels of the 160 x 120 frame.
   std::vector<float> boxes;
-  for (const auto& b : r.det.box_xyxy) boxes.insert(boxes.end(), b.begin(), b.end());
+  for (const auto& bx : r.det.box_xyxy) boxes.insert(boxes.end(), bx.begin(), bx.end());
   const std::vector<float> want_boxes = golden(g, "det.boxes");
   ASSERT_EQ(boxes.size(), want_boxes.size());
   double box_max = 0, box_mean = 0;
@@ -388,12 +396,36 @@ TEST_F(Sam3ImageModelGolden, Bf16AgreesWithTheF32Reference) {
   }
   const double iou = uni ? static_cast<double>(inter) / static_cast<double>(uni) : 1.0;
   if (print)
-    std::printf("  boxes max %.3f px mean %.3f px, mask IoU %.4f (%lld)\n", box_max, box_mean, iou,
-                (long long)uni);
+    std::printf(
+        "  %s: scores max |err| %.4f, boxes max %.3f px mean %.3f px, mask IoU %.4f (%lld)\n",
+        precision_name(p), score_max, box_max, box_mean, iou, (long long)uni);
   EXPECT_GT(uni, 100);  // the masks are not empty
-  EXPECT_GE(iou, 0.97);
-  EXPECT_LE(box_max, 2.0);
-  EXPECT_LE(box_mean, 0.5);
+  EXPECT_LE(score_max, b.score_max_abs);
+  EXPECT_GE(iou, b.iou_min);
+  EXPECT_LE(box_max, b.box_max_px);
+  EXPECT_LE(box_mean, b.box_mean_px);
+}
+
+// BF16 against the same fp32 golden: every weight and stored activation is
+// rounded to bf16 (relative step 2^-8), through ~60 layers. Taps: a few bf16
+// steps relative to each tensor's largest value.
+TEST_F(Sam3ImageModelGolden, Bf16AgreesWithTheF32Reference) {
+  // Measured (FLICK_SAM3_PRINT_ERRORS=1): scores 0.0023, boxes max 1.12 px
+  // mean 0.27 px, mask IoU 0.992; the largest tap error mask_logits 3.9e-2.
+  expect_agrees_with_f32(path_, Precision::BF16, {{6e-2, 2e-2}, 0.02, 0.97, 2.0, 0.5});
+}
+
+// INT8 (W8A8 attention projections and FFN of the DETR decoder, bf16
+// elsewhere; see Sam3ImageModel::load for why the fusion encoder stays bf16)
+// against the fp32 golden. An int8 step is 1/127 of a token's or an output
+// channel's largest value, ~2x a bf16 step, over the decoder's ~60
+// quantized linears. Measured: scores 0.0038, boxes max 1.46 px mean
+// 0.31 px, mask IoU 0.991; taps as bf16 but decoder.hs5 2.3e-2 and
+// mask_logits 5.0e-2 (max) / 1.1e-2 (mean). The bounds keep the bf16 ones
+// for what a user sees (IoU, mean box error) and allow ~1.5x the measured
+// figures elsewhere.
+TEST_F(Sam3ImageModelGolden, Int8AgreesWithTheF32Reference) {
+  expect_agrees_with_f32(path_, Precision::INT8, {{8e-2, 2.5e-2}, 0.02, 0.97, 3.0, 0.5});
 }
 
 // The full-size forward: the released input size (1008 x 1008, grid
