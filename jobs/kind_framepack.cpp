@@ -73,8 +73,8 @@ class FramePackJob : public PreparedJob {
     const int64_t n = framepack_section_count(input_.seconds);
     return "framepack-i2v " + std::string(framepack_variant_name(input_.variant)) + ": " +
            std::to_string(framepack_video_frames(n)) + " frames (" + std::to_string(n) +
-           " sections, " + std::to_string(input_.steps) + " steps) from " + image_path_ +
-           ", seed " + std::to_string(input_.seed);
+           (n == 1 ? " section, " : " sections, ") + std::to_string(input_.steps) +
+           " steps) from " + image_path_ + ", seed " + std::to_string(input_.seed);
   }
 
   Status run(FrameSink& sink, const RunContext& ctx) override {
