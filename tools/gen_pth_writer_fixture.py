@@ -8,7 +8,10 @@ entry by entry: data.pkl byte for byte, every storage, the entry order and the
 torch.load(weights_only=True)).
 
 Run: /work/venv/bin/python tools/gen_pth_writer_fixture.py [outdir]
-Writes <outdir>/pth_writer_torch.pth (default tests/data/weights), about 300 KB.
+Writes <outdir>/pth_writer_torch.pth (default tests/data/weights), about 300 KB,
+and <outdir>/pth_writer_torch_wrapped.pth: tensors 2..4 saved as
+{"model": OrderedDict(...)} (the layout of released training checkpoints,
+PthWriteOptions::wrap_in), a few KB.
 
 The state dict (keep in sync with kFixture* in the test): 1001 tensors, so
 the pickle holds a SETITEMS batch of 1000 and a lone SETITEM, memo indices
@@ -62,6 +65,12 @@ def main():
         assert back[k].dtype == v.dtype and back[k].shape == v.shape
         assert torch.equal(back[k].reshape(-1).view(torch.uint8), v.reshape(-1).view(torch.uint8)), k
     print(f"{path}: {os.path.getsize(path)} bytes, torch {torch.__version__}")
+    wrapped = {"model": collections.OrderedDict((f"layer{i}.w", make_tensor(i)) for i in range(2, 5))}
+    path = os.path.join(out, "pth_writer_torch_wrapped.pth")
+    torch.save(wrapped, path)
+    back = torch.load(path, weights_only=True)
+    assert list(back) == ["model"] and list(back["model"]) == list(wrapped["model"])
+    print(f"{path}: {os.path.getsize(path)} bytes")
 
 
 if __name__ == "__main__":

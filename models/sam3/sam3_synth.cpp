@@ -489,7 +489,7 @@ Status write_sam3_synth(const std::string& path, const Sam3SynthOptions& options
   for (size_t i = 0; i < layout.size(); ++i) {
     const Sam3LayoutTensor& t = layout[i];
     StreamedTensor s;
-    s.name = "model." + t.name;
+    s.name = t.name;
     s.shape = t.shape;
     if (t.dtype != "F32") {
       s.stored = stored_type_by_name(t.dtype);
@@ -519,7 +519,8 @@ Status write_sam3_synth(const std::string& path, const Sam3SynthOptions& options
     };
     ts.push_back(std::move(s));
   }
-  return write_pth(path, ts);
+  // {"model": state_dict}, as the released file (flick reads "model.<name>").
+  return write_pth(path, ts, {.wrap_in = "model"});
 }
 
 }  // namespace flick

@@ -75,8 +75,9 @@ struct Sam3SynthOptions {
 };
 
 // Writes the checkpoint as torch.save does: a .pth zip (a path ending in
-// .safetensors is an error) of one flat dict whose keys are the released
-// file's as flick flattens {"model": state_dict}: "model.<name>".
+// .safetensors is an error) of {"model": state_dict}, the released file's
+// layout, so the reference's own loader (model_builder._load_checkpoint)
+// reads it too; flick names its tensors "model.<name>".
 // Streams tensor by tensor; atomic (temporary file, rename). Errors name the
 // file.
 Status write_sam3_synth(const std::string& path, const Sam3SynthOptions& options);

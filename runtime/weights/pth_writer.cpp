@@ -222,8 +222,17 @@ void pickle_tensor(PickleWriter& p, const StreamedTensor& t, const std::string& 
 
 // data.pkl: OrderedDict() then the items in SETITEMS batches of 1000 (a
 // batch of one is a SETITEM), as pickle's _batch_setitems writes them.
-std::string pickle_state_dict(const std::vector<StreamedTensor>& tensors) {
+// With `wrap_in`, the state dict is the one value of a plain dict under that
+// key ({"model": state_dict}, as released training checkpoints are):
+// EMPTY_DICT, the key, the OrderedDict, SETITEM.
+std::string pickle_state_dict(const std::vector<StreamedTensor>& tensors,
+                              const std::string& wrap_in) {
   PickleWriter p;
+  if (!wrap_in.empty()) {
+    p.op('}');
+    p.put("");
+    p.str(wrap_in);
+  }
   p.global("collections", "OrderedDict");
   p.op(')');
   p.op('R');
@@ -235,6 +244,7 @@ std::string pickle_state_dict(const std::vector<StreamedTensor>& tensors) {
     for (size_t i = start; i < start + n; ++i) pickle_tensor(p, tensors[i], std::to_string(i));
     p.op(n > 1 ? 'u' : 's');
   }
+  if (!wrap_in.empty()) p.op('s');
   return p.finish();
 }
 
@@ -475,7 +485,7 @@ Status write_pth(const std::string& path, const std::vector<StreamedTensor>& ten
   FLICK_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path));
   ZipWriter zip(out);
   const std::string dir = root + "/";
-  FLICK_TRY(zip.add(dir + "data.pkl", pickle_state_dict(tensors)));
+  FLICK_TRY(zip.add(dir + "data.pkl", pickle_state_dict(tensors, options.wrap_in)));
   FLICK_TRY(zip.add(dir + ".format_version", "1"));
   FLICK_TRY(zip.add(dir + ".storage_alignment", "64"));
   FLICK_TRY(zip.add(dir + "byteorder", "little"));

@@ -59,6 +59,11 @@ struct PthWriteOptions {
   // The archive's root folder; empty: the file name without its extension,
   // as torch.save names it.
   std::string archive_name;
+  // Non-empty: the state dict is saved as {wrap_in: state_dict} (the layout
+  // of released training checkpoints such as EfficientSAM3's {"model": ...});
+  // flick reads its tensors as "<wrap_in>.<name>", torch.load as
+  // ckpt[wrap_in][name]. Empty: the state dict itself, as torch.save(sd).
+  std::string wrap_in;
 };
 
 // Writes `tensors` (in this order: the state dict's order) to `path`

@@ -101,6 +101,34 @@ TEST(PthWriter, WritesWhatTorchSaveWrites) {
   }
 }
 
+// {"model": state_dict}, as released training checkpoints are saved
+// (PthWriteOptions::wrap_in): the same bytes as torch.save of that dict
+// (tools/gen_pth_writer_fixture.py), read back by flick as "model.<name>".
+TEST(PthWriter, WrappedStateDictIsWhatTorchSaveWrites) {
+  TempDir dir;
+  const std::string ours = dir.file("ours.pth");
+  const std::vector<StreamedTensor> tensors = {fixture_tensor(2), fixture_tensor(3),
+                                               fixture_tensor(4)};
+  ASSERT_TRUE(
+      write_pth(ours, tensors, {.archive_name = "pth_writer_torch_wrapped", .wrap_in = "model"})
+          .ok());
+  auto torch_entries = zip_entries(data_path("pth_writer_torch_wrapped.pth"));
+  auto our_entries = zip_entries(ours);
+  std::erase_if(torch_entries,
+                [](const auto& e) { return e.first.ends_with("/.data/serialization_id"); });
+  ASSERT_EQ(our_entries.size(), torch_entries.size());
+  for (size_t i = 0; i < our_entries.size(); ++i) {
+    SCOPED_TRACE(torch_entries[i].first);
+    EXPECT_EQ(our_entries[i].first, torch_entries[i].first);
+    EXPECT_TRUE(our_entries[i].second == torch_entries[i].second);
+  }
+  auto file = PthFile::open(ours);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  ASSERT_EQ((*file)->tensors().size(), 3u);
+  EXPECT_EQ((*file)->tensors()[0].name, "model.layer2.w");
+  EXPECT_EQ((*file)->tensors()[2].name, "model.layer4.w");
+}
+
 // The storages start at multiples of 64 in both files (torch pads with an
 // "FB" extra field so that torch.load(mmap=True) can map them).
 TEST(PthWriter, StoragesAre64ByteAligned) {
