@@ -16,66 +16,7 @@
 namespace flick {
 namespace {
 
-constexpr size_t kMaxFrames = 1000000;
 constexpr double kDefaultFps = 25;
-
-bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
-bool ends_with_ci(const std::string& s, std::string_view suffix) {
-  if (s.size() < suffix.size()) return false;
-  for (size_t i = 0; i < suffix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i]) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// Expands `pattern` (absolute, lexically under an input root) into the
-// canonical paths of its matches, sorted by name, each checked against the
-// roots.
-Expected<std::vector<std::string>> expand_frames(const std::string& pattern,
-                                                 const std::vector<Root>& roots,
-                                                 const std::string& what) {
-  FLICK_ASSIGN_OR_RETURN(std::string normal, normalize_absolute(pattern, what));
-  // The part before the first wildcard must lie under a root, so the glob
-  // never even lists directories outside them.
-  const std::string fixed = normal.substr(0, normal.rfind('/', normal.find_first_of("*?[")));
-  bool under_root = false;
-  for (const Root& r : roots) {
-    under_root |= is_within(fixed, r.configured) || is_within(fixed, r.canonical);
-  }
-  if (!under_root) {
-    return invalid_input(what + ": '" + normal + "' is outside the input roots (" +
-                         describe_roots(roots) + ")");
-  }
-  glob_t g{};
-  const int rc = ::glob(normal.c_str(), GLOB_NOSORT, nullptr, &g);
-  std::vector<std::string> matches;
-  if (rc == 0) matches.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
-  ::globfree(&g);
-  if (rc == GLOB_NOMATCH) return not_found(what + ": no file matches '" + normal + "'");
-  if (rc != 0) return io_error(what + ": cannot expand '" + normal + "'");
-  if (matches.size() > kMaxFrames) {
-    return invalid_input(what + ": '" + normal + "' matches " + std::to_string(matches.size()) +
-                         " files, more than " + std::to_string(kMaxFrames));
-  }
-  std::sort(matches.begin(), matches.end());  // by name, bytewise: not locale-dependent
-  std::vector<std::string> out;
-  out.reserve(matches.size());
-  for (const std::string& m : matches) {
-    if (!ends_with_ci(m, ".png") && !ends_with_ci(m, ".jpg") && !ends_with_ci(m, ".jpeg")) {
-      return invalid_input(what + ": '" + m + "' is not a .png, .jpg or .jpeg file");
-    }
-    FLICK_ASSIGN_OR_RETURN(std::string canonical, resolve_input(m, roots, what));
-    struct stat st;
-    if (::stat(canonical.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return invalid_input(what + ": '" + m + "' is not a regular file");
-    }
-    out.push_back(std::move(canonical));
-  }
-  return out;
-}
 
 class EncodeJob : public PreparedJob {
  public:
@@ -125,7 +66,8 @@ class EncodeInstance : public PipelineInstance {
       in.archive = *archive;
       in.fps = fps.value_or(0);  // 0: the archive's own rate
     } else {
-      Expected<std::vector<std::string>> files = expand_frames(*frames, config.input_roots, key);
+      Expected<std::vector<std::string>> files =
+          expand_frame_glob(*frames, config.input_roots, key);
       if (!files.ok()) {
         input->error("frames", files.status().message(), "these frames", hints,
                      files.status().code());

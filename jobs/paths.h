@@ -5,7 +5,9 @@
 // place it leads to.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jobs/fs.h"
@@ -74,5 +76,22 @@ Expected<fs::Fd> open_input(const std::string& canonical, const std::vector<Root
 
 // "a, b" listing of roots for messages.
 std::string describe_roots(const std::vector<Root>& roots);
+
+// Whether a path holds glob characters (*, ?, [).
+bool has_glob_chars(const std::string& s);
+// Whether `s` ends with the lower-case `suffix`, ignoring ASCII case.
+bool ends_with_ci(const std::string& s, std::string_view suffix);
+
+// At most this many files in one frame glob.
+inline constexpr size_t kMaxFrameFiles = 1000000;
+
+// A frame glob (PNG/JPEG files) as jobs name it: `pattern` (absolute, its
+// fixed part lexically under an input root, so the glob never lists outside
+// them) expanded into the canonical paths of its matches, sorted by name
+// (bytewise), each a regular .png/.jpg/.jpeg file checked against the roots.
+// Errors begin with `what` (the job key).
+Expected<std::vector<std::string>> expand_frame_glob(const std::string& pattern,
+                                                     const std::vector<Root>& roots,
+                                                     const std::string& what);
 
 }  // namespace flick
