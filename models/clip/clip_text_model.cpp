@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "models/config_json.h"
 #include "runtime/dtype.h"
 #include "runtime/file_util.h"
 
@@ -100,18 +101,12 @@ Expected<ClipTextConfig> ClipTextConfig::detect(const WeightView& text_model,
                            ")");
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* fc1, layers.sub("0").require("mlp.fc1.weight", 2));
   c.intermediate = fc1->shape[0];
-  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
-                          "max_position_embeddings"}) {
-    const std::string_view k(key);
-    const int64_t have = k == "vocab_size"          ? c.vocab
-                         : k == "hidden_size"       ? c.width
-                         : k == "num_hidden_layers" ? c.layers
-                         : k == "intermediate_size" ? c.intermediate
-                                                    : c.positions;
-    if (t.contains(key) && (!t[key].is_number_integer() || t[key].get<int64_t>() != have))
-      return invalid_input(config_path + ": " + key + " is " + t[key].dump() +
-                           " but the checkpoint's shapes say " + std::to_string(have));
-  }
+  FLICK_TRY(check_config_matches_shapes(t, config_path,
+                                        {{"vocab_size", c.vocab},
+                                         {"hidden_size", c.width},
+                                         {"num_hidden_layers", c.layers},
+                                         {"intermediate_size", c.intermediate},
+                                         {"max_position_embeddings", c.positions}}));
   return c;
 }
 

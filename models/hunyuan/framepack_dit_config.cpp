@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "models/config_json.h"
 #include "runtime/file_util.h"
 
 namespace flick::hunyuan {
@@ -125,20 +126,17 @@ Expected<FramePackDitConfig> FramePackDitConfig::detect(const WeightView& model,
                          std::to_string(c.rope_axes[0] + c.rope_axes[1] + c.rope_axes[2]) +
                          ", the head size is " + std::to_string(c.head_dim));
   // Shape-carried fields config.json also states must agree with the shapes.
-  const std::map<std::string, int64_t> stated{{"in_channels", c.in_channels},
-                                              {"out_channels", c.out_channels},
-                                              {"num_layers", c.layers},
-                                              {"num_single_layers", c.single_layers},
-                                              {"num_refiner_layers", c.refiner_layers},
-                                              {"text_embed_dim", c.text_dim},
-                                              {"pooled_projection_dim", c.pooled_dim},
-                                              {"image_proj_dim", c.image_dim},
-                                              {"patch_size", kPatch},
-                                              {"patch_size_t", kPatchT}};
-  for (const auto& [key, have] : stated)
-    if (j.contains(key) && (!j[key].is_number_integer() || j[key].get<int64_t>() != have))
-      return invalid_input(config_path + ": " + key + " is " + j[key].dump() +
-                           " but the checkpoint's shapes say " + std::to_string(have));
+  FLICK_TRY(check_config_matches_shapes(j, config_path,
+                                        {{"in_channels", c.in_channels},
+                                         {"out_channels", c.out_channels},
+                                         {"num_layers", c.layers},
+                                         {"num_single_layers", c.single_layers},
+                                         {"num_refiner_layers", c.refiner_layers},
+                                         {"text_embed_dim", c.text_dim},
+                                         {"pooled_projection_dim", c.pooled_dim},
+                                         {"image_proj_dim", c.image_dim},
+                                         {"patch_size", kPatch},
+                                         {"patch_size_t", kPatchT}}));
   for (const char* key : {"guidance_embeds", "has_image_proj", "has_clean_x_embedder"})
     if (j.contains(key) && j[key] != true)
       return invalid_input(config_path + ": " + key + ": FramePack's model has it (expected true)");

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "models/config_json.h"
 #include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 #include "runtime/file_util.h"
@@ -95,15 +96,11 @@ Expected<LlamaConfig> LlamaConfig::detect(const WeightView& model, const std::st
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* gate,
                          layers.sub("0").require("mlp.gate_proj.weight", 2));
   c.intermediate = gate->shape[0];
-  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size"}) {
-    const int64_t have = std::string_view(key) == "vocab_size"          ? c.vocab
-                         : std::string_view(key) == "hidden_size"       ? c.hidden
-                         : std::string_view(key) == "num_hidden_layers" ? c.layers
-                                                                        : c.intermediate;
-    if (j.contains(key) && (!j[key].is_number_integer() || j[key].get<int64_t>() != have))
-      return invalid_input(config_path + ": " + key + " is " + j[key].dump() +
-                           " but the checkpoint's shapes say " + std::to_string(have));
-  }
+  FLICK_TRY(check_config_matches_shapes(j, config_path,
+                                        {{"vocab_size", c.vocab},
+                                         {"hidden_size", c.hidden},
+                                         {"num_hidden_layers", c.layers},
+                                         {"intermediate_size", c.intermediate}}));
   return c;
 }
 

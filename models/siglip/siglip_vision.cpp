@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "models/config_json.h"
 #include "models/siglip/pil_resample.h"
 #include "runtime/dtype.h"
 #include "runtime/file_util.h"
@@ -113,16 +114,11 @@ Expected<SiglipVisionConfig> SiglipVisionConfig::detect(const WeightView& vision
                            ")");
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* fc1, layers.sub("0").require("mlp.fc1.weight", 2));
   c.intermediate = fc1->shape[0];
-  for (const char* key : {"hidden_size", "num_hidden_layers", "intermediate_size", "patch_size"}) {
-    const std::string_view k(key);
-    const int64_t have = k == "hidden_size"         ? c.width
-                         : k == "num_hidden_layers" ? c.layers
-                         : k == "intermediate_size" ? c.intermediate
-                                                    : c.patch;
-    if (t.contains(key) && (!t[key].is_number_integer() || t[key].get<int64_t>() != have))
-      return invalid_input(config_path + ": " + key + " is " + t[key].dump() +
-                           " but the checkpoint's shapes say " + std::to_string(have));
-  }
+  FLICK_TRY(check_config_matches_shapes(t, config_path,
+                                        {{"hidden_size", c.width},
+                                         {"num_hidden_layers", c.layers},
+                                         {"intermediate_size", c.intermediate},
+                                         {"patch_size", c.patch}}));
   return c;
 }
 
