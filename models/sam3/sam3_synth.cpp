@@ -6,7 +6,6 @@
 #include <functional>
 #include <memory>
 #include <numeric>
-#include <sstream>
 
 #include "runtime/random.h"
 #include "runtime/weights/pth_writer.h"
@@ -14,320 +13,6 @@
 
 namespace flick {
 namespace {
-
-// The tracker's tensors in the released file (build_tracker(), under "tracker."),
-// from tests/data/sam3/keys_efficient_sam3_repvit-m0_9_mobileclip_s1.txt.gz:
-// "name dtype d0,d1,..." per line. Never read by the image path.
-constexpr const char* kTrackerTable = R"(
-maskmem_tpos_enc F32 7,1,1,64
-no_mem_embed F32 1,1,256
-no_mem_pos_enc F32 1,1,256
-no_obj_ptr F32 1,256
-no_obj_embed_spatial F32 1,64
-mask_downsample.weight F32 1,1,4,4
-mask_downsample.bias F32 1
-transformer.encoder.layers.0.self_attn.q_proj.weight F32 256,256
-transformer.encoder.layers.0.self_attn.q_proj.bias F32 256
-transformer.encoder.layers.0.self_attn.k_proj.weight F32 256,256
-transformer.encoder.layers.0.self_attn.k_proj.bias F32 256
-transformer.encoder.layers.0.self_attn.v_proj.weight F32 256,256
-transformer.encoder.layers.0.self_attn.v_proj.bias F32 256
-transformer.encoder.layers.0.self_attn.out_proj.weight F32 256,256
-transformer.encoder.layers.0.self_attn.out_proj.bias F32 256
-transformer.encoder.layers.0.cross_attn_image.q_proj.weight F32 256,256
-transformer.encoder.layers.0.cross_attn_image.q_proj.bias F32 256
-transformer.encoder.layers.0.cross_attn_image.k_proj.weight F32 256,64
-transformer.encoder.layers.0.cross_attn_image.k_proj.bias F32 256
-transformer.encoder.layers.0.cross_attn_image.v_proj.weight F32 256,64
-transformer.encoder.layers.0.cross_attn_image.v_proj.bias F32 256
-transformer.encoder.layers.0.cross_attn_image.out_proj.weight F32 256,256
-transformer.encoder.layers.0.cross_attn_image.out_proj.bias F32 256
-transformer.encoder.layers.0.linear1.weight F32 2048,256
-transformer.encoder.layers.0.linear1.bias F32 2048
-transformer.encoder.layers.0.linear2.weight F32 256,2048
-transformer.encoder.layers.0.linear2.bias F32 256
-transformer.encoder.layers.0.norm1.weight F32 256
-transformer.encoder.layers.0.norm1.bias F32 256
-transformer.encoder.layers.0.norm2.weight F32 256
-transformer.encoder.layers.0.norm2.bias F32 256
-transformer.encoder.layers.0.norm3.weight F32 256
-transformer.encoder.layers.0.norm3.bias F32 256
-transformer.encoder.layers.1.self_attn.q_proj.weight F32 256,256
-transformer.encoder.layers.1.self_attn.q_proj.bias F32 256
-transformer.encoder.layers.1.self_attn.k_proj.weight F32 256,256
-transformer.encoder.layers.1.self_attn.k_proj.bias F32 256
-transformer.encoder.layers.1.self_attn.v_proj.weight F32 256,256
-transformer.encoder.layers.1.self_attn.v_proj.bias F32 256
-transformer.encoder.layers.1.self_attn.out_proj.weight F32 256,256
-transformer.encoder.layers.1.self_attn.out_proj.bias F32 256
-transformer.encoder.layers.1.cross_attn_image.q_proj.weight F32 256,256
-transformer.encoder.layers.1.cross_attn_image.q_proj.bias F32 256
-transformer.encoder.layers.1.cross_attn_image.k_proj.weight F32 256,64
-transformer.encoder.layers.1.cross_attn_image.k_proj.bias F32 256
-transformer.encoder.layers.1.cross_attn_image.v_proj.weight F32 256,64
-transformer.encoder.layers.1.cross_attn_image.v_proj.bias F32 256
-transformer.encoder.layers.1.cross_attn_image.out_proj.weight F32 256,256
-transformer.encoder.layers.1.cross_attn_image.out_proj.bias F32 256
-transformer.encoder.layers.1.linear1.weight F32 2048,256
-transformer.encoder.layers.1.linear1.bias F32 2048
-transformer.encoder.layers.1.linear2.weight F32 256,2048
-transformer.encoder.layers.1.linear2.bias F32 256
-transformer.encoder.layers.1.norm1.weight F32 256
-transformer.encoder.layers.1.norm1.bias F32 256
-transformer.encoder.layers.1.norm2.weight F32 256
-transformer.encoder.layers.1.norm2.bias F32 256
-transformer.encoder.layers.1.norm3.weight F32 256
-transformer.encoder.layers.1.norm3.bias F32 256
-transformer.encoder.layers.2.self_attn.q_proj.weight F32 256,256
-transformer.encoder.layers.2.self_attn.q_proj.bias F32 256
-transformer.encoder.layers.2.self_attn.k_proj.weight F32 256,256
-transformer.encoder.layers.2.self_attn.k_proj.bias F32 256
-transformer.encoder.layers.2.self_attn.v_proj.weight F32 256,256
-transformer.encoder.layers.2.self_attn.v_proj.bias F32 256
-transformer.encoder.layers.2.self_attn.out_proj.weight F32 256,256
-transformer.encoder.layers.2.self_attn.out_proj.bias F32 256
-transformer.encoder.layers.2.cross_attn_image.q_proj.weight F32 256,256
-transformer.encoder.layers.2.cross_attn_image.q_proj.bias F32 256
-transformer.encoder.layers.2.cross_attn_image.k_proj.weight F32 256,64
-transformer.encoder.layers.2.cross_attn_image.k_proj.bias F32 256
-transformer.encoder.layers.2.cross_attn_image.v_proj.weight F32 256,64
-transformer.encoder.layers.2.cross_attn_image.v_proj.bias F32 256
-transformer.encoder.layers.2.cross_attn_image.out_proj.weight F32 256,256
-transformer.encoder.layers.2.cross_attn_image.out_proj.bias F32 256
-transformer.encoder.layers.2.linear1.weight F32 2048,256
-transformer.encoder.layers.2.linear1.bias F32 2048
-transformer.encoder.layers.2.linear2.weight F32 256,2048
-transformer.encoder.layers.2.linear2.bias F32 256
-transformer.encoder.layers.2.norm1.weight F32 256
-transformer.encoder.layers.2.norm1.bias F32 256
-transformer.encoder.layers.2.norm2.weight F32 256
-transformer.encoder.layers.2.norm2.bias F32 256
-transformer.encoder.layers.2.norm3.weight F32 256
-transformer.encoder.layers.2.norm3.bias F32 256
-transformer.encoder.layers.3.self_attn.q_proj.weight F32 256,256
-transformer.encoder.layers.3.self_attn.q_proj.bias F32 256
-transformer.encoder.layers.3.self_attn.k_proj.weight F32 256,256
-transformer.encoder.layers.3.self_attn.k_proj.bias F32 256
-transformer.encoder.layers.3.self_attn.v_proj.weight F32 256,256
-transformer.encoder.layers.3.self_attn.v_proj.bias F32 256
-transformer.encoder.layers.3.self_attn.out_proj.weight F32 256,256
-transformer.encoder.layers.3.self_attn.out_proj.bias F32 256
-transformer.encoder.layers.3.cross_attn_image.q_proj.weight F32 256,256
-transformer.encoder.layers.3.cross_attn_image.q_proj.bias F32 256
-transformer.encoder.layers.3.cross_attn_image.k_proj.weight F32 256,64
-transformer.encoder.layers.3.cross_attn_image.k_proj.bias F32 256
-transformer.encoder.layers.3.cross_attn_image.v_proj.weight F32 256,64
-transformer.encoder.layers.3.cross_attn_image.v_proj.bias F32 256
-transformer.encoder.layers.3.cross_attn_image.out_proj.weight F32 256,256
-transformer.encoder.layers.3.cross_attn_image.out_proj.bias F32 256
-transformer.encoder.layers.3.linear1.weight F32 2048,256
-transformer.encoder.layers.3.linear1.bias F32 2048
-transformer.encoder.layers.3.linear2.weight F32 256,2048
-transformer.encoder.layers.3.linear2.bias F32 256
-transformer.encoder.layers.3.norm1.weight F32 256
-transformer.encoder.layers.3.norm1.bias F32 256
-transformer.encoder.layers.3.norm2.weight F32 256
-transformer.encoder.layers.3.norm2.bias F32 256
-transformer.encoder.layers.3.norm3.weight F32 256
-transformer.encoder.layers.3.norm3.bias F32 256
-transformer.encoder.norm.weight F32 256
-transformer.encoder.norm.bias F32 256
-maskmem_backbone.mask_downsampler.encoder.0.weight F32 4,1,3,3
-maskmem_backbone.mask_downsampler.encoder.0.bias F32 4
-maskmem_backbone.mask_downsampler.encoder.1.weight F32 4
-maskmem_backbone.mask_downsampler.encoder.1.bias F32 4
-maskmem_backbone.mask_downsampler.encoder.3.weight F32 16,4,3,3
-maskmem_backbone.mask_downsampler.encoder.3.bias F32 16
-maskmem_backbone.mask_downsampler.encoder.4.weight F32 16
-maskmem_backbone.mask_downsampler.encoder.4.bias F32 16
-maskmem_backbone.mask_downsampler.encoder.6.weight F32 64,16,3,3
-maskmem_backbone.mask_downsampler.encoder.6.bias F32 64
-maskmem_backbone.mask_downsampler.encoder.7.weight F32 64
-maskmem_backbone.mask_downsampler.encoder.7.bias F32 64
-maskmem_backbone.mask_downsampler.encoder.9.weight F32 256,64,3,3
-maskmem_backbone.mask_downsampler.encoder.9.bias F32 256
-maskmem_backbone.mask_downsampler.encoder.10.weight F32 256
-maskmem_backbone.mask_downsampler.encoder.10.bias F32 256
-maskmem_backbone.mask_downsampler.encoder.12.weight F32 256,256,1,1
-maskmem_backbone.mask_downsampler.encoder.12.bias F32 256
-maskmem_backbone.pix_feat_proj.weight F32 256,256,1,1
-maskmem_backbone.pix_feat_proj.bias F32 256
-maskmem_backbone.fuser.layers.0.gamma F32 256
-maskmem_backbone.fuser.layers.0.dwconv.weight F32 256,1,7,7
-maskmem_backbone.fuser.layers.0.dwconv.bias F32 256
-maskmem_backbone.fuser.layers.0.norm.weight F32 256
-maskmem_backbone.fuser.layers.0.norm.bias F32 256
-maskmem_backbone.fuser.layers.0.pwconv1.weight F32 1024,256
-maskmem_backbone.fuser.layers.0.pwconv1.bias F32 1024
-maskmem_backbone.fuser.layers.0.pwconv2.weight F32 256,1024
-maskmem_backbone.fuser.layers.0.pwconv2.bias F32 256
-maskmem_backbone.fuser.layers.1.gamma F32 256
-maskmem_backbone.fuser.layers.1.dwconv.weight F32 256,1,7,7
-maskmem_backbone.fuser.layers.1.dwconv.bias F32 256
-maskmem_backbone.fuser.layers.1.norm.weight F32 256
-maskmem_backbone.fuser.layers.1.norm.bias F32 256
-maskmem_backbone.fuser.layers.1.pwconv1.weight F32 1024,256
-maskmem_backbone.fuser.layers.1.pwconv1.bias F32 1024
-maskmem_backbone.fuser.layers.1.pwconv2.weight F32 256,1024
-maskmem_backbone.fuser.layers.1.pwconv2.bias F32 256
-maskmem_backbone.out_proj.weight F32 64,256,1,1
-maskmem_backbone.out_proj.bias F32 64
-sam_prompt_encoder.pe_layer.positional_encoding_gaussian_matrix F32 2,128
-sam_prompt_encoder.point_embeddings.0.weight F32 1,256
-sam_prompt_encoder.point_embeddings.1.weight F32 1,256
-sam_prompt_encoder.point_embeddings.2.weight F32 1,256
-sam_prompt_encoder.point_embeddings.3.weight F32 1,256
-sam_prompt_encoder.not_a_point_embed.weight F32 1,256
-sam_prompt_encoder.mask_downscaling.0.weight F32 4,1,2,2
-sam_prompt_encoder.mask_downscaling.0.bias F32 4
-sam_prompt_encoder.mask_downscaling.1.weight F32 4
-sam_prompt_encoder.mask_downscaling.1.bias F32 4
-sam_prompt_encoder.mask_downscaling.3.weight F32 16,4,2,2
-sam_prompt_encoder.mask_downscaling.3.bias F32 16
-sam_prompt_encoder.mask_downscaling.4.weight F32 16
-sam_prompt_encoder.mask_downscaling.4.bias F32 16
-sam_prompt_encoder.mask_downscaling.6.weight F32 256,16,1,1
-sam_prompt_encoder.mask_downscaling.6.bias F32 256
-sam_prompt_encoder.no_mask_embed.weight F32 1,256
-sam_mask_decoder.transformer.layers.0.self_attn.q_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.0.self_attn.q_proj.bias F32 256
-sam_mask_decoder.transformer.layers.0.self_attn.k_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.0.self_attn.k_proj.bias F32 256
-sam_mask_decoder.transformer.layers.0.self_attn.v_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.0.self_attn.v_proj.bias F32 256
-sam_mask_decoder.transformer.layers.0.self_attn.out_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.0.self_attn.out_proj.bias F32 256
-sam_mask_decoder.transformer.layers.0.norm1.weight F32 256
-sam_mask_decoder.transformer.layers.0.norm1.bias F32 256
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.q_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.q_proj.bias F32 128
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.k_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.k_proj.bias F32 128
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.v_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.v_proj.bias F32 128
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.out_proj.weight F32 256,128
-sam_mask_decoder.transformer.layers.0.cross_attn_token_to_image.out_proj.bias F32 256
-sam_mask_decoder.transformer.layers.0.norm2.weight F32 256
-sam_mask_decoder.transformer.layers.0.norm2.bias F32 256
-sam_mask_decoder.transformer.layers.0.mlp.lin1.weight F32 2048,256
-sam_mask_decoder.transformer.layers.0.mlp.lin1.bias F32 2048
-sam_mask_decoder.transformer.layers.0.mlp.lin2.weight F32 256,2048
-sam_mask_decoder.transformer.layers.0.mlp.lin2.bias F32 256
-sam_mask_decoder.transformer.layers.0.norm3.weight F32 256
-sam_mask_decoder.transformer.layers.0.norm3.bias F32 256
-sam_mask_decoder.transformer.layers.0.norm4.weight F32 256
-sam_mask_decoder.transformer.layers.0.norm4.bias F32 256
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.q_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.q_proj.bias F32 128
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.k_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.k_proj.bias F32 128
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.v_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.v_proj.bias F32 128
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.out_proj.weight F32 256,128
-sam_mask_decoder.transformer.layers.0.cross_attn_image_to_token.out_proj.bias F32 256
-sam_mask_decoder.transformer.layers.1.self_attn.q_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.1.self_attn.q_proj.bias F32 256
-sam_mask_decoder.transformer.layers.1.self_attn.k_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.1.self_attn.k_proj.bias F32 256
-sam_mask_decoder.transformer.layers.1.self_attn.v_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.1.self_attn.v_proj.bias F32 256
-sam_mask_decoder.transformer.layers.1.self_attn.out_proj.weight F32 256,256
-sam_mask_decoder.transformer.layers.1.self_attn.out_proj.bias F32 256
-sam_mask_decoder.transformer.layers.1.norm1.weight F32 256
-sam_mask_decoder.transformer.layers.1.norm1.bias F32 256
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.q_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.q_proj.bias F32 128
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.k_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.k_proj.bias F32 128
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.v_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.v_proj.bias F32 128
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.out_proj.weight F32 256,128
-sam_mask_decoder.transformer.layers.1.cross_attn_token_to_image.out_proj.bias F32 256
-sam_mask_decoder.transformer.layers.1.norm2.weight F32 256
-sam_mask_decoder.transformer.layers.1.norm2.bias F32 256
-sam_mask_decoder.transformer.layers.1.mlp.lin1.weight F32 2048,256
-sam_mask_decoder.transformer.layers.1.mlp.lin1.bias F32 2048
-sam_mask_decoder.transformer.layers.1.mlp.lin2.weight F32 256,2048
-sam_mask_decoder.transformer.layers.1.mlp.lin2.bias F32 256
-sam_mask_decoder.transformer.layers.1.norm3.weight F32 256
-sam_mask_decoder.transformer.layers.1.norm3.bias F32 256
-sam_mask_decoder.transformer.layers.1.norm4.weight F32 256
-sam_mask_decoder.transformer.layers.1.norm4.bias F32 256
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.q_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.q_proj.bias F32 128
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.k_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.k_proj.bias F32 128
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.v_proj.weight F32 128,256
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.v_proj.bias F32 128
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.weight F32 256,128
-sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.bias F32 256
-sam_mask_decoder.transformer.final_attn_token_to_image.q_proj.weight F32 128,256
-sam_mask_decoder.transformer.final_attn_token_to_image.q_proj.bias F32 128
-sam_mask_decoder.transformer.final_attn_token_to_image.k_proj.weight F32 128,256
-sam_mask_decoder.transformer.final_attn_token_to_image.k_proj.bias F32 128
-sam_mask_decoder.transformer.final_attn_token_to_image.v_proj.weight F32 128,256
-sam_mask_decoder.transformer.final_attn_token_to_image.v_proj.bias F32 128
-sam_mask_decoder.transformer.final_attn_token_to_image.out_proj.weight F32 256,128
-sam_mask_decoder.transformer.final_attn_token_to_image.out_proj.bias F32 256
-sam_mask_decoder.transformer.norm_final_attn.weight F32 256
-sam_mask_decoder.transformer.norm_final_attn.bias F32 256
-sam_mask_decoder.iou_token.weight F32 1,256
-sam_mask_decoder.mask_tokens.weight F32 4,256
-sam_mask_decoder.obj_score_token.weight F32 1,256
-sam_mask_decoder.output_upscaling.0.weight F32 256,64,2,2
-sam_mask_decoder.output_upscaling.0.bias F32 64
-sam_mask_decoder.output_upscaling.1.weight F32 64
-sam_mask_decoder.output_upscaling.1.bias F32 64
-sam_mask_decoder.output_upscaling.3.weight F32 64,32,2,2
-sam_mask_decoder.output_upscaling.3.bias F32 32
-sam_mask_decoder.conv_s0.weight F32 32,256,1,1
-sam_mask_decoder.conv_s0.bias F32 32
-sam_mask_decoder.conv_s1.weight F32 64,256,1,1
-sam_mask_decoder.conv_s1.bias F32 64
-sam_mask_decoder.output_hypernetworks_mlps.0.layers.0.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.0.layers.0.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.0.layers.1.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.0.layers.1.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.0.layers.2.weight F32 32,256
-sam_mask_decoder.output_hypernetworks_mlps.0.layers.2.bias F32 32
-sam_mask_decoder.output_hypernetworks_mlps.1.layers.0.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.1.layers.0.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.1.layers.1.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.1.layers.1.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.1.layers.2.weight F32 32,256
-sam_mask_decoder.output_hypernetworks_mlps.1.layers.2.bias F32 32
-sam_mask_decoder.output_hypernetworks_mlps.2.layers.0.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.2.layers.0.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.2.layers.1.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.2.layers.1.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.2.layers.2.weight F32 32,256
-sam_mask_decoder.output_hypernetworks_mlps.2.layers.2.bias F32 32
-sam_mask_decoder.output_hypernetworks_mlps.3.layers.0.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.3.layers.0.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.3.layers.1.weight F32 256,256
-sam_mask_decoder.output_hypernetworks_mlps.3.layers.1.bias F32 256
-sam_mask_decoder.output_hypernetworks_mlps.3.layers.2.weight F32 32,256
-sam_mask_decoder.output_hypernetworks_mlps.3.layers.2.bias F32 32
-sam_mask_decoder.iou_prediction_head.layers.0.weight F32 256,256
-sam_mask_decoder.iou_prediction_head.layers.0.bias F32 256
-sam_mask_decoder.iou_prediction_head.layers.1.weight F32 256,256
-sam_mask_decoder.iou_prediction_head.layers.1.bias F32 256
-sam_mask_decoder.iou_prediction_head.layers.2.weight F32 4,256
-sam_mask_decoder.iou_prediction_head.layers.2.bias F32 4
-sam_mask_decoder.pred_obj_score_head.layers.0.weight F32 256,256
-sam_mask_decoder.pred_obj_score_head.layers.0.bias F32 256
-sam_mask_decoder.pred_obj_score_head.layers.1.weight F32 256,256
-sam_mask_decoder.pred_obj_score_head.layers.1.bias F32 256
-sam_mask_decoder.pred_obj_score_head.layers.2.weight F32 1,256
-sam_mask_decoder.pred_obj_score_head.layers.2.bias F32 1
-obj_ptr_proj.layers.0.weight F32 256,256
-obj_ptr_proj.layers.0.bias F32 256
-obj_ptr_proj.layers.1.weight F32 256,256
-obj_ptr_proj.layers.1.bias F32 256
-obj_ptr_proj.layers.2.weight F32 256,256
-obj_ptr_proj.layers.2.bias F32 256
-obj_ptr_tpos_proj.weight F32 64,256
-obj_ptr_tpos_proj.bias F32 64)";
 
 int64_t numel(const std::vector<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
@@ -366,19 +51,121 @@ void vit_trunk(Sam3Layout& out, const std::string& p) {
   add(out, p + "ln_pre.bias", "F32", {w});
 }
 
-void tracker(Sam3Layout& out) {
-  std::istringstream in(kTrackerTable);
-  std::string name, dtype, dims;
-  while (in >> name >> dtype >> dims) {
-    std::vector<int64_t> shape;
-    std::istringstream d(dims);
-    for (std::string v; std::getline(d, v, ',');) shape.push_back(std::stoll(v));
-    add(out, "tracker." + name,
-        dtype == "C64"   ? "C64"
-        : dtype == "I64" ? "I64"
-                         : "F32",
-        std::move(shape));
+void weight_bias(Sam3Layout& out, const std::string& p, std::vector<int64_t> w, int64_t n) {
+  add(out, p + ".weight", "F32", std::move(w));
+  add(out, p + ".bias", "F32", {n});
+}
+
+void linear(Sam3Layout& out, const std::string& p, int64_t n, int64_t k) {
+  weight_bias(out, p, {n, k}, n);
+}
+
+void norm(Sam3Layout& out, const std::string& p, int64_t n) { weight_bias(out, p, {n}, n); }
+
+// q/k/v/out projections of an attention with `inner` channels inside, queries
+// `dim` wide and keys/values `kv` wide.
+void attention(Sam3Layout& out, const std::string& p, int64_t dim, int64_t kv, int64_t inner) {
+  linear(out, p + ".q_proj", inner, dim);
+  linear(out, p + ".k_proj", inner, kv);
+  linear(out, p + ".v_proj", inner, kv);
+  linear(out, p + ".out_proj", dim, inner);
+}
+
+// A torch.nn.Sequential of conv (kernel k) + LayerNorm2d (+ activation) stages:
+// conv i sits at index 3 i, its norm at 3 i + 1.
+void conv_norm_stages(Sam3Layout& out, const std::string& p, std::vector<int64_t> chans,
+                      int64_t k) {
+  for (size_t i = 0; i + 1 < chans.size(); ++i) {
+    const std::string at = p + "." + std::to_string(3 * i);
+    weight_bias(out, at, {chans[i + 1], chans[i], k, k}, chans[i + 1]);
+    norm(out, p + "." + std::to_string(3 * i + 1), chans[i + 1]);
   }
+}
+
+void mlp(Sam3Layout& out, const std::string& p, std::vector<int64_t> widths) {
+  for (size_t i = 0; i + 1 < widths.size(); ++i)
+    linear(out, p + ".layers." + std::to_string(i), widths[i + 1], widths[i]);
+}
+
+// The tracker's tensors in the released file (build_tracker(), under
+// "tracker."), in its order; checked against
+// tests/data/sam3/keys_efficient_sam3_repvit-m0_9_mobileclip_s1.txt.gz by
+// Sam3Checkpoint tests. Never read by the image path.
+void tracker(Sam3Layout& out) {
+  const std::string t = "tracker.";
+  const int64_t d = 256, mem = 64;
+  add(out, t + "maskmem_tpos_enc", "F32", {7, 1, 1, mem});
+  add(out, t + "no_mem_embed", "F32", {1, 1, d});
+  add(out, t + "no_mem_pos_enc", "F32", {1, 1, d});
+  add(out, t + "no_obj_ptr", "F32", {1, d});
+  add(out, t + "no_obj_embed_spatial", "F32", {1, mem});
+  weight_bias(out, t + "mask_downsample", {1, 1, 4, 4}, 1);
+  // Memory attention: 4 layers of self-attention and cross-attention to the
+  // 64-wide memory.
+  for (int i = 0; i < 4; ++i) {
+    const std::string l = t + "transformer.encoder.layers." + std::to_string(i);
+    attention(out, l + ".self_attn", d, d, d);
+    attention(out, l + ".cross_attn_image", d, mem, d);
+    linear(out, l + ".linear1", 2048, d);
+    linear(out, l + ".linear2", d, 2048);
+    for (const char* n : {".norm1", ".norm2", ".norm3"}) norm(out, l + n, d);
+  }
+  norm(out, t + "transformer.encoder.norm", d);
+  // Memory encoder: mask downsampler (1 -> 4 -> 16 -> 64 -> 256, then a 1x1
+  // conv at index 12), projection, 2 ConvNeXt fuser blocks, out projection.
+  const std::string mb = t + "maskmem_backbone.";
+  conv_norm_stages(out, mb + "mask_downsampler.encoder", {1, 4, 16, 64, d}, 3);
+  weight_bias(out, mb + "mask_downsampler.encoder.12", {d, d, 1, 1}, d);
+  weight_bias(out, mb + "pix_feat_proj", {d, d, 1, 1}, d);
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = mb + "fuser.layers." + std::to_string(i);
+    add(out, l + ".gamma", "F32", {d});
+    weight_bias(out, l + ".dwconv", {d, 1, 7, 7}, d);
+    norm(out, l + ".norm", d);
+    linear(out, l + ".pwconv1", 4 * d, d);
+    linear(out, l + ".pwconv2", d, 4 * d);
+  }
+  weight_bias(out, mb + "out_proj", {mem, d, 1, 1}, mem);
+  // SAM prompt encoder.
+  const std::string pe = t + "sam_prompt_encoder.";
+  add(out, pe + "pe_layer.positional_encoding_gaussian_matrix", "F32", {2, d / 2});
+  for (int i = 0; i < 4; ++i)
+    add(out, pe + "point_embeddings." + std::to_string(i) + ".weight", "F32", {1, d});
+  add(out, pe + "not_a_point_embed.weight", "F32", {1, d});
+  conv_norm_stages(out, pe + "mask_downscaling", {1, 4, 16}, 2);
+  weight_bias(out, pe + "mask_downscaling.6", {d, 16, 1, 1}, d);
+  add(out, pe + "no_mask_embed.weight", "F32", {1, d});
+  // SAM mask decoder: a 2-layer two-way transformer (cross-attention at half width).
+  const std::string md = t + "sam_mask_decoder.";
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = md + "transformer.layers." + std::to_string(i);
+    attention(out, l + ".self_attn", d, d, d);
+    norm(out, l + ".norm1", d);
+    attention(out, l + ".cross_attn_token_to_image", d, d, d / 2);
+    norm(out, l + ".norm2", d);
+    linear(out, l + ".mlp.lin1", 2048, d);
+    linear(out, l + ".mlp.lin2", d, 2048);
+    norm(out, l + ".norm3", d);
+    norm(out, l + ".norm4", d);
+    attention(out, l + ".cross_attn_image_to_token", d, d, d / 2);
+  }
+  attention(out, md + "transformer.final_attn_token_to_image", d, d, d / 2);
+  norm(out, md + "transformer.norm_final_attn", d);
+  add(out, md + "iou_token.weight", "F32", {1, d});
+  add(out, md + "mask_tokens.weight", "F32", {4, d});
+  add(out, md + "obj_score_token.weight", "F32", {1, d});
+  // output_upscaling: ConvTranspose2d (weight [in, out, 2, 2]), LayerNorm2d, GELU, ConvTranspose2d.
+  weight_bias(out, md + "output_upscaling.0", {d, d / 4, 2, 2}, d / 4);
+  norm(out, md + "output_upscaling.1", d / 4);
+  weight_bias(out, md + "output_upscaling.3", {d / 4, d / 8, 2, 2}, d / 8);
+  weight_bias(out, md + "conv_s0", {d / 8, d, 1, 1}, d / 8);
+  weight_bias(out, md + "conv_s1", {d / 4, d, 1, 1}, d / 4);
+  for (int i = 0; i < 4; ++i)
+    mlp(out, md + "output_hypernetworks_mlps." + std::to_string(i), {d, d, d, d / 8});
+  mlp(out, md + "iou_prediction_head", {d, d, d, 4});
+  mlp(out, md + "pred_obj_score_head", {d, d, d, 1});
+  mlp(out, t + "obj_ptr_proj", {d, d, d, d});
+  linear(out, t + "obj_ptr_tpos_proj", mem, d);
 }
 
 bool unused_part(std::string_view name) {
