@@ -128,22 +128,7 @@ void copy(const Tensor& x, Tensor& y) {
       16384 / (kTile * kTile));
 }
 
-void concat(std::span<const Tensor> xs, int dim, Tensor& y) {
-  FLICK_CHECK(!xs.empty(), "concat: no inputs");
-  if (dim < 0) dim += y.ndim();
-  FLICK_CHECK(dim >= 0 && dim < y.ndim(), "concat: dim out of range for " + y.str());
-  int64_t offset = 0;
-  for (const Tensor& x : xs) {
-    FLICK_CHECK(x.ndim() == y.ndim(), "concat: " + x.str() + " into " + y.str());
-    for (int d = 0; d < y.ndim(); ++d)
-      FLICK_CHECK(d == dim || x.dim(d) == y.dim(d), "concat: " + x.str() + " into " + y.str());
-    FLICK_CHECK(offset + x.dim(dim) <= y.dim(dim), "concat: inputs overflow " + y.str());
-    Tensor part = y.slice(dim, offset, x.dim(dim));
-    copy(x, part);
-    offset += x.dim(dim);
-  }
-  FLICK_CHECK(offset == y.dim(dim), "concat: inputs do not fill " + y.str());
-}
+void concat(std::span<const Tensor> xs, int dim, Tensor& y) { ref::concat_with(xs, dim, y, copy); }
 
 void reduce(const Tensor& x, int dim, ReduceOp op, Tensor& y) {
   if (dim < 0) dim += x.ndim();

@@ -26,7 +26,8 @@ void copy(const Tensor& x, Tensor& y) {
   }
 }
 
-void concat(std::span<const Tensor> xs, int dim, Tensor& y) {
+void concat_with(std::span<const Tensor> xs, int dim, Tensor& y,
+                 void (*copy_part)(const Tensor& x, Tensor& y)) {
   FLICK_CHECK(!xs.empty(), "concat: no inputs");
   if (dim < 0) dim += y.ndim();
   FLICK_CHECK(dim >= 0 && dim < y.ndim(), "concat: dim out of range for " + y.str());
@@ -37,11 +38,13 @@ void concat(std::span<const Tensor> xs, int dim, Tensor& y) {
       FLICK_CHECK(d == dim || x.dim(d) == y.dim(d), "concat: " + x.str() + " into " + y.str());
     FLICK_CHECK(offset + x.dim(dim) <= y.dim(dim), "concat: inputs overflow " + y.str());
     Tensor part = y.slice(dim, offset, x.dim(dim));
-    copy(x, part);
+    copy_part(x, part);
     offset += x.dim(dim);
   }
   FLICK_CHECK(offset == y.dim(dim), "concat: inputs do not fill " + y.str());
 }
+
+void concat(std::span<const Tensor> xs, int dim, Tensor& y) { concat_with(xs, dim, y, copy); }
 
 void reduce(const Tensor& x, int dim, ReduceOp op, Tensor& y) {
   if (dim < 0) dim += x.ndim();

@@ -6,4 +6,9 @@
 
 namespace flick::ref {
 FLICK_OP_LIST(FLICK_DECLARE_OP)
+
+// concat's checks and walk over the parts of y, each part written by
+// copy_part: the CPU backend passes its fast copy.
+void concat_with(std::span<const Tensor> xs, int dim, Tensor& y,
+                 void (*copy_part)(const Tensor& x, Tensor& y));
 }  // namespace flick::ref

@@ -6,6 +6,7 @@
 
 #include "jobs/job.h"
 #include "jobs_test_util.h"
+#include "kind_job_test.h"
 #include "models/pipelines/mg2_overlay.h"
 
 namespace flick {
@@ -13,8 +14,10 @@ namespace {
 
 constexpr int kWidth = 48, kHeight = 32;
 
-class Mg2KindTest : public ::testing::Test {
+class Mg2KindTest : public testing::KindJobTest {
  protected:
+  Mg2KindTest() : KindJobTest("walk.toml") {}
+
   void SetUp() override {
     ASSERT_TRUE(
         testing::write_png_file(dir_ / "in/start.png", 64, 48, testing::pattern(64, 48, 1)));
@@ -28,45 +31,12 @@ class Mg2KindTest : public ::testing::Test {
                    "\"\nkind = \"matrix-game-2\"\nmode = \"" + mode +
                    "\"\nweights = \"/nonexistent/mg2\"\nwidth = 48\nheight = 32\n";
     }
-    Diagnostics d("flick.toml");
-    std::optional<DaemonConfig> c =
-        parse_config("[daemon]\nspool = \"/x\"\ninput_roots = [\"" + (dir_ / "in") +
-                         "\"]\noutput_roots = [\"" + (dir_ / "out") + "\"]\n" + pipelines,
-                     "flick.toml", "", d);
-    ASSERT_TRUE(c) << d.status().message();
-    config_ = std::move(*c);
-  }
-
-  std::optional<Job> parse(std::string body) {
-    for (auto [from, to] : {std::pair<std::string, std::string>{"{{IN}}", dir_ / "in"},
-                            {"{{OUT}}", dir_ / "out"},
-                            {"{{SECRET}}", dir_ / "secret"}}) {
-      for (size_t p; (p = body.find(from)) != std::string::npos;) body.replace(p, from.size(), to);
-    }
-    diag_ = Diagnostics("walk.toml");
-    return parse_job({"walk.toml", "walk", body}, config_, diag_);
-  }
-
-  // The first error is at `line` on `key` and its message contains `text`.
-  void expect_error(const std::string& body, int line, const std::string& key,
-                    const std::string& text) {
-    std::optional<Job> j = parse(body);
-    ASSERT_FALSE(j) << "accepted:\n" << body;
-    const Diagnostic& d = diag_.first();
-    EXPECT_EQ(d.file, "walk.toml");
-    EXPECT_EQ(d.line, line) << d.message;
-    EXPECT_EQ(d.key, key) << d.message;
-    EXPECT_NE(d.message.find(text), std::string::npos) << "missing \"" << text << "\" in\n"
-                                                       << d.message;
+    use_pipelines(pipelines);
   }
 
   // kGood with line `line` (1-based) replaced by `text` ("" deletes it).
-  static std::string with_line(int line, const std::string& text, std::string job = kGood) {
-    size_t start = 0;
-    for (int i = 1; i < line; ++i) start = job.find('\n', start) + 1;
-    const size_t end = job.find('\n', start);
-    job.replace(start, end - start + 1, text.empty() ? "" : text + "\n");
-    return job;
+  static std::string with_line(int line, const std::string& text, const std::string& job = kGood) {
+    return replace_line(job, line, text);
   }
 
   static constexpr const char* kGood =
@@ -83,10 +53,6 @@ class Mg2KindTest : public ::testing::Test {
       "dir = \"{{OUT}}/walk\"\n"                            // 11
       "video = { file = \"walk.mp4\" }\n"                   // 12
       "overlay = { file = \"walk_icon.mp4\" }\n";           // 13
-
-  testing::ScratchDir dir_;
-  DaemonConfig config_;
-  Diagnostics diag_{""};
 };
 
 // The overlay the job draws on every frame equals the one drawn from

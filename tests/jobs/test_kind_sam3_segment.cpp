@@ -6,12 +6,15 @@
 #include "io/video.h"
 #include "jobs/job.h"
 #include "jobs_test_util.h"
+#include "kind_job_test.h"
 
 namespace flick {
 namespace {
 
-class Sam3KindTest : public ::testing::Test {
+class Sam3KindTest : public testing::KindJobTest {
  protected:
+  Sam3KindTest() : KindJobTest("seg.toml") {}
+
   void SetUp() override {
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(testing::write_png_file(dir_ / ("in/shot/f" + std::to_string(i) + ".png"), 32, 24,
@@ -32,45 +35,13 @@ class Sam3KindTest : public ::testing::Test {
       ASSERT_TRUE((*w)->finish().ok());
     }
     std::filesystem::create_directories(dir_ / "out");
-    Diagnostics d("flick.toml");
-    std::optional<DaemonConfig> c =
-        parse_config("[daemon]\nspool = \"/x\"\ninput_roots = [\"" + (dir_ / "in") +
-                         "\"]\noutput_roots = [\"" + (dir_ / "out") +
-                         "\"]\n[[pipeline]]\nname = \"sam3\"\nkind = \"sam3-segment\"\nweights = "
-                         "\"/nonexistent/sam3.pth\"\nprecision = \"bf16\"\nimage_size = 1008\n",
-                     "flick.toml", "", d);
-    ASSERT_TRUE(c) << d.status().message();
-    config_ = std::move(*c);
+    use_pipelines(
+        "[[pipeline]]\nname = \"sam3\"\nkind = \"sam3-segment\"\nweights = "
+        "\"/nonexistent/sam3.pth\"\nprecision = \"bf16\"\nimage_size = 1008\n");
   }
 
-  std::optional<Job> parse(std::string body) {
-    for (auto [from, to] : {std::pair<std::string, std::string>{"{{IN}}", dir_ / "in"},
-                            {"{{OUT}}", dir_ / "out"},
-                            {"{{SECRET}}", dir_ / "secret"}}) {
-      for (size_t p; (p = body.find(from)) != std::string::npos;) body.replace(p, from.size(), to);
-    }
-    diag_ = Diagnostics("seg.toml");
-    return parse_job({"seg.toml", "seg", body}, config_, diag_);
-  }
-
-  void expect_error(const std::string& body, int line, const std::string& key,
-                    const std::string& text) {
-    std::optional<Job> j = parse(body);
-    ASSERT_FALSE(j) << "accepted:\n" << body;
-    const Diagnostic& d = diag_.first();
-    EXPECT_EQ(d.file, "seg.toml");
-    EXPECT_EQ(d.line, line) << d.message;
-    EXPECT_EQ(d.key, key) << d.message;
-    EXPECT_NE(d.message.find(text), std::string::npos) << "missing \"" << text << "\" in\n"
-                                                       << d.message;
-  }
-
-  static std::string with_line(int line, const std::string& text, std::string job = kGood) {
-    size_t start = 0;
-    for (int i = 1; i < line; ++i) start = job.find('\n', start) + 1;
-    const size_t end = job.find('\n', start);
-    job.replace(start, end - start + 1, text.empty() ? "" : text + "\n");
-    return job;
+  static std::string with_line(int line, const std::string& text, const std::string& job = kGood) {
+    return replace_line(job, line, text);
   }
 
   static constexpr const char* kGood =
@@ -84,10 +55,6 @@ class Sam3KindTest : public ::testing::Test {
       "[output]\n"                               // 8
       "dir = \"{{OUT}}/seg\"\n"                  // 9
       "overlay = { file = \"overlay.mp4\" }\n";  // 10
-
-  testing::ScratchDir dir_;
-  DaemonConfig config_;
-  Diagnostics diag_{""};
 };
 
 TEST_F(Sam3KindTest, GoodJobs) {
