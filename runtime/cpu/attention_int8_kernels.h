@@ -33,10 +33,18 @@ void quantize_q(const Problem& p, int64_t b, int64_t h, int64_t row0, int64_t ro
 // AVX-512 VNNI kernel: S on vpdpbusd (Q as u8 = q + 128, compensated by
 // 128 * sum_d K[j, d]), P.V on vdpbf16ps. Needs AVX-512 F/BW/VL/DQ/BF16/VNNI.
 extern const Kernel kInt8Avx512Kernel;
+// AMX kernel (attention_int8_amx.cpp): S^T = K Q^T on tdpbssd over the same
+// s8 operands, P.V on tdpbf16ps, the softmax in AVX-512. Needs
+// amx_int8_supported().
+extern const Kernel kInt8AmxKernel;
 // Portable kernel (baseline ISA, GCC-vectorised loops): the same arithmetic.
 extern const Kernel kInt8PortableKernel;
 
 bool avx512_vnni_supported();
+// True when the host runs kInt8AmxKernel: avx512_vnni_supported(), AMX-TILE,
+// AMX-INT8 and AMX-BF16, and Linux granted this process the tile data state
+// (cpu::amx_available()).
+bool amx_int8_supported();
 const Kernel& select_kernel(const Problem& p);
 // cpu::attention_int8 with a chosen kernel (tests and benchmarks).
 void attention_int8_with(const Kernel& kernel, const Tensor& q, const Tensor& k, const Tensor& v,
