@@ -4,15 +4,15 @@
 // of consecutive steps software-pipelined, the lazy running max) with the
 // arithmetic of Backend::attention_int8 (attention_int8_kernels.h):
 //   S^T = K Q^T   on tdpbssd: A = the smoothed K quantized per key (s8,
-//                 quantize_k), B = Q^T quantized per query (s8, quantize_q),
-//                 exact int32 dots; each score is then float(dot) *
+//                 quantize_k_avx512), B = Q^T quantized per query (s8,
+//                 quantize_q_avx512), exact int32 dots; each score is then float(dot) *
 //                 kscale[key] * qscale[query] * scale * log2(e) in AVX-512
 //                 (the per-query factor lives in the lanes of a vector, the
 //                 per-key one is a broadcast);
 //   O^T += V^T P^T on tdpbf16ps with P and V rounded to bf16, as in the
 //                 AMX-BF16 kernel and the other INT8 kernels.
-// The quantized operands come from the shared quantizer of
-// attention_int8.cpp, so they are bit-identical to the reference's; the
+// The quantized operands come from the vectorised shared quantizer
+// (bit-identical to attention_int8.cpp's and so to the reference's); the
 // integer dots are exact, so the scores differ from the reference only by
 // fp32 rounding of the two scale products.
 //
@@ -57,6 +57,7 @@ constexpr int64_t kQuadK = 64;   // head_dim per Q.K^T k-step (16 units of 4 s8)
 constexpr int64_t kTileBytes = 1024;
 constexpr int64_t kTileElems = 512;  // bf16 elements of a tile
 constexpr int64_t kMaxHeadDim = 512;
+constexpr int64_t kAhead = 8;  // rows of V prefetched ahead
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kLazyBits = 8;
 constexpr float kLazyLog2 = kLazyBits;  // as attention_amx.cpp
@@ -249,13 +250,13 @@ struct Step {
 struct Workspace {
   int8_t* k;        // [kv_pad / 16][qchunks] tiles: 16 keys x 64 head_dim (s8)
   float* kscale;    // [kv_pad] (0 past Lk)
-  int8_t* kq;       // [Lk][ld] quantize_k's output
+  int8_t* kq;       // [Lk][ld] the quantizer's output
   float* mean;      // [D]
+  float* krows;     // [Lk][D] quantize_k_avx512's scratch
   uint16_t* vt;     // [kv_pad / 32][dtiles] tiles: 16 head_dim x 32 keys (16 key pairs)
   uint16_t* vrows;  // [kPair][dtiles * 16] bf16 rows of V being packed
-  int8_t* qq;       // [kRows][ld] quantize_q's output
+  int8_t* qq;       // [kRows][ld] the quantizer's output
   float* qscale;    // [kRows]
-  float* qrow;      // [D]
   int8_t* qt;       // [kRows / 16][qchunks] tiles: 16 head_dim quads x 16 queries
   float* qs;        // [kRows] qscale * |scale| * log2(e) (0 past Lq)
   float* s[2];      // S^T of a step: [kBlock / 16][2] tiles of 16 keys x 16 queries (s32, then
@@ -286,11 +287,11 @@ Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   w.kscale = reinterpret_cast<float*>(take(size_t(d.kv_pad) * 4));
   w.kq = reinterpret_cast<int8_t*>(take(size_t(p.kv_len) * ld));
   w.mean = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
+  w.krows = reinterpret_cast<float*>(take(size_t(p.kv_len * p.head_dim) * 4));
   w.vt = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dtiles * 16) * 2));
   w.vrows = reinterpret_cast<uint16_t*>(take(size_t(kPair * d.dtiles * 16) * 2));
   w.qq = reinterpret_cast<int8_t*>(take(kRows * ld));
   w.qscale = reinterpret_cast<float*>(take(kRows * 4));
-  w.qrow = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
   w.qt = reinterpret_cast<int8_t*>(take(kRows * ld));
   w.qs = reinterpret_cast<float*>(take(kRows * 4));
   for (auto& s : w.s) s = reinterpret_cast<float*>(take(kBlock * kPair * 4));
@@ -314,11 +315,11 @@ size_t scratch_bytes(const Problem& p) {
 
 // ---- packing ----
 
-// K of (b, h), smoothed and quantized (quantize_k), as A tiles: tile (kt, c)
+// K of (b, h), smoothed and quantized (quantize_k_avx512), as A tiles: tile (kt, c)
 // = keys [16 kt, 16 kt + 16) x head_dim [64 c, 64 c + 64), zero past Lk and D.
 void pack_k(const Problem& p, const Dims& d, int64_t b, int64_t h, const Workspace& w) {
   const int64_t ld = d.ld();
-  quantize_k(p, b, h, ld, w.kq, w.kscale, w.mean);
+  quantize_k_avx512(p, b, h, ld, w.kq, w.kscale, w.mean, w.krows);
   for (int64_t j = p.kv_len; j < d.kv_pad; ++j) w.kscale[j] = 0.f;
   for (int64_t j = 0; j < d.kv_pad; ++j) {
     int8_t* out = w.k + (j / 16) * d.qchunks * kTileBytes + (j % 16) * 64;
@@ -337,6 +338,10 @@ void v_row_bf16(const Problem& p, const Dims& d, int64_t b, int64_t j, int64_t h
       static_cast<const char*>(v.data) +
       (b * v.stride[0] + j * v.stride[1] + h * v.stride[2]) * (v.dtype == DType::F32 ? 4 : 2);
   if (v.dtype == DType::BF16 && v.stride[3] == 1) {
+    // The rows of one head lie kilobytes apart: fetch the one kAhead on.
+    if (j + kAhead < p.kv_len)
+      for (int64_t off = 0; off < D * 2; off += 64)
+        _mm_prefetch(base + kAhead * v.stride[1] * 2 + off, _MM_HINT_T0);
     const auto* src = reinterpret_cast<const uint16_t*>(base);
     for (int64_t e = 0; e < n; e += 32)
       _mm512_storeu_si512(dst + e, _mm512_maskz_loadu_epi16(first_words(D - e), src + e));
@@ -387,7 +392,7 @@ void pack_vt(const Problem& p, const Dims& d, int64_t b, int64_t h, const Worksp
   }
 }
 
-// Q rows [row0, row0 + rows) quantized (quantize_q) as B tiles of Q^T for
+// Q rows [row0, row0 + rows) quantized (quantize_q_avx512) as B tiles of Q^T for
 // 16 * groups queries: tile (g, c) row k = head_dim quad 64 c + 4k .. + 3,
 // column n = query 16 g + n; zero past Lq and D. Negated when the scale is
 // negative (s8 negation of [-127, 127] is exact), so that the per-query
@@ -395,7 +400,7 @@ void pack_vt(const Problem& p, const Dims& d, int64_t b, int64_t h, const Worksp
 void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0, int64_t rows,
              int64_t groups, const Workspace& w) {
   const int64_t ld = d.ld();
-  quantize_q(p, b, h, row0, rows, ld, w.qq, w.qscale, w.qrow);
+  quantize_q_avx512(p, b, h, row0, rows, ld, w.qq, w.qscale);
   const bool negate = p.scale < 0;
   const float factor = (negate ? -p.scale : p.scale) * kLog2e;
   for (int64_t l = 0; l < groups * kGroup; ++l) w.qs[l] = l < rows ? w.qscale[l] * factor : 0.f;

@@ -7,7 +7,8 @@
 //   integer dot times both row scales, fp32 online softmax, P rounded to bf16
 //   for a P.V product over V rounded to bf16 with fp32 accumulation.
 // The quantization is the plain functions below (compiled without AVX-512),
-// shared by every kernel, so all kernels see the same INT8 operands as the
+// shared by every kernel (the AVX-512 and AMX ones through their vectorised
+// twins, bit-identical), so all kernels see the same INT8 operands as the
 // reference op, bit for bit.
 #pragma once
 
@@ -29,6 +30,16 @@ void quantize_k(const Problem& p, int64_t b, int64_t h, int64_t ldk, int8_t* kq,
 // head_dim), qscale[rows]. row: fp32 scratch of head_dim.
 void quantize_q(const Problem& p, int64_t b, int64_t h, int64_t row0, int64_t rows, int64_t ldq,
                 int8_t* qq, float* qscale, float* row);
+
+// quantize_k / quantize_q on AVX-512 (F/BW/VL/DQ), bit-identical to them, for
+// head_dim <= 512 (the kernels that use them accept no more): the same fp32
+// and double operations per element, lane by lane. The AVX-512 and AMX kernels
+// quantize with these.
+// rows: scratch of Lk * head_dim floats.
+void quantize_k_avx512(const Problem& p, int64_t b, int64_t h, int64_t ldk, int8_t* kq,
+                       float* kscale, float* mean, float* rows);
+void quantize_q_avx512(const Problem& p, int64_t b, int64_t h, int64_t row0, int64_t rows,
+                       int64_t ldq, int8_t* qq, float* qscale);
 
 // AVX-512 VNNI kernel: S on vpdpbusd (Q as u8 = q + 128, compensated by
 // 128 * sum_d K[j, d]), P.V on vdpbf16ps. Needs AVX-512 F/BW/VL/DQ/BF16/VNNI.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -342,6 +343,61 @@ TEST_P(AttentionInt8Kernels, MasksAcrossBlocks) {
 
 INSTANTIATE_TEST_SUITE_P(, AttentionInt8Kernels, ::testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The vectorised quantizer the AVX-512 and AMX kernels use is the shared one
+// bit for bit (INT8 rows and their zero padding, scales, K means) over
+// dtypes, head dims with and without a vector tail, strided views, one key,
+// and rows that quantize to zero (identical keys; an all-zero query).
+TEST(AttentionInt8, VectorisedQuantizerBitIdentical) {
+  if (!cpu::attention_detail::avx512_bf16_supported()) GTEST_SKIP() << "no AVX-512 on this host";
+  std::mt19937 rng(18);
+  for (const DType in : {DType::F32, DType::BF16, DType::F16}) {
+    for (const int64_t D : {6, 40, 64, 80, 128}) {
+      for (const int64_t Lk : {1, 37, 300}) {
+        const int64_t L = std::max<int64_t>(Lk, 20), H = 2, ld = (D + 63) / 64 * 64;
+        // q, k, v as views of one [1, L, 3, H, D] buffer: element strides > 1.
+        OwnedTensor qkv(in, {1, L, 3, H, D});
+        for (int64_t i = 0; i < qkv.t.numel(); ++i)
+          store_from_f32(
+              in, qkv.t.data, i,
+              std::uniform_real_distribution<float>(-3, 3)(rng) + (i % 7 == 0 ? 5.f : 0));
+        const Tensor q = qkv.t.select(2, 0).slice(1, 0, 20), k = qkv.t.select(2, 1).slice(1, 0, Lk),
+                     v = qkv.t.select(2, 2).slice(1, 0, Lk);
+        for (int64_t d = 0; d < D; ++d) {  // query 3 all zero; head 1: identical keys
+          store_from_f32(in, q.data, offset(q, 0, 3, 0, d), 0.f);
+          for (int64_t j = 0; j < Lk; ++j)
+            store_from_f32(in, k.data, offset(k, 0, j, 1, d), 0.5f * float(d));
+        }
+        OwnedTensor out(DType::F32, q.shape);
+        Tensor o = out;
+        const auto p = cpu::attention_detail::resolve_problem(q, k, v, o, {});
+        const std::string what =
+            std::string(dtype_name(in)) + " D" + std::to_string(D) + " Lk" + std::to_string(Lk);
+        for (int64_t h = 0; h < H; ++h) {
+          std::vector<int8_t> kq0(size_t(Lk * ld), 1), kq1(size_t(Lk * ld), 2);
+          const size_t nk = static_cast<size_t>(Lk), nd = static_cast<size_t>(D);
+          std::vector<float> ks0(nk), ks1(nk), m0(nd), m1(nd);
+          ad::quantize_k(p, 0, h, ld, kq0.data(), ks0.data(), m0.data());
+          std::vector<float> scratch(nk * nd);
+          ad::quantize_k_avx512(p, 0, h, ld, kq1.data(), ks1.data(), m1.data(), scratch.data());
+          EXPECT_EQ(kq0, kq1) << what << " h" << h;
+          EXPECT_EQ(std::memcmp(ks0.data(), ks1.data(), ks0.size() * 4), 0) << what << " h" << h;
+          EXPECT_EQ(std::memcmp(m0.data(), m1.data(), m0.size() * 4), 0) << what << " h" << h;
+          if (h == 1) {  // the case the zero branch exists for
+            EXPECT_EQ(ks0[0], 0.f) << what;
+          }
+          const int64_t rows = 20;
+          std::vector<int8_t> qq0(size_t(rows * ld), 1), qq1(size_t(rows * ld), 2);
+          std::vector<float> qs0(rows), qs1(rows), row(nd);
+          ad::quantize_q(p, 0, h, 0, rows, ld, qq0.data(), qs0.data(), row.data());
+          ad::quantize_q_avx512(p, 0, h, 0, rows, ld, qq1.data(), qs1.data());
+          EXPECT_EQ(qq0, qq1) << what << " h" << h;
+          EXPECT_EQ(std::memcmp(qs0.data(), qs1.data(), qs0.size() * 4), 0) << what << " h" << h;
+        }
+      }
+    }
+  }
+}
 
 // The op as the host runs it (cpu::attention_int8: AMX-INT8 on AMX hosts)
 // against exact attention on the DiT's head dim with keys over several
