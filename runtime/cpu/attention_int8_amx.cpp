@@ -17,11 +17,17 @@
 // fp32 rounding of the two scale products.
 //
 // Why P.V stays bf16 (bench/RESULTS.md, "INT8 attention"): P as u8 (a fixed
-// 1/255 step; the weights of a 5280-key row are mostly far below 1) with V
-// per-channel s8 on tdpbusd would halve the P.V tile work, but it needs the
-// exact running max (P <= 1, not the lazy 2^8), a per-step int32 -> fp32
-// fold of O^T in AVX-512 (tile accumulation cannot be rescaled), and it
-// moves each output by up to half a u8 step of every weight it sums.
+// 1/255 step, which needs the exact running max so that P <= 1) with V
+// per-channel s8 on tdpbusd halves the P.V tile products, but
+//  - speed: with only the tile side of it in place (tdpbusd over half the
+//    k-steps, numerics not built) the DiT self-attention ran ~11 % faster,
+//    about as fast as the AMX-BF16 kernel, before the AVX-512 work it needs
+//    on top (tile accumulation cannot be rescaled by the softmax's alpha, so
+//    each step's int32 O^T must be folded into an fp32 O^T);
+//  - error: on DiT-like rows of 5280 keys (a simulation in double, see
+//    bench/RESULTS.md) u8 P moves the output by 10-60x what bf16 P does (rms 2.5e-4
+//    to 2.7e-3 of max|V| against 2e-5 to 1.2e-4): most of a long row's
+//    weights lie below one u8 step.
 //
 // The Q.K^T k-step covers 64 head_dim values (tdpbssd: 4 bytes per 32-bit
 // unit) instead of 32, so Q.K^T takes half the tile products of the BF16
@@ -29,7 +35,10 @@
 // per score vector.
 //
 // Numerics beyond attention_amx.cpp's (bf16 P, 2^x polynomial, lazy max,
-// all as there): none; the scores are exact integers scaled in fp32.
+// all as there): none; the scores are exact integers scaled in fp32. Against
+// the reference (exact max: a row's largest weight is 1, exact in bf16) the
+// lazy max lets that weight reach 2^8 and round like the others, so a row
+// dominated by one key moves by up to 2^-8 (not 2^-9) of max|V|.
 //
 // See attention_kernels.h for why this file avoids inline functions of other
 // headers: everything here is in an anonymous namespace or intrinsics.
