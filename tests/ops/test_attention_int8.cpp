@@ -281,6 +281,9 @@ TEST_P(AttentionInt8Kernels, MasksAndTheirCombination) {
 // max is raised and O rescaled (forward walks) or the late block comes first
 // (reverse walks). Also a negative scale (the AMX kernel negates Q instead).
 TEST_P(AttentionInt8Kernels, LongKeysAcrossBlocks) {
+  // The portable kernel has no key blocks (whole rows; covered above), and
+  // under the AVX2-only emulation (tests/CMakeLists.txt) this would take minutes.
+  if (!ad::avx512_vnni_supported()) GTEST_SKIP() << "no blocked INT8 kernel on this host";
   const DType in = GetParam();
   std::mt19937 rng(15);
   const Case cases[] = {{1, 260, 1100, 1, 128}, {1, 70, 600, 1, 64}, {2, 40, 530, 1, 80}};
@@ -319,6 +322,7 @@ TEST_P(AttentionInt8Kernels, LongKeysAcrossBlocks) {
 // 512-key blocks (Lq < Lk: the queries see a prefix plus their block), key
 // padding runs that cover a whole block, a bias, and their combination.
 TEST_P(AttentionInt8Kernels, MasksAcrossBlocks) {
+  if (!ad::avx512_vnni_supported()) GTEST_SKIP() << "no blocked INT8 kernel on this host";
   const DType in = GetParam();
   std::mt19937 rng(16);
   const int64_t B = 2, Lq = 140, Lk = 1200, H = 1, D = 128;
@@ -403,11 +407,12 @@ TEST(AttentionInt8, VectorisedQuantizerBitIdentical) {
 // against exact attention on the DiT's head dim with keys over several
 // blocks: the quantization error bound of CloseToExactAttention (0.3 % of
 // max|V|, cosine 0.9999) holds for the kernels too, their own rounding
-// (bf16 P: <= 2^-9 of max|V|) being 7x below it.
+// (bf16 P: <= 2^-8 of max|V| with the AMX kernel's lazy max) being 3.8x
+// below it.
 TEST(AttentionInt8, HostKernelCloseToExactAttention) {
   std::mt19937 rng(17);
   for (const int64_t D : {64, 128}) {
-    const int64_t Lq = 150, Lk = 1100, H = 2;
+    const int64_t Lq = 64, Lk = 1100, H = 2;
     OwnedTensor q = random4(DType::BF16, {1, Lq, H, D}, rng, 1.7f);
     OwnedTensor k = random4(DType::BF16, {1, Lk, H, D}, rng, 1.7f, 8.f);
     OwnedTensor v = random4(DType::BF16, {1, Lk, H, D}, rng, 1.f);
