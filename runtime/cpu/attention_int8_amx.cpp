@@ -20,8 +20,8 @@
 // 1/255 step, which needs the exact running max so that P <= 1) with V
 // per-channel s8 on tdpbusd halves the P.V tile products, but
 //  - speed: with only the tile side of it in place (tdpbusd over half the
-//    k-steps, numerics not built) the DiT self-attention ran ~11 % faster,
-//    about as fast as the AMX-BF16 kernel, before the AVX-512 work it needs
+//    k-steps, numerics not built) the DiT self-attention ran about as fast
+//    as the AMX-BF16 kernel (0.98x in one run), before the AVX-512 work it needs
 //    on top (tile accumulation cannot be rescaled by the softmax's alpha, so
 //    each step's int32 O^T must be folded into an fp32 O^T);
 //  - error: on DiT-like rows of 5280 keys (a simulation in double, see
