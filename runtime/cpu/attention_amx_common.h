@@ -1,6 +1,7 @@
 // Pieces of the flash-attention kernels on the AMX tile unit, for
 // translation units built with AMX flags (*_amx.cpp) only: the queue that
-// interleaves tile products with the AVX-512 softmax, and vector helpers.
+// interleaves tile products with the AVX-512 softmax, vector helpers, and the
+// online-softmax state and output stores of the transposed-score layout.
 // Written for attention_int8_amx.cpp after attention_amx.cpp, whose own
 // copies are the same code (tdpbf16ps only).
 //
@@ -12,6 +13,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
+
+#include "runtime/cpu/attention_kernels.h"
 
 namespace flick::cpu::amx {
 namespace {
@@ -175,6 +178,113 @@ inline __mmask32 first_words(int64_t n) {
 }
 inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// ---- softmax state and output of the transposed-score kernels ----
+// Queries in groups of 16 (the lanes of a vector); per group one vector each
+// of running max (log2 units), sum and rescale factor alpha, and O^T as
+// [dtiles] tiles of 16 head_dim x 16 queries (fp32).
+
+// Lanes of key j that the queries of a group (visible keys [0, key_end[lane]))
+// may see, key padding of batch b applied.
+inline __mmask16 visible_lanes(const attention_detail::Problem& p, int64_t b,
+                               const int32_t* key_end, int64_t j) {
+  if (p.key_padding &&
+      p.key_padding[b * p.key_padding_stride[0] + j * p.key_padding_stride[1]] == 0)
+    return 0;
+  return _mm512_cmplt_epi32_mask(_mm512_set1_epi32(static_cast<int32_t>(j)),
+                                 _mm512_load_si512(key_end));
+}
+
+// bias[b, h, q0 + lane, j] * log2(e) for the lanes in m (others 0).
+inline __m512 bias_lanes(const attention_detail::Problem& p, int64_t b, int64_t h, int64_t q0,
+                         int64_t j, __mmask16 m) {
+  const float* base = p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + q0 * p.bias_stride[2] +
+                      j * p.bias_stride[3];
+  const __m512i idx_lo = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi64(p.bias_stride[2]));
+  const __m512i idx_hi = _mm512_add_epi64(idx_lo, _mm512_set1_epi64(8 * p.bias_stride[2]));
+  const __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m), idx_lo, base, 4);
+  const __m256 hi =
+      _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m >> 8), idx_hi, base, 4);
+  const __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  return _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896340736f));
+}
+
+// Folds a block's max per query into a group's running max, raised only
+// where the block exceeds it by more than lazy_log2; sets alpha (2^(old -
+// new): 1 where kept, 0 where the old max was -inf), rescales the sum, flags
+// O^T for rescaling where a finite max was raised, and returns the shift the
+// block's weights are taken against (0 while a query sees nothing).
+inline __m512 update_max(float* max, float* sum, float* alpha, uint8_t* rescale, __m512 bmax,
+                         float lazy_log2) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const __m512 old_max = _mm512_load_ps(max);
+  const __mmask16 raise =
+      _mm512_cmp_ps_mask(bmax, _mm512_add_ps(old_max, _mm512_set1_ps(lazy_log2)), _CMP_GT_OQ);
+  const __m512 new_max = _mm512_mask_blend_ps(raise, old_max, bmax);
+  const __m512 a = _mm512_mask_blend_ps(
+      raise, _mm512_set1_ps(1.f),
+      exp2_poly(_mm512_max_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(-200.f))));
+  _mm512_store_ps(max, new_max);
+  _mm512_store_ps(alpha, a);
+  _mm512_store_ps(sum, _mm512_mul_ps(_mm512_load_ps(sum), a));
+  *rescale |= (raise & _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ)) != 0;
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ), new_max,
+                              _mm512_setzero_ps());
+}
+
+// The lanes of y (head_dim 16 dt + lane of one query) into out at dst.
+inline void store_lanes(const attention_detail::Problem& p, char* dst, __m512 y, __mmask16 lanes) {
+  const int64_t stride = p.out_stride[3];
+  if (stride == 1) {
+    if (p.out_dtype == DType::F32)
+      _mm512_mask_storeu_ps(dst, lanes, y);
+    else
+      _mm256_mask_storeu_epi16(dst, lanes, (__m256i)_mm512_cvtneps_pbh(y));
+    return;
+  }
+  alignas(64) float f[16];
+  alignas(32) uint16_t bf[16];
+  _mm512_store_ps(f, y);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(bf), (__m256i)_mm512_cvtneps_pbh(y));
+  for (int l = 0; l < 16; ++l) {
+    if (!(lanes >> l & 1)) break;
+    if (p.out_dtype == DType::F32)
+      reinterpret_cast<float*>(dst)[l * stride] = f[l];
+    else
+      reinterpret_cast<uint16_t*>(dst)[l * stride] = bf[l];
+  }
+}
+
+// out[b, row0 + q, h, :] = O^T[:, q] / sum[q] for the first `rows` queries
+// (zero where nothing was visible). BF16 stores use vcvtneps2bf16 (round to
+// nearest even; flushes denormals to zero).
+inline void store_output(const attention_detail::Problem& p, const float* o, const float* sum,
+                         int64_t dtiles, int64_t b, int64_t h, int64_t row0, int64_t rows) {
+  const int64_t esize = p.out_dtype == DType::F32 ? 4 : 2;
+  for (int64_t g = 0; g * 16 < rows; ++g) {
+    const __m512 s = _mm512_load_ps(sum + g * 16);
+    alignas(64) float inv[16];
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                             _mm512_set1_ps(1.f), s));
+    const int64_t n_rows = rows - g * 16 < 16 ? rows - g * 16 : 16;
+    for (int64_t dt = 0; dt < dtiles; ++dt) {
+      __m512i r[16];
+      const float* tile = o + (g * dtiles + dt) * 256;
+      for (int m = 0; m < 16; ++m) r[m] = _mm512_load_si512(tile + m * 16);
+      transpose16(r);
+      const __mmask16 lanes = first_lanes(p.head_dim - 16 * dt);
+      for (int64_t n = 0; n < n_rows; ++n) {
+        const __m512 y = _mm512_mul_ps(_mm512_castsi512_ps(r[n]), _mm512_set1_ps(inv[n]));
+        char* dst = static_cast<char*>(p.out) +
+                    (b * p.out_stride[0] + (row0 + g * 16 + n) * p.out_stride[1] +
+                     h * p.out_stride[2] + 16 * dt * p.out_stride[3]) *
+                        esize;
+        store_lanes(p, dst, y, lanes);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -442,25 +442,11 @@ class TileRun {
   }
 
   __mmask16 visible(int64_t g, int64_t j) const {
-    if (p_.key_padding &&
-        p_.key_padding[b_ * p_.key_padding_stride[0] + j * p_.key_padding_stride[1]] == 0)
-      return 0;
-    return _mm512_cmplt_epi32_mask(_mm512_set1_epi32(static_cast<int32_t>(j)),
-                                   _mm512_load_si512(w_.key_end + g * kGroup));
+    return amx::visible_lanes(p_, b_, w_.key_end + g * kGroup, j);
   }
 
   __m512 bias_lanes(int64_t g, int64_t j, __mmask16 m) const {
-    const int64_t q0 = row0_ + g * kGroup;
-    const float* base = p_.bias + b_ * p_.bias_stride[0] + h_ * p_.bias_stride[1] +
-                        q0 * p_.bias_stride[2] + j * p_.bias_stride[3];
-    const __m512i idx_lo = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi64(p_.bias_stride[2]));
-    const __m512i idx_hi = _mm512_add_epi64(idx_lo, _mm512_set1_epi64(8 * p_.bias_stride[2]));
-    const __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m), idx_lo, base, 4);
-    const __m256 hi =
-        _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m >> 8), idx_hi, base, 4);
-    const __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-    return _mm512_mul_ps(v, _mm512_set1_ps(kLog2e));
+    return amx::bias_lanes(p_, b_, h_, row0_ + g * kGroup, j, m);
   }
 
   // Score vector of key j (row of an int32 S^T tile at t) for the lanes'
@@ -603,72 +589,11 @@ class TileRun {
   }
 
   __m512 update_max(int64_t g, __m512 bmax) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const __m512 old_max = _mm512_load_ps(w_.max + g * kGroup);
-    const __mmask16 raise =
-        _mm512_cmp_ps_mask(bmax, _mm512_add_ps(old_max, _mm512_set1_ps(kLazyLog2)), _CMP_GT_OQ);
-    const __m512 new_max = _mm512_mask_blend_ps(raise, old_max, bmax);
-    const __m512 alpha = _mm512_mask_blend_ps(
-        raise, _mm512_set1_ps(1.f),
-        exp2_poly(_mm512_max_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(-200.f))));
-    _mm512_store_ps(w_.max + g * kGroup, new_max);
-    _mm512_store_ps(w_.alpha + g * kGroup, alpha);
-    _mm512_store_ps(w_.sum + g * kGroup, _mm512_mul_ps(_mm512_load_ps(w_.sum + g * kGroup), alpha));
-    w_.rescale[g] |= (raise & _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ)) != 0;
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ), new_max,
-                                _mm512_setzero_ps());
+    return amx::update_max(w_.max + g * kGroup, w_.sum + g * kGroup, w_.alpha + g * kGroup,
+                           w_.rescale + g, bmax, kLazyLog2);
   }
 
-  // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was visible).
-  void store(int64_t rows) {
-    const int64_t D = p_.head_dim;
-    const int64_t esize = p_.out_dtype == DType::F32 ? 4 : 2;
-    for (int64_t g = 0; g < ceil_div(rows, kGroup); ++g) {
-      const __m512 sum = _mm512_load_ps(w_.sum + g * kGroup);
-      alignas(64) float inv[16];
-      _mm512_store_ps(inv,
-                      _mm512_maskz_div_ps(_mm512_cmp_ps_mask(sum, _mm512_setzero_ps(), _CMP_GT_OQ),
-                                          _mm512_set1_ps(1.f), sum));
-      const int64_t n_rows = min64(kGroup, rows - g * kGroup);
-      for (int64_t dt = 0; dt < d_.dtiles; ++dt) {
-        __m512i r[16];
-        const float* tile = w_.o + (g * d_.dtiles + dt) * 256;
-        for (int m = 0; m < 16; ++m) r[m] = _mm512_load_si512(tile + m * 16);
-        transpose16(r);
-        const __mmask16 lanes = first_lanes(D - 16 * dt);
-        for (int64_t n = 0; n < n_rows; ++n) {
-          const __m512 y = _mm512_mul_ps(_mm512_castsi512_ps(r[n]), _mm512_set1_ps(inv[n]));
-          char* dst = static_cast<char*>(p_.out) +
-                      (b_ * p_.out_stride[0] + (row0_ + g * kGroup + n) * p_.out_stride[1] +
-                       h_ * p_.out_stride[2] + 16 * dt * p_.out_stride[3]) *
-                          esize;
-          store_lanes(dst, y, lanes);
-        }
-      }
-    }
-  }
-
-  void store_lanes(char* dst, __m512 y, __mmask16 lanes) const {
-    const int64_t stride = p_.out_stride[3];
-    if (stride == 1) {
-      if (p_.out_dtype == DType::F32)
-        _mm512_mask_storeu_ps(dst, lanes, y);
-      else
-        _mm256_mask_storeu_epi16(dst, lanes, (__m256i)_mm512_cvtneps_pbh(y));
-      return;
-    }
-    alignas(64) float f[16];
-    alignas(32) uint16_t bf[16];
-    _mm512_store_ps(f, y);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(bf), (__m256i)_mm512_cvtneps_pbh(y));
-    for (int l = 0; l < 16; ++l) {
-      if (!(lanes >> l & 1)) break;
-      if (p_.out_dtype == DType::F32)
-        reinterpret_cast<float*>(dst)[l * stride] = f[l];
-      else
-        reinterpret_cast<uint16_t*>(dst)[l * stride] = bf[l];
-    }
-  }
+  void store(int64_t rows) { amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows); }
 
   const Problem& p_;
   const Workspace& w_;
