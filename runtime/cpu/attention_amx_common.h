@@ -287,5 +287,103 @@ inline void store_output(const attention_detail::Problem& p, const float* o, con
   }
 }
 
+// ---- the schedule ----
+
+// One step of the schedule: keys [key0, key0 + nkeys) for the queries of
+// pair `pair` (two groups; computed up to a multiple of 32 keys, the keys
+// past nkeys weigh 0); masked: some query of the pair cannot see some of
+// those keys, or there is a bias.
+struct Step {
+  int32_t key0, nkeys, pair;
+  bool masked;
+};
+
+// A work item's per-group state (one 16-lane vector per group each) and O^T.
+struct GroupState {
+  int32_t* key_end;  // visible keys [0, key_end) of each query
+  float* max;        // running max (log2 units)
+  float* sum;        // running sum of the weights
+  uint8_t* rescale;  // whether O^T must be rescaled by alpha before the next P.V
+  float* o;          // O^T: [group][dtiles] tiles of 16 head_dim x 16 queries
+  int64_t dtiles;
+};
+
+// Resets the state of queries [row0, row0 + rows) of (b, .) and writes their
+// schedule: per block of `block` keys, one step per pair of 16-query groups
+// that sees any key of it. Padding queries copy the last real one, so they
+// never widen the schedule. Reverse (odd work items) walks the blocks
+// backwards, starting on the ones the previous item left in L2. Returns the
+// number of steps.
+inline int64_t plan_steps(const attention_detail::Problem& p, int64_t b, int64_t row0, int64_t rows,
+                          int64_t block, bool reverse, const GroupState& st, Step* steps) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const int64_t pairs = (rows + 31) / 32;
+  for (int64_t g = 0; g < 2 * pairs; ++g) {
+    int32_t* ke = st.key_end + g * 16;
+    for (int64_t n = 0; n < 16; ++n) {
+      const int64_t i = row0 + (g * 16 + n < rows - 1 ? g * 16 + n : rows - 1);
+      ke[n] = static_cast<int32_t>(attention_detail::attention_key_end(p, i));
+    }
+    _mm512_store_ps(st.max + g * 16, neg_inf);
+    _mm512_store_ps(st.sum + g * 16, _mm512_setzero_ps());
+    st.rescale[g] = 0;
+  }
+  for (int64_t e = 0; e < 2 * pairs * st.dtiles * 256; e += 16)
+    _mm512_store_ps(st.o + e, _mm512_setzero_ps());
+  int64_t n = 0;
+  const int64_t blocks = (p.kv_len + block - 1) / block;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t key0 = (reverse ? blocks - 1 - blk : blk) * block;
+    const int64_t key_stop = key0 + block < p.kv_len ? key0 + block : p.kv_len;
+    bool padded = false;
+    if (p.key_padding) {
+      const uint8_t* pad = p.key_padding + b * p.key_padding_stride[0];
+      for (int64_t j = key0; j < key_stop && !padded; ++j)
+        padded = pad[j * p.key_padding_stride[1]] == 0;
+    }
+    for (int64_t pr = 0; pr < pairs; ++pr) {
+      const __m512i ka = _mm512_load_si512(st.key_end + 2 * pr * 16);
+      const __m512i kb = _mm512_load_si512(st.key_end + (2 * pr + 1) * 16);
+      const int64_t pair_min = _mm512_reduce_min_epi32(_mm512_min_epi32(ka, kb));
+      const int64_t pair_max = _mm512_reduce_max_epi32(_mm512_max_epi32(ka, kb));
+      if (pair_max <= key0) continue;
+      const int64_t nkeys = pair_max - key0 < block ? pair_max - key0 : block;
+      Step& s = steps[n++];
+      s.key0 = static_cast<int32_t>(key0);
+      s.nkeys = static_cast<int32_t>(nkeys);
+      s.pair = static_cast<int32_t>(pr);
+      s.masked = p.bias != nullptr || padded || pair_min < key0 + nkeys;
+    }
+  }
+  return n;
+}
+
+// Runs the steps software-pipelined: while the AVX-512 units run the softmax
+// of step i, the tile unit runs P.V of step i - 1 and Q.K^T of step i + 1
+// (S^T and P^T double-buffered by step parity). Run provides
+// push_qk(step, buf), push_pv(step, buf), apply_rescale(step) and
+// softmax(step, buf, queue), which interleaves the queued tile work.
+template <class Run, class Queue>
+void run_pipeline(Run& run, Queue& tq, const Step* steps, int64_t nsteps) {
+  if (nsteps == 0) return;
+  tq.clear();
+  run.push_qk(steps[0], 0);
+  tq.finish();
+  for (int64_t i = 0; i < nsteps; ++i) {
+    tq.clear();
+    if (i > 0) {
+      run.apply_rescale(steps[i - 1]);
+      run.push_pv(steps[i - 1], (i - 1) % 2);
+    }
+    if (i + 1 < nsteps) run.push_qk(steps[i + 1], (i + 1) % 2);
+    run.softmax(steps[i], i % 2, tq);
+    tq.finish();
+  }
+  tq.clear();
+  run.apply_rescale(steps[nsteps - 1]);
+  run.push_pv(steps[nsteps - 1], (nsteps - 1) % 2);
+  tq.finish();
+}
+
 }  // namespace
 }  // namespace flick::cpu::amx

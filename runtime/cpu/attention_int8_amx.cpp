@@ -59,6 +59,7 @@ using amx::Chunk;
 using amx::exp2_poly;
 using amx::first_lanes;
 using amx::first_words;
+using amx::Step;
 using amx::transpose16;
 using attention_detail::attention_key_end;
 using attention_detail::balanced_tile;
@@ -106,11 +107,6 @@ struct Dims {
         kv_pad(round_up(p.kv_len, kPair)),
         blocks(ceil_div(p.kv_len, kBlock)) {}
   int64_t ld() const { return qchunks * kQuadK; }  // s8 row length of quantized Q / K
-};
-
-struct Step {
-  int32_t key0, nkeys, pair;
-  bool masked;
 };
 
 struct Workspace {
@@ -304,82 +300,13 @@ class TileRun {
     const int64_t rows = min64(kRows, p_.q_len - row0_);
     const int64_t pairs = ceil_div(rows, kPair);
     pack_qt(p_, d_, b_, h_, row0_, rows, 2 * pairs, w_);
-    const int64_t nsteps = plan(rows, pairs);
-
-    TileQueue& tq = queue_;
-    if (nsteps > 0) {
-      tq.clear();
-      push_qk(w_.steps[0], 0);
-      tq.finish();
-    }
-    for (int64_t i = 0; i < nsteps; ++i) {
-      tq.clear();
-      if (i > 0) {
-        apply_rescale(w_.steps[i - 1]);
-        push_pv(w_.steps[i - 1], (i - 1) % 2);
-      }
-      if (i + 1 < nsteps) push_qk(w_.steps[i + 1], (i + 1) % 2);
-      softmax(w_.steps[i], i % 2, tq);
-      tq.finish();
-    }
-    if (nsteps > 0) {
-      tq.clear();
-      apply_rescale(w_.steps[nsteps - 1]);
-      push_pv(w_.steps[nsteps - 1], (nsteps - 1) % 2);
-      tq.finish();
-    }
+    const amx::GroupState state = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
+    const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state, w_.steps);
+    amx::run_pipeline(*this, queue_, w_.steps, nsteps);
     store(rows);
   }
 
- private:
-  // Per-query state and the schedule (attention_amx.cpp's plan).
-  int64_t plan(int64_t rows, int64_t pairs) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    int32_t pair_min[kRows / kPair], pair_max[kRows / kPair];
-    for (int64_t g = 0; g < 2 * pairs; ++g) {
-      int32_t* ke = w_.key_end + g * kGroup;
-      for (int64_t n = 0; n < kGroup; ++n) {
-        const int64_t i = row0_ + min64(g * kGroup + n, rows - 1);
-        ke[n] = static_cast<int32_t>(attention_key_end(p_, i));
-      }
-      _mm512_store_ps(w_.max + g * kGroup, neg_inf);
-      _mm512_store_ps(w_.sum + g * kGroup, _mm512_setzero_ps());
-      w_.rescale[g] = 0;
-    }
-    for (int64_t pr = 0; pr < pairs; ++pr) {
-      const __m512i a = _mm512_load_si512(w_.key_end + 2 * pr * kGroup);
-      const __m512i b = _mm512_load_si512(w_.key_end + (2 * pr + 1) * kGroup);
-      pair_min[pr] = _mm512_reduce_min_epi32(_mm512_min_epi32(a, b));
-      pair_max[pr] = _mm512_reduce_max_epi32(_mm512_max_epi32(a, b));
-    }
-    std::memset(w_.o, 0, size_t(2 * pairs * d_.dtiles * 256) * 4);
-
-    int64_t n = 0;
-    const int64_t blocks = ceil_div(p_.kv_len, kBlock);
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t key0 = (reverse_ ? blocks - 1 - blk : blk) * kBlock;
-      const bool padded = has_padding(key0, min64(key0 + kBlock, p_.kv_len));
-      for (int64_t pr = 0; pr < pairs; ++pr) {
-        if (pair_max[pr] <= key0) continue;
-        const int64_t nkeys = min64(kBlock, pair_max[pr] - key0);
-        Step& s = w_.steps[n++];
-        s.key0 = static_cast<int32_t>(key0);
-        s.nkeys = static_cast<int32_t>(nkeys);
-        s.pair = static_cast<int32_t>(pr);
-        s.masked = p_.bias != nullptr || padded || pair_min[pr] < key0 + nkeys;
-      }
-    }
-    return n;
-  }
-
-  bool has_padding(int64_t begin, int64_t end) const {
-    if (!p_.key_padding) return false;
-    const uint8_t* pad = p_.key_padding + b_ * p_.key_padding_stride[0];
-    for (int64_t j = begin; j < end; ++j)
-      if (pad[j * p_.key_padding_stride[1]] == 0) return true;
-    return false;
-  }
-
+  // The pipeline's phases (amx::run_pipeline).
   // S^T of step s into buffer `buf` (int32): key tiles x the pair's two groups.
   void push_qk(const Step& s, int buf) {
     const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
