@@ -285,13 +285,14 @@ void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o
 }
 
 // Measured (bench/RESULTS.md, "INT8 attention"): where the host has AMX,
-// the AMX-INT8 kernel still loses to the AMX-BF16 attention kernel on the
-// DiT's self-attention (~1.1x slower on one core: Q.K^T takes half the tile
+// the AMX-INT8 kernel only ties with the AMX-BF16 attention kernel on the
+// DiT's self-attention (median time ratio 0.975 over 16 same-process pairs on
+// one core, +-20 % run to run on a loaded host): Q.K^T takes half the tile
 // products, but the kernel is bound by its AVX-512 softmax, which gains an
-// int -> float conversion and a scale multiply per score vector, and by the
-// per-call quantization of Q and K), so INT8 pays off only on AVX-512 VNNI
-// hosts without AMX (Zen 4 / 5). On AVX2-only hosts the portable INT8 kernel
-// is no faster than the portable fp32 one either.
+// int -> float conversion and a scale multiply per score vector, and it
+// quantizes Q and K per call. No speed to pay for the lower accuracy, so INT8
+// pays off only on AVX-512 VNNI hosts without AMX (Zen 4 / 5). On AVX2-only hosts the portable INT8
+// kernel is no faster than the portable fp32 one either.
 bool attention_int8_pays_off() {
   return attention_int8_detail::avx512_vnni_supported() && !attention_detail::amx_bf16_supported();
 }
