@@ -58,7 +58,8 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
   };
   call();  // warm-up: pages, per-thread scratch
   const std::string kernel = c.kernel->name;
-  const PeakUnit unit = kernel == "amx"          ? PeakUnit::AmxBf16
+  const bool tiles = kernel == "amx" || kernel == "int8_amx";
+  const PeakUnit unit = tiles                    ? PeakUnit::AmxBf16
                         : c.dtype == DType::BF16 ? PeakUnit::Bf16Dot
                                                  : PeakUnit::F32Fma;
   // The best of several runs of at least ~0.3 s in all (one in quick mode);
@@ -85,7 +86,7 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
   result.unit = "GFLOPS";
   result.peak_pct = peak > 0 ? 100.0 * result.rate / peak : 0.0;
   char detail[96];
-  if (kernel == "amx") {
+  if (tiles) {  // int8_amx: half its tile work is tdpbssd, half tdpbf16ps: rated like bf16
     std::snprintf(detail, sizeof detail, "of AMX bf16 peak (%.0f%% of vdpbf16ps)",
                   peaks.bf16_gflops > 0 ? 100.0 * result.rate / peaks.bf16_gflops : 0.0);
   } else if (c.int8) {  // half the work is vpdpbusd, half vdpbf16ps: rated like bf16
@@ -141,13 +142,18 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     if (ad::avx512_bf16_supported() && s.kv_len <= ad::kShortKeys)
       cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        &ad::kAvx512ShortKernel});
-    // INT8 Q.K^T for the DiT's two attentions (what precision int8 runs).
+    // INT8 Q.K^T for the DiT's two attentions (what precision int8 runs):
+    // the AMX-INT8 and the VNNI kernel where the host runs them (the portable
+    // one where it runs neither).
     if (s.f32) {
       namespace a8 = cpu::attention_int8_detail;
-      const Kernel* k8 =
-          a8::avx512_vnni_supported() ? &a8::kInt8Avx512Kernel : &a8::kInt8PortableKernel;
-      cases.push_back(
-          {s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, k8, true});
+      std::vector<const Kernel*> int8_kernels;
+      if (a8::amx_int8_supported()) int8_kernels.push_back(&a8::kInt8AmxKernel);
+      if (a8::avx512_vnni_supported()) int8_kernels.push_back(&a8::kInt8Avx512Kernel);
+      if (int8_kernels.empty()) int8_kernels.push_back(&a8::kInt8PortableKernel);
+      for (const Kernel* k8 : int8_kernels)
+        cases.push_back(
+            {s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, k8, true});
     }
     if (s.f32)
       cases.push_back(

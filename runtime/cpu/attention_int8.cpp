@@ -1,6 +1,7 @@
 // cpu::attention_int8: the shared quantization of Q and K (see
 // attention_int8_kernels.h), the portable kernel, kernel choice at run time
-// (AVX-512 VNNI where the host has AVX-512 BF16 + VNNI, else portable) and the
+// (AMX where the host has AMX-INT8 and grants the tile state, else AVX-512
+// VNNI where the host has AVX-512 BF16 + VNNI, else portable) and the
 // parallel loop over (batch, head, query tile) work items.
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "runtime/cpu/attention_int8_kernels.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
 #include "runtime/threads.h"
@@ -216,6 +218,7 @@ HostBuffer& thread_scratch(size_t bytes) {
 }
 
 bool host_runs(const Kernel& kernel) {
+  if (&kernel == &kInt8AmxKernel) return amx_int8_supported();  // also asks for the tile state
   if (&kernel == &kInt8Avx512Kernel) return avx512_vnni_supported();
   return true;
 }
@@ -244,7 +247,25 @@ bool avx512_vnni_supported() {
   return supported;
 }
 
+bool amx_int8_supported() {
+  static const bool supported = avx512_vnni_supported() && amx_available();
+  return supported;
+}
+
+namespace {
+
+// As cpu::attention's AMX rule (attention.cpp, amx_pays_off): under 8
+// queries and under 64 keys per (batch, head) the tile kernel's per-item
+// setup (packing K, V^T and Q^T, padding both lengths to 32) outweighs the
+// work.
+bool amx_pays_off(const Problem& p) { return p.q_len >= 8 || p.kv_len >= 64; }
+
+}  // namespace
+
 const Kernel& select_kernel(const Problem& p) {
+  if (amx_int8_supported() && attention_detail::kernel_accepts(kInt8AmxKernel, p) &&
+      amx_pays_off(p))
+    return kInt8AmxKernel;
   if (avx512_vnni_supported() && attention_detail::kernel_accepts(kInt8Avx512Kernel, p))
     return kInt8Avx512Kernel;
   return kInt8PortableKernel;
@@ -263,12 +284,15 @@ void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o
   attention_int8_detail::run_kernel(attention_int8_detail::select_kernel(problem), problem);
 }
 
-// Measured (bench/RESULTS.md, "INT8 attention"): where the host runs the
-// AMX-BF16 attention kernel, the AVX-512 VNNI INT8 kernel is several times
-// slower (the tile unit beats vpdpbusd by far more than INT8 halves Q.K^T),
-// so INT8 pays off only on AVX-512 hosts without AMX (Zen 4 / 5) - until an
-// AMX-INT8 kernel exists. On AVX2-only hosts the portable INT8 kernel is no
-// faster than the portable fp32 one either.
+// Measured (bench/RESULTS.md, "INT8 attention"): where the host has AMX,
+// the AMX-INT8 kernel only ties with the AMX-BF16 attention kernel on the
+// DiT's self-attention (median time ratio 0.975 over 16 same-process pairs on
+// one core, +-20 % run to run on a loaded host): Q.K^T takes half the tile
+// products, but the kernel is bound by its AVX-512 softmax, which gains an
+// int -> float conversion and a scale multiply per score vector, and it
+// quantizes Q and K per call. No speed to pay for the lower accuracy, so INT8
+// pays off only on AVX-512 VNNI hosts without AMX (Zen 4 / 5). On AVX2-only hosts the portable INT8
+// kernel is no faster than the portable fp32 one either.
 bool attention_int8_pays_off() {
   return attention_int8_detail::avx512_vnni_supported() && !attention_detail::amx_bf16_supported();
 }

@@ -103,6 +103,66 @@ inline __m512 broadcast_sum(__m512 v) {
   return _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
 }
 
+// ---- the shared quantizer, vectorised (quantize_k_avx512 / quantize_q_avx512) ----
+
+constexpr int64_t kMaxQuantDim = 512;  // head_dim the vectorised quantizer takes
+
+// Row (b, l, h) of an operand as fp32 into dst[0, n): the conversions of
+// load_row in attention_int8.cpp (bf16 and f16 widen exactly). The rows of
+// one head lie H * D elements apart (kilobytes: a new page every row or two,
+// out of the hardware prefetchers' reach), so the row kAhead rows on (below
+// `rows`) is prefetched.
+constexpr int64_t kAhead = 8;
+void load_row_f32(const Operand& t, int64_t b, int64_t l, int64_t h, int64_t n, float* dst,
+                  int64_t rows) {
+  const char* base = element(t, b, l, h);
+  if (l + kAhead < rows && t.stride[3] == 1) {
+    const int64_t esize = t.dtype == DType::F32 ? 4 : 2;
+    const char* next = base + kAhead * t.stride[1] * esize;
+    for (int64_t off = 0; off < n * esize; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+  }
+  if (t.stride[3] == 1) {
+    for (int64_t e = 0; e < n; e += 16) {
+      const __mmask16 m = first_lanes(n - e);
+      __m512 x;
+      if (t.dtype == DType::BF16)
+        x = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, base + 2 * e)), 16));
+      else if (t.dtype == DType::F16)
+        x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, base + 2 * e));
+      else
+        x = _mm512_maskz_loadu_ps(m, base + 4 * e);
+      _mm512_mask_storeu_ps(dst + e, m, x);
+    }
+    return;
+  }
+  for (int64_t e = 0; e < n; ++e) dst[e] = load_f32(t.dtype, base, e * t.stride[3]);
+}
+
+// quantize_row of attention_int8.cpp on 16 lanes at a time: the same fp32
+// operations (max |x|, 127 / amax, x * inv rounded to nearest even, clamp),
+// so the same bits. Zero past n up to ld.
+float quantize_row_avx512(const float* x, int64_t n, int64_t ld, int8_t* q) {
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t e = 0; e < n; e += 16)
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(first_lanes(n - e), x + e)));
+  const float a = _mm512_reduce_max_ps(amax);
+  if (!(a > 0.f)) {
+    std::memset(q, 0, size_t(ld));
+    return 0.f;
+  }
+  const __m512 inv = _mm512_set1_ps(127.f / a);
+  const __m512 lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f);
+  for (int64_t e = 0; e < ld; e += 16) {
+    const __mmask16 m = first_lanes(n - e);
+    const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + e), inv),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i v = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+    _mm_mask_storeu_epi8(q + e, first_lanes(ld - e), _mm512_maskz_cvtepi32_epi8(m, v));
+  }
+  return a / 127.f;
+}
+
 struct Dims {
   int64_t units;   // head_dim in 4-byte quads (Q.K^T reduction)
   int64_t dv;      // head_dim rounded up to a vector (P.V lanes)
@@ -119,13 +179,13 @@ struct Workspace {
   uint32_t* k;       // [kvecs][U][16] s8 quads
   int32_t* kcomp;    // [kvecs * 16] 128 * sum_d K[j, d]
   float* kscale;     // [kvecs * 16] (0 past Lk)
-  int8_t* kq;        // [Lk][4U] quantize_k's output
+  int8_t* kq;        // [Lk][4U] quantize_k_avx512's output
   float* mean;       // [D]
+  float* krows;      // [Lk][D] quantize_k_avx512's scratch
   uint32_t* v;       // [vunits][dv] bf16 key pairs
   uint32_t* q;       // [kRows][U] u8 quads (q + 128)
   int8_t* qq;        // [kRows][4U]
   float* qscale;     // [kRows] qscale * scale * log2(e)
-  float* qrow;       // [D]
   float* s;          // [kRows][kCols]
   uint32_t* p;       // [kRows][kCols / 2] bf16 pairs
   float* o;          // [kRows][dv]
@@ -152,11 +212,11 @@ Workspace layout(const Problem& p, void* scratch, size_t* bytes) {
   w.kscale = reinterpret_cast<float*>(take(kv * 4));
   w.kq = reinterpret_cast<int8_t*>(take(size_t(p.kv_len) * u * 4));
   w.mean = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
+  w.krows = reinterpret_cast<float*>(take(size_t(p.kv_len * p.head_dim) * 4));
   w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
   w.q = reinterpret_cast<uint32_t*>(take(r * u * 4));
   w.qq = reinterpret_cast<int8_t*>(take(r * u * 4));
   w.qscale = reinterpret_cast<float*>(take(r * 4));
-  w.qrow = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
   w.s = reinterpret_cast<float*>(take(r * kCols * 4));
   w.p = reinterpret_cast<uint32_t*>(take(r * (kCols / 2) * 4));
   w.o = reinterpret_cast<float*>(take(r * size_t(d.dv) * 4));
@@ -168,11 +228,11 @@ Workspace layout(const Problem& p, void* scratch, size_t* bytes) {
   return w;
 }
 
-// K of (b, h): quantized (quantize_k), then packed into 16-key vectors of
+// K of (b, h): quantized (quantize_k_avx512), then packed into 16-key vectors of
 // quads with the per-key compensation and scale.
 void pack_k(const Problem& p, int64_t b, int64_t h, const Dims& d, const Workspace& w) {
   const int64_t ldk = d.units * 4;
-  quantize_k(p, b, h, ldk, w.kq, w.kscale, w.mean);
+  quantize_k_avx512(p, b, h, ldk, w.kq, w.kscale, w.mean, w.krows);
   for (int64_t j = 0; j < d.kvecs * 16; ++j) {
     uint32_t* col = w.k + (j / 16) * d.units * 16 + j % 16;
     if (j < p.kv_len) {
@@ -477,7 +537,7 @@ void run_tile(const Problem& p, const Workspace& w, const Dims& d, int64_t b, in
   const int64_t rows = min64(kRows, p.q_len - row0);
   const int64_t padded_rows = round_up(rows, kRowAlign);
   const int64_t ldq = d.units * 4;
-  quantize_q(p, b, h, row0, rows, ldq, w.qq, w.qscale, w.qrow);
+  quantize_q_avx512(p, b, h, row0, rows, ldq, w.qq, w.qscale);
   const float score_scale = p.scale * kLog2e;
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(-128));  // s8 + 128 as u8: x ^ 0x80
   for (int64_t r = 0; r < padded_rows; ++r) {
@@ -540,8 +600,57 @@ void run_items(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   }
 }
 
+bool vnni_accepts(const Problem& p) { return p.head_dim <= kMaxQuantDim; }
+
 }  // namespace
 
-const Kernel kInt8Avx512Kernel = {"int8_avx512_vnni", kRows, scratch_bytes, run_items, nullptr};
+void quantize_k_avx512(const Problem& p, int64_t b, int64_t h, int64_t ldk, int8_t* kq,
+                       float* kscale, float* mean, float* rows) {
+  const int64_t D = p.head_dim, Lk = p.kv_len;
+  alignas(64) double sum[kMaxQuantDim];
+  alignas(64) float x[kMaxQuantDim];
+  const int64_t dv = round_up(D, 16);
+  for (int64_t e = 0; e < dv; e += 8) _mm512_store_pd(sum + e, _mm512_setzero_pd());
+  // Per dim in key order, in double: the reference's sums, lane by lane. The
+  // rows are kept (fp32, contiguous) for the second pass.
+  for (int64_t j = 0; j < Lk; ++j) {
+    float* const row = rows + j * D;
+    load_row_f32(p.k, b, j, h, D, row, Lk);
+    for (int64_t e = 0; e < D; e += 8) {
+      const __mmask8 m = __mmask8(first_lanes(D - e));
+      const __m512d xe = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, row + e));
+      _mm512_mask_store_pd(sum + e, m, _mm512_add_pd(_mm512_load_pd(sum + e), xe));
+    }
+  }
+  const __m512d n = _mm512_set1_pd(static_cast<double>(Lk));
+  for (int64_t e = 0; e < D; e += 8) {
+    const __mmask8 m = __mmask8(first_lanes(D - e));
+    const __m256 mv =
+        Lk > 0 ? _mm512_cvtpd_ps(_mm512_div_pd(_mm512_load_pd(sum + e), n)) : _mm256_setzero_ps();
+    _mm256_mask_storeu_ps(mean + e, m, mv);
+  }
+  for (int64_t j = 0; j < Lk; ++j) {
+    const float* const row = rows + j * D;
+    for (int64_t e = 0; e < D; e += 16) {
+      const __mmask16 m = first_lanes(D - e);
+      _mm512_mask_storeu_ps(
+          x + e, m,
+          _mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + e), _mm512_maskz_loadu_ps(m, mean + e)));
+    }
+    kscale[j] = quantize_row_avx512(x, D, ldk, kq + j * ldk);
+  }
+}
+
+void quantize_q_avx512(const Problem& p, int64_t b, int64_t h, int64_t row0, int64_t rows,
+                       int64_t ldq, int8_t* qq, float* qscale) {
+  alignas(64) float x[kMaxQuantDim];
+  for (int64_t r = 0; r < rows; ++r) {
+    load_row_f32(p.q, b, row0 + r, h, p.head_dim, x, row0 + rows);
+    qscale[r] = quantize_row_avx512(x, p.head_dim, ldq, qq + r * ldq);
+  }
+}
+
+const Kernel kInt8Avx512Kernel = {"int8_avx512_vnni", kRows, scratch_bytes, run_items,
+                                  vnni_accepts};
 
 }  // namespace flick::cpu::attention_int8_detail

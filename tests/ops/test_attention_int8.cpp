@@ -1,11 +1,12 @@
 // attention_int8: the reference (quantize as the contract says, then exact
 // math) against hand-computable cases and against exact attention (the
 // quantization error, with a stated bound), then every CPU kernel the host
-// runs (AVX-512 VNNI, portable) against the reference over dtypes, head dims,
+// runs (AMX, AVX-512 VNNI, portable) against the reference over dtypes, head dims,
 // lengths, strided views and masks.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -92,6 +93,7 @@ Compare compare(const Tensor& got, const Tensor& want, double abs_tol, double re
 std::vector<const Kernel*> kernels() {
   std::vector<const Kernel*> ks = {&ad::kInt8PortableKernel};
   if (ad::avx512_vnni_supported()) ks.push_back(&ad::kInt8Avx512Kernel);
+  if (ad::amx_int8_supported()) ks.push_back(&ad::kInt8AmxKernel);
   return ks;
 }
 
@@ -100,19 +102,27 @@ std::vector<const Kernel*> kernels() {
 // as in bf16 attention), fp32 scores and sums instead of double and the
 // polynomial 2^x (~1e-5 vmax in all), and for BF16 outputs one rounding each
 // side (one bf16 ulp, 2^-7 |ref|).
+// The AMX kernel keeps a lazy running max (attention_amx.cpp's): a row's
+// largest weight is not exactly 1 (exact in bf16) but up to 2^8, rounded like
+// the others, and bf16 rounds with a relative error of up to 2^-8 (8-bit
+// significand), so a row dominated by one key moves by up to 2^-8 vmax
+// (seen: 1.44 * 2^-9 vmax on a row of an earlier LongKeysAcrossBlocks data
+// set dominated by one key of weight 2^6.06; the exact-max kernels 0.26 *
+// 2^-9 on the same inputs).
 void check_kernels(const Tensor& q, const Tensor& k, const Tensor& v, DType out_dtype,
                    const AttentionParams& params, const std::string& what) {
   OwnedTensor want(out_dtype, q.shape);
   ref::attention_int8(q, k, v, want, params);
   const double vmax = max_abs(v);
-  const double abs_tol = (std::ldexp(1.0, -9) + 1e-5) * vmax;
   const double rel_tol = out_dtype == DType::BF16 ? std::ldexp(1.0, -7) : 0.0;
   for (const Kernel* kernel : kernels()) {
+    const int p_bits = kernel == &ad::kInt8AmxKernel ? 8 : 9;
+    const double abs_tol = (std::ldexp(1.0, -p_bits) + 1e-5) * vmax;
     OwnedTensor got(out_dtype, q.shape);
     ad::attention_int8_with(*kernel, q, k, v, got, params);
     const Compare c = compare(got, want, abs_tol, rel_tol);
-    EXPECT_EQ(c.bad, 0) << what << " [" << kernel->name << "]: worst " << c.worst << " (abs tol "
-                        << abs_tol << ")";
+    EXPECT_EQ(c.bad, 0) << what << " [" << kernel->name << "]: bad " << c.bad << " max "
+                        << c.max_err << " worst " << c.worst << " (abs tol " << abs_tol << ")";
   }
 }
 
@@ -228,8 +238,9 @@ TEST_P(AttentionInt8Kernels, StridedViews) {
   Tensor out = out_buf.t.slice(3, D, D);
   OwnedTensor want(DType::F32, {1, L, H, D});
   ref::attention_int8(q, k, v, want, {});
-  const double abs_tol = (std::ldexp(1.0, -9) + 1e-5) * max_abs(v);
   for (const Kernel* kernel : kernels()) {
+    const int p_bits = kernel == &ad::kInt8AmxKernel ? 8 : 9;  // as check_kernels
+    const double abs_tol = (std::ldexp(1.0, -p_bits) + 1e-5) * max_abs(v);
     ad::attention_int8_with(*kernel, q, k, v, out, {});
     const Compare c = compare(out, want, abs_tol, 0.0);
     EXPECT_EQ(c.bad, 0) << kernel->name << ": worst " << c.worst;
@@ -261,10 +272,165 @@ TEST_P(AttentionInt8Kernels, MasksAndTheirCombination) {
   check_kernels(q, k, v, DType::F32, p, "batch 1 fully padded");
 }
 
+// Key sequences of several 512-key blocks (the AMX kernel's block) with
+// tails in both lengths (260 queries: work items of 128, 128 and 4; 1100
+// keys: blocks of 512, 512 and 76) and head dims that do and do not fill a
+// 64-byte s8 k-step. In the "rising" variant the keys from 600 on share a
+// strong component with every query, so their scores exceed the first
+// block's by far more than the kernels' lazy-max margin (2^8): the running
+// max is raised and O rescaled (forward walks) or the late block comes first
+// (reverse walks). Also a negative scale (the AMX kernel negates Q instead).
+TEST_P(AttentionInt8Kernels, LongKeysAcrossBlocks) {
+  // The portable kernel has no key blocks (whole rows; covered above), and
+  // under the AVX2-only emulation (tests/CMakeLists.txt) this would take minutes.
+  if (!ad::avx512_vnni_supported()) GTEST_SKIP() << "no blocked INT8 kernel on this host";
+  const DType in = GetParam();
+  std::mt19937 rng(15);
+  const Case cases[] = {{1, 260, 1100, 1, 128}, {1, 70, 600, 1, 64}, {2, 40, 530, 1, 80}};
+  for (const Case& c : cases) {
+    for (const bool rising : {false, true}) {
+      OwnedTensor q = random4(in, {c.B, c.Lq, c.H, c.D}, rng, 2.f);
+      OwnedTensor k = random4(in, {c.B, c.Lk, c.H, c.D}, rng, 2.f, 0.5f);
+      OwnedTensor v = random4(in, {c.B, c.Lk, c.H, c.D}, rng, 1.f);
+      if (rising) {
+        // A common direction u (+-1 per dim): q += 2u, k[j >= 600] += 2u.
+        for_each4(q.t, [&](int64_t a, int64_t b, int64_t h, int64_t d) {
+          const int64_t at = offset(q.t, a, b, h, d);
+          const float u = (d * 7 + h) % 3 == 0 ? -1.f : 1.f;
+          store_from_f32(in, q.t.data, at, load_as_f32(in, q.t.data, at) + 2.f * u);
+        });
+        for_each4(k.t, [&](int64_t a, int64_t j, int64_t h, int64_t d) {
+          if (j < 600) return;
+          const int64_t at = offset(k.t, a, j, h, d);
+          const float u = (d * 7 + h) % 3 == 0 ? -1.f : 1.f;
+          store_from_f32(in, k.t.data, at, load_as_f32(in, k.t.data, at) + 2.f * u);
+        });
+      }
+      for (const float scale : {0.f, -0.06f}) {
+        AttentionParams p;
+        p.scale = scale;
+        std::ostringstream what;
+        what << dtype_name(in) << " B" << c.B << " Lq" << c.Lq << " Lk" << c.Lk << " H" << c.H
+             << " D" << c.D << (rising ? " rising" : "") << " scale " << scale;
+        check_kernels(q, k, v, scale == 0.f ? DType::F32 : DType::BF16, p, what.str());
+      }
+    }
+  }
+}
+
+// Masks over several blocks: block-causal boundaries inside and across the
+// 512-key blocks (Lq < Lk: the queries see a prefix plus their block), key
+// padding runs that cover a whole block, a bias, and their combination.
+TEST_P(AttentionInt8Kernels, MasksAcrossBlocks) {
+  if (!ad::avx512_vnni_supported()) GTEST_SKIP() << "no blocked INT8 kernel on this host";
+  const DType in = GetParam();
+  std::mt19937 rng(16);
+  const int64_t B = 2, Lq = 140, Lk = 1200, H = 1, D = 128;
+  OwnedTensor q = random4(in, {B, Lq, H, D}, rng, 2.f), k = random4(in, {B, Lk, H, D}, rng, 2.f),
+              v = random4(in, {B, Lk, H, D}, rng, 1.f);
+  OwnedTensor bias(DType::F32, {B, 1, Lq, Lk});
+  for (int64_t i = 0; i < bias.t.numel(); ++i)
+    bias.t.ptr<float>()[i] = std::uniform_real_distribution<float>(-3, 3)(rng);
+  OwnedTensor pad(DType::U8, {B, Lk});
+  for (int64_t j = 0; j < Lk; ++j) {
+    pad.t.ptr<uint8_t>()[j] = (j * 7 + 3) % 5 != 0;
+    pad.t.ptr<uint8_t>()[Lk + j] = j < 512 || j >= 1100;  // batch 1: keys 512-1099 padded
+  }
+  for (int mask = 1; mask < 8; ++mask) {
+    AttentionParams p;
+    if (mask & 1) p.bias = bias;
+    if (mask & 2) p.key_padding = pad;
+    if (mask & 4) p.causal_block = 150;  // query i sees keys < 150 * (floor((i + 1060) / 150) + 1)
+    check_kernels(q, k, v, DType::F32, p, "mask " + std::to_string(mask));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(, AttentionInt8Kernels, ::testing::Values(DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// The public op runs the VNNI kernel exactly when the host has AVX-512 BF16 +
+// The vectorised quantizer the AVX-512 and AMX kernels use is the shared one
+// bit for bit (INT8 rows and their zero padding, scales, K means) over
+// dtypes, head dims with and without a vector tail, strided views, one key,
+// and rows that quantize to zero (identical keys; an all-zero query).
+TEST(AttentionInt8, VectorisedQuantizerBitIdentical) {
+  if (!cpu::attention_detail::avx512_bf16_supported()) GTEST_SKIP() << "no AVX-512 on this host";
+  std::mt19937 rng(18);
+  for (const DType in : {DType::F32, DType::BF16, DType::F16}) {
+    for (const int64_t D : {6, 40, 64, 80, 128}) {
+      for (const int64_t Lk : {1, 37, 300}) {
+        const int64_t L = std::max<int64_t>(Lk, 20), H = 2, ld = (D + 63) / 64 * 64;
+        // q, k, v as views of one [1, L, 3, H, D] buffer: element strides > 1.
+        OwnedTensor qkv(in, {1, L, 3, H, D});
+        for (int64_t i = 0; i < qkv.t.numel(); ++i)
+          store_from_f32(
+              in, qkv.t.data, i,
+              std::uniform_real_distribution<float>(-3, 3)(rng) + (i % 7 == 0 ? 5.f : 0));
+        const Tensor q = qkv.t.select(2, 0).slice(1, 0, 20), k = qkv.t.select(2, 1).slice(1, 0, Lk),
+                     v = qkv.t.select(2, 2).slice(1, 0, Lk);
+        for (int64_t d = 0; d < D; ++d) {  // query 3 all zero; head 1: identical keys
+          store_from_f32(in, q.data, offset(q, 0, 3, 0, d), 0.f);
+          for (int64_t j = 0; j < Lk; ++j)
+            store_from_f32(in, k.data, offset(k, 0, j, 1, d), 0.5f * float(d));
+        }
+        OwnedTensor out(DType::F32, q.shape);
+        Tensor o = out;
+        const auto p = cpu::attention_detail::resolve_problem(q, k, v, o, {});
+        const std::string what =
+            std::string(dtype_name(in)) + " D" + std::to_string(D) + " Lk" + std::to_string(Lk);
+        for (int64_t h = 0; h < H; ++h) {
+          std::vector<int8_t> kq0(size_t(Lk * ld), 1), kq1(size_t(Lk * ld), 2);
+          const size_t nk = static_cast<size_t>(Lk), nd = static_cast<size_t>(D);
+          std::vector<float> ks0(nk), ks1(nk), m0(nd), m1(nd);
+          ad::quantize_k(p, 0, h, ld, kq0.data(), ks0.data(), m0.data());
+          std::vector<float> scratch(nk * nd);
+          ad::quantize_k_avx512(p, 0, h, ld, kq1.data(), ks1.data(), m1.data(), scratch.data());
+          EXPECT_EQ(kq0, kq1) << what << " h" << h;
+          EXPECT_EQ(std::memcmp(ks0.data(), ks1.data(), ks0.size() * 4), 0) << what << " h" << h;
+          EXPECT_EQ(std::memcmp(m0.data(), m1.data(), m0.size() * 4), 0) << what << " h" << h;
+          if (h == 1) {  // the case the zero branch exists for
+            EXPECT_EQ(ks0[0], 0.f) << what;
+          }
+          const int64_t rows = 20;
+          std::vector<int8_t> qq0(size_t(rows * ld), 1), qq1(size_t(rows * ld), 2);
+          std::vector<float> qs0(rows), qs1(rows), row(nd);
+          ad::quantize_q(p, 0, h, 0, rows, ld, qq0.data(), qs0.data(), row.data());
+          ad::quantize_q_avx512(p, 0, h, 0, rows, ld, qq1.data(), qs1.data());
+          EXPECT_EQ(qq0, qq1) << what << " h" << h;
+          EXPECT_EQ(std::memcmp(qs0.data(), qs1.data(), qs0.size() * 4), 0) << what << " h" << h;
+        }
+      }
+    }
+  }
+}
+
+// The op as the host runs it (cpu::attention_int8: AMX-INT8 on AMX hosts)
+// against exact attention on the DiT's head dim with keys over several
+// blocks: the quantization error bound of CloseToExactAttention (0.3 % of
+// max|V|, cosine 0.9999) holds for the kernels too, their own rounding
+// (bf16 P: <= 2^-8 of max|V| with the AMX kernel's lazy max) being 3.8x
+// below it.
+TEST(AttentionInt8, HostKernelCloseToExactAttention) {
+  // The portable kernel is the reference's arithmetic row by row (checked
+  // against it above); this one is for the blocked kernels (and takes
+  // minutes under the AVX2-only emulation).
+  if (!ad::avx512_vnni_supported()) GTEST_SKIP() << "no blocked INT8 kernel on this host";
+  std::mt19937 rng(17);
+  for (const int64_t D : {64, 128}) {
+    const int64_t Lq = 64, Lk = 1100, H = 2;
+    OwnedTensor q = random4(DType::BF16, {1, Lq, H, D}, rng, 1.7f);
+    OwnedTensor k = random4(DType::BF16, {1, Lk, H, D}, rng, 1.7f, 8.f);
+    OwnedTensor v = random4(DType::BF16, {1, Lk, H, D}, rng, 1.f);
+    OwnedTensor exact(DType::F32, q.t.shape), got(DType::F32, q.t.shape);
+    ref::attention(q, k, v, exact, {});
+    cpu::attention_int8(q, k, v, got, {});
+    const Compare c = compare(got, exact, 0.003 * max_abs(v), 0.0);
+    EXPECT_EQ(c.bad, 0) << "D " << D << ": worst " << c.worst;
+    EXPECT_GT(c.cosine, 0.9999) << "D " << D;
+  }
+}
+
+// The public op runs the AMX kernel exactly when the host has AMX-INT8 (and
+// the tile state), else the VNNI kernel exactly when it has AVX-512 BF16 +
 // VNNI, and gives that kernel's result.
 TEST(AttentionInt8, PublicEntryPointSelectsByIsa) {
   std::mt19937 rng(14);
@@ -274,7 +440,9 @@ TEST(AttentionInt8, PublicEntryPointSelectsByIsa) {
   OwnedTensor got(DType::BF16, q.t.shape), direct(DType::BF16, q.t.shape);
   Tensor g = got;
   const Kernel& used = ad::select_kernel(cpu::attention_detail::resolve_problem(q, k, v, g, {}));
-  EXPECT_EQ(&used == &ad::kInt8Avx512Kernel, ad::avx512_vnni_supported());
+  EXPECT_EQ(&used == &ad::kInt8AmxKernel, ad::amx_int8_supported());
+  EXPECT_EQ(&used == &ad::kInt8Avx512Kernel,
+            ad::avx512_vnni_supported() && !ad::amx_int8_supported());
   cpu::attention_int8(q, k, v, got, {});
   ad::attention_int8_with(used, q, k, v, direct, {});
   EXPECT_EQ(std::memcmp(got.t.data, direct.t.data, size_t(got.t.numel()) * 2), 0);

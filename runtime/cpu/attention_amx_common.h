@@ -1,0 +1,389 @@
+// Pieces of the flash-attention kernels on the AMX tile unit, for
+// translation units built with AMX flags (*_amx.cpp) only: the queue that
+// interleaves tile products with the AVX-512 softmax, vector helpers, and the
+// online-softmax state and output stores of the transposed-score layout.
+// Written for attention_int8_amx.cpp after attention_amx.cpp, whose own
+// copies are the same code (tdpbf16ps only).
+//
+// Everything is in an anonymous namespace: each including file gets its own
+// copy, as attention_kernels.h asks of shared helpers (no inline function
+// whose AVX-512 / AMX body the linker could pick for other code).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "runtime/cpu/attention_kernels.h"
+
+namespace flick::cpu::amx {
+namespace {
+
+// ---- tiles ----
+
+// All eight tiles 16 x 64 bytes (configure_full_tiles): C tiles 0-3, A tiles
+// 4-5, B tiles 6-7. A 2 x 2 block of C tiles accumulated over `steps`
+// k-steps:
+//   C[2a + b] (+)= A[a] . B[b]   (a: A tile, b: B tile)
+// with A[a] at a[a] + s * a_step and B[b] at b[b] + s * b_step on step s
+// (byte strides; every tile is 1 KB contiguous, rows 64 bytes apart). A half
+// chunk (a[1] == nullptr) has C[0] and C[1] only. load_c: accumulate onto C in
+// memory; otherwise start from zero. int8: tdpbssd (s8 x s8 -> s32), else
+// tdpbf16ps (bf16 x bf16 -> fp32).
+struct Chunk {
+  void* c[4];
+  const char* a[2];
+  const char* b[2];
+  int64_t a_step, b_step;
+  int64_t steps;
+  bool load_c;
+  bool int8 = false;
+};
+
+// The tile work of one pipeline iteration (at most kMaxChunks chunks),
+// executed half a k-step at a time so that the softmax can be interleaved
+// between the pieces.
+template <int kMaxChunks>
+class TileQueue {
+ public:
+  void clear() { n_ = cur_ = step_ = half_ = total_ = 0; }
+  void push(const Chunk& c) {
+    chunks_[n_++] = c;
+    total_ += c.a[1] ? 2 * c.steps : c.steps;
+  }
+  void pace(int64_t ticks) {
+    ticks_ = ticks;
+    credit_ = 0;
+  }
+  void tick() {
+    credit_ += total_;
+    while (credit_ >= ticks_) {
+      credit_ -= ticks_;
+      half_step();
+    }
+  }
+  void finish() {
+    while (cur_ < n_) half_step();
+  }
+
+ private:
+  void half_step() {
+    const Chunk& k = chunks_[cur_];
+    const bool full = k.a[1] != nullptr;
+    const bool last = step_ + 1 == k.steps;
+    if (half_ == 0) {
+      if (step_ == 0) {
+        if (k.load_c) {
+          _tile_loadd(0, k.c[0], 64);
+          _tile_loadd(1, k.c[1], 64);
+          if (full) {
+            _tile_loadd(2, k.c[2], 64);
+            _tile_loadd(3, k.c[3], 64);
+          }
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        }
+      }
+      _tile_loadd(4, k.a[0] + step_ * k.a_step, 64);
+      _tile_loadd(6, k.b[0] + step_ * k.b_step, 64);
+      _tile_loadd(7, k.b[1] + step_ * k.b_step, 64);
+      if (k.int8) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+      } else {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+      }
+      if (last) {
+        _tile_stored(0, k.c[0], 64);
+        _tile_stored(1, k.c[1], 64);
+      }
+      if (full) {
+        half_ = 1;
+        return;
+      }
+    } else {
+      _tile_loadd(5, k.a[1] + step_ * k.a_step, 64);
+      if (k.int8) {
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+      } else {
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      if (last) {
+        _tile_stored(2, k.c[2], 64);
+        _tile_stored(3, k.c[3], 64);
+      }
+      half_ = 0;
+    }
+    if (!last) {
+      ++step_;
+      return;
+    }
+    step_ = 0;
+    ++cur_;
+  }
+
+  Chunk chunks_[kMaxChunks];
+  int n_ = 0, cur_ = 0;
+  int64_t step_ = 0, total_ = 0, ticks_ = 1, credit_ = 0;
+  int half_ = 0;
+};
+
+// ---- vector helpers ----
+
+// Transposes a 16 x 16 matrix of 32-bit elements held as 16 row vectors.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+// 2^x for finite x: a degree-4 minimax polynomial of the fraction
+// f = x - floor(x) in [0, 1) (vreduceps; relative error 2.7e-6), scaled by
+// 2^floor(x) (vscalefps floors its exponent operand itself).
+inline __m512 exp2_poly(__m512 x) {
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
+  return _mm512_scalef_ps(p, x);
+}
+
+inline __mmask32 first_words(int64_t n) {
+  return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : (__mmask32(1) << n) - 1;
+}
+inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// ---- softmax state and output of the transposed-score kernels ----
+// Queries in groups of 16 (the lanes of a vector); per group one vector each
+// of running max (log2 units), sum and rescale factor alpha, and O^T as
+// [dtiles] tiles of 16 head_dim x 16 queries (fp32).
+
+// Lanes of key j that the queries of a group (visible keys [0, key_end[lane]))
+// may see, key padding of batch b applied.
+inline __mmask16 visible_lanes(const attention_detail::Problem& p, int64_t b,
+                               const int32_t* key_end, int64_t j) {
+  if (p.key_padding &&
+      p.key_padding[b * p.key_padding_stride[0] + j * p.key_padding_stride[1]] == 0)
+    return 0;
+  return _mm512_cmplt_epi32_mask(_mm512_set1_epi32(static_cast<int32_t>(j)),
+                                 _mm512_load_si512(key_end));
+}
+
+// bias[b, h, q0 + lane, j] * log2(e) for the lanes in m (others 0).
+inline __m512 bias_lanes(const attention_detail::Problem& p, int64_t b, int64_t h, int64_t q0,
+                         int64_t j, __mmask16 m) {
+  const float* base = p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + q0 * p.bias_stride[2] +
+                      j * p.bias_stride[3];
+  const __m512i idx_lo = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi64(p.bias_stride[2]));
+  const __m512i idx_hi = _mm512_add_epi64(idx_lo, _mm512_set1_epi64(8 * p.bias_stride[2]));
+  const __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m), idx_lo, base, 4);
+  const __m256 hi =
+      _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m >> 8), idx_hi, base, 4);
+  const __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  return _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896340736f));
+}
+
+// Folds a block's max per query into a group's running max, raised only
+// where the block exceeds it by more than lazy_log2; sets alpha (2^(old -
+// new): 1 where kept, 0 where the old max was -inf), rescales the sum, flags
+// O^T for rescaling where a finite max was raised, and returns the shift the
+// block's weights are taken against (0 while a query sees nothing).
+inline __m512 update_max(float* max, float* sum, float* alpha, uint8_t* rescale, __m512 bmax,
+                         float lazy_log2) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const __m512 old_max = _mm512_load_ps(max);
+  const __mmask16 raise =
+      _mm512_cmp_ps_mask(bmax, _mm512_add_ps(old_max, _mm512_set1_ps(lazy_log2)), _CMP_GT_OQ);
+  const __m512 new_max = _mm512_mask_blend_ps(raise, old_max, bmax);
+  const __m512 a = _mm512_mask_blend_ps(
+      raise, _mm512_set1_ps(1.f),
+      exp2_poly(_mm512_max_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(-200.f))));
+  _mm512_store_ps(max, new_max);
+  _mm512_store_ps(alpha, a);
+  _mm512_store_ps(sum, _mm512_mul_ps(_mm512_load_ps(sum), a));
+  *rescale |= (raise & _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ)) != 0;
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ), new_max,
+                              _mm512_setzero_ps());
+}
+
+// The lanes of y (head_dim 16 dt + lane of one query) into out at dst.
+inline void store_lanes(const attention_detail::Problem& p, char* dst, __m512 y, __mmask16 lanes) {
+  const int64_t stride = p.out_stride[3];
+  if (stride == 1) {
+    if (p.out_dtype == DType::F32)
+      _mm512_mask_storeu_ps(dst, lanes, y);
+    else
+      _mm256_mask_storeu_epi16(dst, lanes, (__m256i)_mm512_cvtneps_pbh(y));
+    return;
+  }
+  alignas(64) float f[16];
+  alignas(32) uint16_t bf[16];
+  _mm512_store_ps(f, y);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(bf), (__m256i)_mm512_cvtneps_pbh(y));
+  for (int l = 0; l < 16; ++l) {
+    if (!(lanes >> l & 1)) break;
+    if (p.out_dtype == DType::F32)
+      reinterpret_cast<float*>(dst)[l * stride] = f[l];
+    else
+      reinterpret_cast<uint16_t*>(dst)[l * stride] = bf[l];
+  }
+}
+
+// out[b, row0 + q, h, :] = O^T[:, q] / sum[q] for the first `rows` queries
+// (zero where nothing was visible). BF16 stores use vcvtneps2bf16 (round to
+// nearest even; flushes denormals to zero).
+inline void store_output(const attention_detail::Problem& p, const float* o, const float* sum,
+                         int64_t dtiles, int64_t b, int64_t h, int64_t row0, int64_t rows) {
+  const int64_t esize = p.out_dtype == DType::F32 ? 4 : 2;
+  for (int64_t g = 0; g * 16 < rows; ++g) {
+    const __m512 s = _mm512_load_ps(sum + g * 16);
+    alignas(64) float inv[16];
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                             _mm512_set1_ps(1.f), s));
+    const int64_t n_rows = rows - g * 16 < 16 ? rows - g * 16 : 16;
+    for (int64_t dt = 0; dt < dtiles; ++dt) {
+      __m512i r[16];
+      const float* tile = o + (g * dtiles + dt) * 256;
+      for (int m = 0; m < 16; ++m) r[m] = _mm512_load_si512(tile + m * 16);
+      transpose16(r);
+      const __mmask16 lanes = first_lanes(p.head_dim - 16 * dt);
+      for (int64_t n = 0; n < n_rows; ++n) {
+        const __m512 y = _mm512_mul_ps(_mm512_castsi512_ps(r[n]), _mm512_set1_ps(inv[n]));
+        char* dst = static_cast<char*>(p.out) +
+                    (b * p.out_stride[0] + (row0 + g * 16 + n) * p.out_stride[1] +
+                     h * p.out_stride[2] + 16 * dt * p.out_stride[3]) *
+                        esize;
+        store_lanes(p, dst, y, lanes);
+      }
+    }
+  }
+}
+
+// ---- the schedule ----
+
+// One step of the schedule: keys [key0, key0 + nkeys) for the queries of
+// pair `pair` (two groups; computed up to a multiple of 32 keys, the keys
+// past nkeys weigh 0); masked: some query of the pair cannot see some of
+// those keys, or there is a bias.
+struct Step {
+  int32_t key0, nkeys, pair;
+  bool masked;
+};
+
+// A work item's per-group state (one 16-lane vector per group each) and O^T.
+struct GroupState {
+  int32_t* key_end;  // visible keys [0, key_end) of each query
+  float* max;        // running max (log2 units)
+  float* sum;        // running sum of the weights
+  uint8_t* rescale;  // whether O^T must be rescaled by alpha before the next P.V
+  float* o;          // O^T: [group][dtiles] tiles of 16 head_dim x 16 queries
+  int64_t dtiles;
+};
+
+// Resets the state of queries [row0, row0 + rows) of (b, .) and writes their
+// schedule: per block of `block` keys, one step per pair of 16-query groups
+// that sees any key of it. Padding queries copy the last real one, so they
+// never widen the schedule. Reverse (odd work items) walks the blocks
+// backwards, starting on the ones the previous item left in L2. Returns the
+// number of steps.
+inline int64_t plan_steps(const attention_detail::Problem& p, int64_t b, int64_t row0, int64_t rows,
+                          int64_t block, bool reverse, const GroupState& st, Step* steps) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const int64_t pairs = (rows + 31) / 32;
+  for (int64_t g = 0; g < 2 * pairs; ++g) {
+    int32_t* ke = st.key_end + g * 16;
+    for (int64_t n = 0; n < 16; ++n) {
+      const int64_t i = row0 + (g * 16 + n < rows - 1 ? g * 16 + n : rows - 1);
+      ke[n] = static_cast<int32_t>(attention_detail::attention_key_end(p, i));
+    }
+    _mm512_store_ps(st.max + g * 16, neg_inf);
+    _mm512_store_ps(st.sum + g * 16, _mm512_setzero_ps());
+    st.rescale[g] = 0;
+  }
+  for (int64_t e = 0; e < 2 * pairs * st.dtiles * 256; e += 16)
+    _mm512_store_ps(st.o + e, _mm512_setzero_ps());
+  int64_t n = 0;
+  const int64_t blocks = (p.kv_len + block - 1) / block;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t key0 = (reverse ? blocks - 1 - blk : blk) * block;
+    const int64_t key_stop = key0 + block < p.kv_len ? key0 + block : p.kv_len;
+    bool padded = false;
+    if (p.key_padding) {
+      const uint8_t* pad = p.key_padding + b * p.key_padding_stride[0];
+      for (int64_t j = key0; j < key_stop && !padded; ++j)
+        padded = pad[j * p.key_padding_stride[1]] == 0;
+    }
+    for (int64_t pr = 0; pr < pairs; ++pr) {
+      const __m512i ka = _mm512_load_si512(st.key_end + 2 * pr * 16);
+      const __m512i kb = _mm512_load_si512(st.key_end + (2 * pr + 1) * 16);
+      const int64_t pair_min = _mm512_reduce_min_epi32(_mm512_min_epi32(ka, kb));
+      const int64_t pair_max = _mm512_reduce_max_epi32(_mm512_max_epi32(ka, kb));
+      if (pair_max <= key0) continue;
+      const int64_t nkeys = pair_max - key0 < block ? pair_max - key0 : block;
+      Step& s = steps[n++];
+      s.key0 = static_cast<int32_t>(key0);
+      s.nkeys = static_cast<int32_t>(nkeys);
+      s.pair = static_cast<int32_t>(pr);
+      s.masked = p.bias != nullptr || padded || pair_min < key0 + nkeys;
+    }
+  }
+  return n;
+}
+
+// Runs the steps software-pipelined: while the AVX-512 units run the softmax
+// of step i, the tile unit runs P.V of step i - 1 and Q.K^T of step i + 1
+// (S^T and P^T double-buffered by step parity). Run provides
+// push_qk(step, buf), push_pv(step, buf), apply_rescale(step) and
+// softmax(step, buf, queue), which interleaves the queued tile work.
+template <class Run, class Queue>
+void run_pipeline(Run& run, Queue& tq, const Step* steps, int64_t nsteps) {
+  if (nsteps == 0) return;
+  tq.clear();
+  run.push_qk(steps[0], 0);
+  tq.finish();
+  for (int64_t i = 0; i < nsteps; ++i) {
+    tq.clear();
+    if (i > 0) {
+      run.apply_rescale(steps[i - 1]);
+      run.push_pv(steps[i - 1], (i - 1) % 2);
+    }
+    if (i + 1 < nsteps) run.push_qk(steps[i + 1], (i + 1) % 2);
+    run.softmax(steps[i], i % 2, tq);
+    tq.finish();
+  }
+  tq.clear();
+  run.apply_rescale(steps[nsteps - 1]);
+  run.push_pv(steps[nsteps - 1], (nsteps - 1) % 2);
+  tq.finish();
+}
+
+}  // namespace
+}  // namespace flick::cpu::amx

@@ -1,0 +1,559 @@
+// INT8 attention on the AMX tile unit (Sapphire Rapids and later): the
+// schedule of attention_amx.cpp (transposed scores, 128-query work items in
+// pairs of 16-query groups, 512-key blocks, the Q.K^T / softmax / P.V phases
+// of consecutive steps software-pipelined, the lazy running max) with the
+// arithmetic of Backend::attention_int8 (attention_int8_kernels.h):
+//   S^T = K Q^T   on tdpbssd: A = the smoothed K quantized per key (s8,
+//                 quantize_k_avx512), B = Q^T quantized per query (s8,
+//                 quantize_q_avx512), exact int32 dots; each score is then float(dot) *
+//                 kscale[key] * qscale[query] * scale * log2(e) in AVX-512
+//                 (the per-query factor lives in the lanes of a vector, the
+//                 per-key one is a broadcast);
+//   O^T += V^T P^T on tdpbf16ps with P and V rounded to bf16, as in the
+//                 AMX-BF16 kernel and the other INT8 kernels.
+// The quantized operands come from the vectorised shared quantizer
+// (bit-identical to attention_int8.cpp's and so to the reference's); the
+// integer dots are exact, so the scores differ from the reference only by
+// fp32 rounding of the two scale products.
+//
+// Why P.V stays bf16 (bench/RESULTS.md, "INT8 attention"): P as u8 (a fixed
+// 1/255 step, which needs the exact running max so that P <= 1) with V
+// per-channel s8 on tdpbusd halves the P.V tile products, but
+//  - speed: with only the tile side of it in place (tdpbusd over half the
+//    k-steps, numerics not built) the DiT self-attention ran about as fast
+//    as the AMX-BF16 kernel (0.98x in one run), before the AVX-512 work it needs
+//    on top (tile accumulation cannot be rescaled by the softmax's alpha, so
+//    each step's int32 O^T must be folded into an fp32 O^T);
+//  - error: on DiT-like rows of 5280 keys (a simulation in double, see
+//    bench/RESULTS.md) u8 P moves the output by 10-60x what bf16 P does (rms 2.5e-4
+//    to 2.7e-3 of max|V| against 2e-5 to 1.2e-4): most of a long row's
+//    weights lie below one u8 step.
+//
+// The Q.K^T k-step covers 64 head_dim values (tdpbssd: 4 bytes per 32-bit
+// unit) instead of 32, so Q.K^T takes half the tile products of the BF16
+// kernel; the softmax gains one int -> float conversion and one multiply
+// per score vector.
+//
+// Numerics beyond attention_amx.cpp's (bf16 P, 2^x polynomial, lazy max,
+// all as there): none; the scores are exact integers scaled in fp32. Against
+// the reference (exact max: a row's largest weight is 1, exact in bf16) the
+// lazy max lets that weight reach 2^8 and round like the others, so a row
+// dominated by one key moves by up to 2^-8 (not 2^-9) of max|V|.
+//
+// See attention_kernels.h for why this file avoids inline functions of other
+// headers: everything here is in an anonymous namespace or intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "runtime/cpu/amx_tiles.h"
+#include "runtime/cpu/attention_amx_common.h"
+#include "runtime/cpu/attention_int8_kernels.h"
+
+namespace flick::cpu::attention_int8_detail {
+namespace {
+
+using amx::Chunk;
+using amx::exp2_poly;
+using amx::first_lanes;
+using amx::first_words;
+using amx::Step;
+using amx::transpose16;
+using attention_detail::attention_key_end;
+using attention_detail::balanced_tile;
+using attention_detail::Operand;
+
+constexpr int64_t kRows = 128;   // queries per work item (a multiple of kPair)
+constexpr int64_t kBlock = 512;  // keys per block (a multiple of kPair)
+constexpr int64_t kPair = 32;    // queries per pair of groups; keys per P.V k-step
+constexpr int64_t kGroup = 16;   // queries per group: the lanes of a vector
+constexpr int64_t kQuadK = 64;   // head_dim per Q.K^T k-step (16 units of 4 s8)
+constexpr int64_t kTileBytes = 1024;
+constexpr int64_t kTileElems = 512;  // bf16 elements of a tile
+constexpr int64_t kMaxHeadDim = 512;
+constexpr int64_t kAhead = 8;  // rows of V prefetched ahead
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr int kLazyBits = 8;
+constexpr float kLazyLog2 = kLazyBits;  // as attention_amx.cpp
+constexpr float kLazySum = float(kBlock << kLazyBits);
+// Tile chunks of one pipeline iteration: Q.K^T's key-tile pairs of a block
+// and P.V's head_dim-tile pairs.
+using TileQueue = amx::TileQueue<kBlock / kPair + kMaxHeadDim / kPair>;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// bf16 bits of f rounded to nearest even (finite f), as round_bf16 in dtype.h.
+inline uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// ---- workspace ----
+
+struct Dims {
+  int64_t qchunks;  // ceil(D / 64): k-steps of Q.K^T, s8 tiles of K and Q^T per row block
+  int64_t dtiles;   // ceil(D / 16): row tiles of V^T and O^T
+  int64_t kv_pad;   // Lk rounded up to kPair (zero keys past Lk)
+  int64_t blocks;   // ceil(Lk / kBlock)
+  explicit Dims(const Problem& p)
+      : qchunks(ceil_div(p.head_dim, kQuadK)),
+        dtiles(ceil_div(p.head_dim, 16)),
+        kv_pad(round_up(p.kv_len, kPair)),
+        blocks(ceil_div(p.kv_len, kBlock)) {}
+  int64_t ld() const { return qchunks * kQuadK; }  // s8 row length of quantized Q / K
+};
+
+struct Workspace {
+  int8_t* k;        // [kv_pad / 16][qchunks] tiles: 16 keys x 64 head_dim (s8)
+  float* kscale;    // [kv_pad] (0 past Lk)
+  int8_t* kq;       // [Lk][ld] the quantizer's output
+  float* mean;      // [D]
+  float* krows;     // [Lk][D] quantize_k_avx512's scratch
+  uint16_t* vt;     // [kv_pad / 32][dtiles] tiles: 16 head_dim x 32 keys (16 key pairs)
+  uint16_t* vrows;  // [kPair][dtiles * 16] bf16 rows of V being packed
+  int8_t* qq;       // [kRows][ld] the quantizer's output
+  float* qscale;    // [kRows]
+  int8_t* qt;       // [kRows / 16][qchunks] tiles: 16 head_dim quads x 16 queries
+  float* qs;        // [kRows] qscale * |scale| * log2(e) (0 past Lq)
+  float* s[2];      // S^T of a step: [kBlock / 16][2] tiles of 16 keys x 16 queries (s32, then
+                    // fp32 where the masked pass stores scaled scores)
+  uint16_t* p[2];   // P^T of a step: [kBlock / 32][2] tiles of 16 key pairs x 16 queries
+  float* o;         // O^T: [kRows / 16][dtiles] tiles of 16 head_dim x 16 queries
+  float* max;       // per group of 16 queries, one vector each, as in attention_amx.cpp
+  float* sum;
+  float* alpha;
+  int32_t* key_end;
+  uint8_t* rescale;
+  Step* steps;
+};
+
+Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
+  const Dims d(p);
+  const size_t groups = kRows / kGroup;
+  const size_t ld = size_t(d.ld());
+  char* at = static_cast<char*>(scratch);
+  size_t used = 0;
+  auto take = [&](size_t n) {
+    char* ptr = at == nullptr ? nullptr : at + used;
+    used += align64(n);
+    return ptr;
+  };
+  Workspace w;
+  w.k = reinterpret_cast<int8_t*>(take(size_t(d.kv_pad) * ld));
+  w.kscale = reinterpret_cast<float*>(take(size_t(d.kv_pad) * 4));
+  w.kq = reinterpret_cast<int8_t*>(take(size_t(p.kv_len) * ld));
+  w.mean = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
+  w.krows = reinterpret_cast<float*>(take(size_t(p.kv_len * p.head_dim) * 4));
+  w.vt = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dtiles * 16) * 2));
+  w.vrows = reinterpret_cast<uint16_t*>(take(size_t(kPair * d.dtiles * 16) * 2));
+  w.qq = reinterpret_cast<int8_t*>(take(kRows * ld));
+  w.qscale = reinterpret_cast<float*>(take(kRows * 4));
+  w.qt = reinterpret_cast<int8_t*>(take(kRows * ld));
+  w.qs = reinterpret_cast<float*>(take(kRows * 4));
+  for (auto& s : w.s) s = reinterpret_cast<float*>(take(kBlock * kPair * 4));
+  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(take(kBlock * kPair * 2));
+  w.o = reinterpret_cast<float*>(take(size_t(kRows * d.dtiles * 16) * 4));
+  w.max = reinterpret_cast<float*>(take(groups * 64));
+  w.sum = reinterpret_cast<float*>(take(groups * 64));
+  w.alpha = reinterpret_cast<float*>(take(groups * 64));
+  w.key_end = reinterpret_cast<int32_t*>(take(groups * 64));
+  w.rescale = reinterpret_cast<uint8_t*>(take(groups));
+  w.steps = reinterpret_cast<Step*>(take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
+  if (bytes != nullptr) *bytes = used;
+  return w;
+}
+
+size_t scratch_bytes(const Problem& p) {
+  size_t bytes = 0;
+  carve(p, nullptr, &bytes);
+  return bytes;
+}
+
+// ---- packing ----
+
+// K of (b, h), smoothed and quantized (quantize_k_avx512), as A tiles: tile (kt, c)
+// = keys [16 kt, 16 kt + 16) x head_dim [64 c, 64 c + 64), zero past Lk and D.
+void pack_k(const Problem& p, const Dims& d, int64_t b, int64_t h, const Workspace& w) {
+  const int64_t ld = d.ld();
+  quantize_k_avx512(p, b, h, ld, w.kq, w.kscale, w.mean, w.krows);
+  for (int64_t j = p.kv_len; j < d.kv_pad; ++j) w.kscale[j] = 0.f;
+  for (int64_t j = 0; j < d.kv_pad; ++j) {
+    int8_t* out = w.k + (j / 16) * d.qchunks * kTileBytes + (j % 16) * 64;
+    for (int64_t c = 0; c < d.qchunks; ++c)
+      _mm512_store_si512(out + c * kTileBytes, j < p.kv_len
+                                                   ? _mm512_loadu_si512(w.kq + j * ld + c * 64)
+                                                   : _mm512_setzero_si512());
+  }
+}
+
+// Row j of V (b, h) rounded to bf16 into dst[0, 16 dtiles) (zero past D).
+void v_row_bf16(const Problem& p, const Dims& d, int64_t b, int64_t j, int64_t h, uint16_t* dst) {
+  const Operand& v = p.v;
+  const int64_t D = p.head_dim, n = d.dtiles * 16;
+  const char* base =
+      static_cast<const char*>(v.data) +
+      (b * v.stride[0] + j * v.stride[1] + h * v.stride[2]) * (v.dtype == DType::F32 ? 4 : 2);
+  if (v.dtype == DType::BF16 && v.stride[3] == 1) {
+    // The rows of one head lie kilobytes apart: fetch the one kAhead on.
+    if (j + kAhead < p.kv_len)
+      for (int64_t off = 0; off < D * 2; off += 64)
+        _mm_prefetch(base + kAhead * v.stride[1] * 2 + off, _MM_HINT_T0);
+    const auto* src = reinterpret_cast<const uint16_t*>(base);
+    for (int64_t e = 0; e < n; e += 32)
+      _mm512_storeu_si512(dst + e, _mm512_maskz_loadu_epi16(first_words(D - e), src + e));
+    return;
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    if (e >= D) {
+      dst[e] = 0;
+      continue;
+    }
+    const int64_t at = e * v.stride[3];
+    switch (v.dtype) {
+      case DType::BF16: dst[e] = reinterpret_cast<const uint16_t*>(base)[at]; break;
+      case DType::F16:
+        dst[e] = f32_to_bf16_bits(_cvtsh_ss(reinterpret_cast<const uint16_t*>(base)[at]));
+        break;
+      default: dst[e] = f32_to_bf16_bits(reinterpret_cast<const float*>(base)[at]); break;
+    }
+  }
+}
+
+// V of (b, h) rounded to bf16 as A tiles of V^T: tile (ks, dt) row m =
+// head_dim 16 dt + m, 32-bit unit u = (V[32 ks + 2u][.], V[32 ks + 2u + 1][.]),
+// zero past Lk and D (attention_amx.cpp's layout).
+void pack_vt(const Problem& p, const Dims& d, int64_t b, int64_t h, const Workspace& w) {
+  const int64_t n = d.dtiles * 16;
+  for (int64_t ks = 0; ks < d.kv_pad / kPair; ++ks) {
+    for (int64_t r = 0; r < kPair; ++r) {
+      const int64_t j = ks * kPair + r;
+      if (j < p.kv_len)
+        v_row_bf16(p, d, b, j, h, w.vrows + r * n);
+      else
+        std::memset(w.vrows + r * n, 0, size_t(n) * 2);
+    }
+    for (int64_t dt = 0; dt < d.dtiles; ++dt) {
+      __m512i u[16];
+      for (int i = 0; i < 16; ++i) {
+        const __m512i lo = _mm512_cvtepu16_epi32(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.vrows + 2 * i * n + 16 * dt)));
+        const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w.vrows + (2 * i + 1) * n + 16 * dt)));
+        u[i] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      }
+      transpose16(u);
+      uint16_t* tile = w.vt + (ks * d.dtiles + dt) * kTileElems;
+      for (int m = 0; m < 16; ++m) _mm512_store_si512(tile + m * 32, u[m]);
+    }
+  }
+}
+
+// Q rows [row0, row0 + rows) quantized (quantize_q_avx512) as B tiles of Q^T for
+// 16 * groups queries: tile (g, c) row k = head_dim quad 64 c + 4k .. + 3,
+// column n = query 16 g + n; zero past Lq and D. Negated when the scale is
+// negative (s8 negation of [-127, 127] is exact), so that the per-query
+// factors qs are >= 0 and the max of the scaled scores is the scaled max.
+void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0, int64_t rows,
+             int64_t groups, const Workspace& w) {
+  const int64_t ld = d.ld();
+  quantize_q_avx512(p, b, h, row0, rows, ld, w.qq, w.qscale);
+  const bool negate = p.scale < 0;
+  const float factor = (negate ? -p.scale : p.scale) * kLog2e;
+  for (int64_t l = 0; l < groups * kGroup; ++l) w.qs[l] = l < rows ? w.qscale[l] * factor : 0.f;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t c = 0; c < d.qchunks; ++c) {
+      __m512i r[16];
+      for (int n = 0; n < 16; ++n) {
+        const int64_t l = g * kGroup + n;
+        if (l >= rows) {
+          r[n] = _mm512_setzero_si512();
+          continue;
+        }
+        const __m512i x = _mm512_loadu_si512(w.qq + l * ld + c * 64);
+        r[n] = negate ? _mm512_sub_epi8(_mm512_setzero_si512(), x) : x;
+      }
+      transpose16(r);
+      int8_t* tile = w.qt + (g * d.qchunks + c) * kTileBytes;
+      for (int k = 0; k < 16; ++k) _mm512_store_si512(tile + k * 64, r[k]);
+    }
+}
+
+// ---- one work item ----
+
+struct StepSums {
+  __m512 g[2];
+};
+
+class TileRun {
+ public:
+  TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
+          bool reverse)
+      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0), reverse_(reverse) {}
+
+  void run() {
+    const int64_t rows = min64(kRows, p_.q_len - row0_);
+    const int64_t pairs = ceil_div(rows, kPair);
+    pack_qt(p_, d_, b_, h_, row0_, rows, 2 * pairs, w_);
+    const amx::GroupState state = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
+    const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state, w_.steps);
+    amx::run_pipeline(*this, queue_, w_.steps, nsteps);
+    store(rows);
+  }
+
+  // The pipeline's phases (amx::run_pipeline).
+  // S^T of step s into buffer `buf` (int32): key tiles x the pair's two groups.
+  void push_qk(const Step& s, int buf) {
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    const char* qt = reinterpret_cast<const char*>(w_.qt);
+    const char* k = reinterpret_cast<const char*>(w_.k);
+    const int64_t row_bytes = d_.qchunks * kTileBytes;
+    for (int64_t kt = 0; kt < ktiles; kt += 2) {
+      Chunk c;
+      float* sbuf = w_.s[buf] + kt * 2 * 256;  // tiles (kt, 0), (kt, 1), (kt + 1, 0), (kt + 1, 1)
+      for (int t = 0; t < 4; ++t) c.c[t] = sbuf + t * 256;
+      c.a[0] = k + (s.key0 / 16 + kt) * row_bytes;
+      c.a[1] = c.a[0] + row_bytes;
+      c.b[0] = qt + 2 * s.pair * row_bytes;
+      c.b[1] = c.b[0] + row_bytes;
+      c.a_step = c.b_step = kTileBytes;
+      c.steps = d_.qchunks;
+      c.load_c = false;
+      c.int8 = true;
+      queue_.push(c);
+    }
+  }
+
+  // O^T of the step's two groups += V^T P^T over the step's keys (bf16).
+  void push_pv(const Step& s, int buf) {
+    const int64_t ksteps = round_up(s.nkeys, kPair) / kPair;
+    const char* vt =
+        reinterpret_cast<const char*>(w_.vt) + (s.key0 / kPair) * d_.dtiles * kTileBytes;
+    const char* pbuf = reinterpret_cast<const char*>(w_.p[buf]);
+    float* o0 = w_.o + (2 * s.pair) * d_.dtiles * 256;
+    float* o1 = o0 + d_.dtiles * 256;
+    for (int64_t dt = 0; dt < d_.dtiles; dt += 2) {
+      const bool full = dt + 1 < d_.dtiles;
+      Chunk c;
+      c.c[0] = o0 + dt * 256;
+      c.c[1] = o1 + dt * 256;
+      c.c[2] = full ? o0 + (dt + 1) * 256 : nullptr;
+      c.c[3] = full ? o1 + (dt + 1) * 256 : nullptr;
+      c.a[0] = vt + dt * kTileBytes;
+      c.a[1] = full ? c.a[0] + kTileBytes : nullptr;
+      c.b[0] = pbuf;
+      c.b[1] = pbuf + kTileBytes;
+      c.a_step = d_.dtiles * kTileBytes;
+      c.b_step = 2 * kTileBytes;
+      c.steps = ksteps;
+      c.load_c = true;
+      c.int8 = false;
+      queue_.push(c);
+    }
+  }
+
+  void apply_rescale(const Step& s) {
+    for (int64_t g = 2 * s.pair; g < 2 * s.pair + 2; ++g) {
+      if (!w_.rescale[g]) continue;
+      w_.rescale[g] = 0;
+      const __m512 alpha = _mm512_load_ps(w_.alpha + g * kGroup);
+      float* o = w_.o + g * d_.dtiles * 256;
+      for (int64_t e = 0; e < d_.dtiles * 256; e += 16)
+        _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), alpha));
+    }
+  }
+
+  __mmask16 visible(int64_t g, int64_t j) const {
+    return amx::visible_lanes(p_, b_, w_.key_end + g * kGroup, j);
+  }
+
+  __m512 bias_lanes(int64_t g, int64_t j, __mmask16 m) const {
+    return amx::bias_lanes(p_, b_, h_, row0_ + g * kGroup, j, m);
+  }
+
+  // Score vector of key j (row of an int32 S^T tile at t) for the lanes'
+  // queries, in log2 units: float(dot) * kscale[j] * qs.
+  __m512 score(const float* t, int64_t j, __m512 qs) const {
+    const __m512 x = _mm512_cvtepi32_ps(_mm512_load_si512(t));
+    return _mm512_mul_ps(x, _mm512_mul_ps(_mm512_set1_ps(w_.kscale[j]), qs));
+  }
+
+  // The online-softmax step (attention_amx.cpp's, see there), with scores
+  // scaled per key and per query instead of by one constant.
+  void softmax(const Step& s, int buf, TileQueue& tq) {
+    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+    const int64_t g0 = 2 * s.pair;
+    const __m512 qs[2] = {_mm512_load_ps(w_.qs + g0 * kGroup),
+                          _mm512_load_ps(w_.qs + (g0 + 1) * kGroup)};
+    TileQueue* pending = &tq;
+    if (!s.masked) {
+      const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
+                               _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
+      if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
+        const StepSums sums = weights<false>(s, buf, qs, shift, &tq);
+        const __m512 limit = _mm512_set1_ps(kLazySum);
+        if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
+              _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
+          add_sums(s, sums);
+          return;
+        }
+        pending = nullptr;
+      }
+    }
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    float* const sbuf = w_.s[buf];
+    __m512 shift[2];
+    for (int gi = 0; gi < 2; ++gi) {
+      const int64_t g = g0 + gi;
+      __m512 bmax;
+      if (!s.masked) {
+        // max_j dot * kscale[j], times the group's qs (>= 0) afterwards.
+        __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
+        const float* ks = w_.kscale + s.key0;
+        for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
+          const float* t = sbuf + (kt * 2 + gi) * 256;
+          for (int m = 0; m < 16; m += 4)
+            for (int e = 0; e < 4; ++e)
+              m4[e] = _mm512_max_ps(
+                  m4[e], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t + (m + e) * 16)),
+                                       _mm512_set1_ps(ks[kt * 16 + m + e])));
+        }
+        for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)
+          m4[0] = _mm512_max_ps(
+              m4[0], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
+                                       sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16)),
+                                   _mm512_set1_ps(ks[jl])));
+        bmax = _mm512_mul_ps(
+            _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), qs[gi]);
+      } else {
+        bmax = masked_scores(s, g, sbuf + gi * 256, ktiles, qs[gi]);
+      }
+      shift[gi] = update_max(g, bmax);
+    }
+    add_sums(s, s.masked ? weights<true>(s, buf, qs, shift, pending)
+                         : weights<false>(s, buf, qs, shift, pending));
+  }
+
+  void add_sums(const Step& s, const StepSums& sums) {
+    for (int gi = 0; gi < 2; ++gi) {
+      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
+      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
+    }
+  }
+
+  // Pass 2: weights, their sums and the P^T rows, a key pair at a time, with
+  // the tile queue's k-steps in between. Unmasked S^T holds int32 dots
+  // (scaled here); masked S^T holds scaled scores, -inf where invisible.
+  template <bool kMasked>
+  StepSums weights(const Step& s, int buf, const __m512 qs[2], const __m512 shift[2],
+                   TileQueue* tq) {
+    alignas(64) static constexpr uint16_t kInterleave[32] = {
+        0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i interleave = _mm512_load_si512(kInterleave);
+    const __m512 floor = _mm512_set1_ps(-200.f);
+    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
+    const float* const sbuf = w_.s[buf];
+    const float* const ks = w_.kscale + s.key0;
+    uint16_t* const pbuf = w_.p[buf];
+    __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (tq) tq->pace(ktiles * 8);
+    for (int64_t kt = 0; kt < ktiles; ++kt) {
+      for (int m = 0; m < 16; m += 2) {
+        const int64_t jl = kt * 16 + m;
+        __m512 kb[2];
+        if (!kMasked)
+          for (int e = 0; e < 2; ++e) kb[e] = _mm512_set1_ps(ks[jl + e]);
+        for (int gi = 0; gi < 2; ++gi) {
+          const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
+          __m512 w[2];
+          for (int e = 0; e < 2; ++e) {
+            if (kMasked) {
+              w[e] = exp2_poly(
+                  _mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv + 16 * e), shift[gi]), floor));
+            } else {
+              const __m512 x = _mm512_cvtepi32_ps(_mm512_load_si512(sv + 16 * e));
+              w[e] = exp2_poly(_mm512_fmsub_ps(x, _mm512_mul_ps(kb[e], qs[gi]), shift[gi]));
+            }
+          }
+          if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
+            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
+            w[1] = _mm512_setzero_ps();
+          }
+          sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
+          _mm512_store_si512(
+              pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
+              _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
+          if (tq && gi == 1) tq->tick();
+        }
+      }
+    }
+    return {{sum[0], sum[1]}};
+  }
+
+  // Masked pass 1 of group g: scaled, biased scores with -inf where
+  // invisible, stored back over the int32 dots as fp32; returns their max.
+  __m512 masked_scores(const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 qs) {
+    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+    const __mmask16 real = first_lanes(p_.q_len - (row0_ + g * kGroup));
+    __m512 bmax = neg_inf;
+    for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
+      const int64_t j = s.key0 + jl;
+      const __mmask16 m = j < p_.kv_len ? visible(g, j) : __mmask16(0);
+      float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
+      __m512 x = score(t, j, qs);
+      if (p_.bias && (m & real)) x = _mm512_add_ps(x, bias_lanes(g, j, m & real));
+      x = _mm512_mask_blend_ps(m, neg_inf, x);
+      _mm512_store_ps(t, x);
+      bmax = _mm512_max_ps(bmax, x);
+    }
+    return bmax;
+  }
+
+  __m512 update_max(int64_t g, __m512 bmax) {
+    return amx::update_max(w_.max + g * kGroup, w_.sum + g * kGroup, w_.alpha + g * kGroup,
+                           w_.rescale + g, bmax, kLazyLog2);
+  }
+
+  void store(int64_t rows) { amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows); }
+
+  const Problem& p_;
+  const Workspace& w_;
+  const Dims& d_;
+  const int64_t b_, h_, row0_;
+  const bool reverse_;
+  TileQueue queue_;
+};
+
+void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
+  const Dims d(p);
+  const Workspace w = carve(p, scratch, nullptr);
+  const int64_t tiles = ceil_div(p.q_len, kRows);
+  amx::configure_full_tiles();
+  int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t bh = item / tiles;
+    const int64_t tile = balanced_tile(item % tiles, tiles);
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    if (bh != packed) {
+      pack_k(p, d, b, h, w);
+      pack_vt(p, d, b, h, w);
+      packed = bh;
+    }
+    TileRun(p, w, d, b, h, tile * kRows, item % 2 == 1).run();
+  }
+  _tile_release();
+}
+
+bool amx_accepts(const Problem& p) { return p.head_dim <= kMaxHeadDim; }
+
+}  // namespace
+
+const Kernel kInt8AmxKernel = {"int8_amx", kRows, scratch_bytes, amx_run, amx_accepts};
+
+}  // namespace flick::cpu::attention_int8_detail
