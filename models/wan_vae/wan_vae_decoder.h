@@ -77,8 +77,7 @@ class WanVaeDecoder {
   // per-channel weights, one dynamic activation scale per call; ~95 % of
   // the decoder's work) and everything else as BF16; see load_weights for
   // the layers kept in BF16.
-  static Expected<WanVaeDecoder> load(const WeightView& root, Backend& backend,
-                                      Precision precision,
+  static Expected<WanVaeDecoder> load(const WeightView& root, Backend& backend, Precision precision,
                                       std::optional<Precision> conv_precision = std::nullopt);
 
   const WanVaeDecoderConfig& config() const { return cfg_; }

@@ -13,12 +13,9 @@
 // leaves the calibration range (the decoder's activations grow with the
 // content: no fixed range is safe).
 //
-// Encoding: U8 with a zero point (ref::ConvInt8Act). The Wan decoder's conv
-// inputs are SiLU outputs (min -0.28, max several units) and residual sums:
-// a symmetric s8 scale would spend half its codes on [-max, -0.28]. Measured
-// on the golden decode (tests/models/test_wan_vae_int8.cpp), see the
-// numbers there. oneDNN subtracts the zero point exactly (its zero-point
-// compensation, padding included: padding is a real 0, i.e. q = zp).
+// Encoding: S8 symmetric (ref::conv_int8_act says why not U8 with a zero
+// point, which the code here still supports: oneDNN's runtime src zero
+// point).
 //
 // Layouts: the quantized x is always dense channels-last (the layout
 // oneDNN's int8 kernels read); y channels-last is written in place, any other
@@ -114,11 +111,15 @@ class Int8Conv final : public PackedConv {
   int64_t out_channels_;
   ref::ConvInt8Act act_enc_;
   odt src_type_;
-  OwnedTensor w_scale_, bias_buf_;
+  // The s8 weights [O, I/g * k...] as prepared: the source of the layout a
+  // plan may want beside the packed one (I8 weights are a quarter of the
+  // F32 ones the loader frees).
+  OwnedTensor w_plain_, w_scale_, bias_buf_;
   mutable OwnedTensor call_scale_;  // F32 [O]: x_scale * w_scale[o] of the call
   mutable int32_t zero_point_ = 0;
   memory weights_, scale_mem_, bias_mem_, zp_mem_;
-  memory::desc oc_md_;  // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
+  mutable memory plain_w_;  // over w_plain_ (reorder takes a non-const source)
+  memory::desc oc_md_;      // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
 
   mutable std::mutex mu_;  // guards the plans, the call's scales and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
@@ -168,8 +169,9 @@ Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w)
   const tag plain = weight_dims().size() == 4   ? tag::abcd
                     : weight_dims().size() == 5 ? tag::abcde
                                                 : tag::abcdef;
-  memory plain_w({weight_dims(), odt::s8, plain}, eng, w.w.t.data);
-  dnnl::reorder(plain_w, weights_).execute(onednn_stream(), plain_w, weights_);
+  w_plain_ = std::move(w.w);
+  plain_w_ = memory({weight_dims(), odt::s8, plain}, eng, w_plain_.t.data);
+  dnnl::reorder(plain_w_, weights_).execute(onednn_stream(), plain_w_, weights_);
   onednn_stream().wait();
 }
 
@@ -208,8 +210,8 @@ std::optional<dnnl::convolution_forward::primitive_desc> Int8Conv::try_primitive
   }
   try {
     const dnnl::convolution_forward::desc od(dnnl::prop_kind::forward_inference,
-                                             dnnl::algorithm::convolution_direct, src, weights,
-                                             dst, strides, dilation, pad, pad);
+                                             dnnl::algorithm::convolution_direct, src, weights, dst,
+                                             strides, dilation, pad, pad);
     return dnnl::convolution_forward::primitive_desc(od, attr(act), onednn_engine());
   } catch (const dnnl::error&) {
     return std::nullopt;
@@ -248,7 +250,9 @@ void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   if (!pd) {
     pd = best;
     p.weights_copy = memory(best->weights_desc(), eng);
-    dnnl::reorder(weights, p.weights_copy).execute(onednn_stream(), weights, p.weights_copy);
+    // From the plain weights: oneDNN cannot reorder one s8 layout that
+    // carries its s8s8 compensation (VNNI) into another.
+    dnnl::reorder(plain_w_, p.weights_copy).execute(onednn_stream(), plain_w_, p.weights_copy);
     onednn_stream().wait();
     weights = p.weights_copy;
   }

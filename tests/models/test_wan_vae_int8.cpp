@@ -18,9 +18,12 @@ namespace {
 
 const std::string kData = std::string(FLICK_TEST_DATA) + "/mg2/";
 const std::string kCheckpoint = kData + "weights/Wan2.1_VAE.pth";
-// Thresholds: the measured value less a margin (see each test).
-constexpr double kGoldenMinDb = 0;
-constexpr double kFullWidthMinDb = 0;
+// Thresholds: the measured value less a margin. Measured (AMX and
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI alike, CPU and reference backends
+// alike on the golden decode): golden 27.4 dB, full width 39.2 dB. Margin
+// 1.5 dB: summation-order changes move these by a few 0.1 dB.
+constexpr double kGoldenMinDb = 25.9;
+constexpr double kFullWidthMinDb = 37.7;
 
 double psnr(const std::vector<float>& a, const std::vector<float>& b) {
   double se = 0;
@@ -61,9 +64,8 @@ TEST_P(WanVaeInt8Golden, GoldenLatentsDecodeCloseToBf16) {
   ASSERT_TRUE(latents.ok()) << latents.status().message();
   std::vector<float> frames[2];
   for (int i = 0; i < 2; ++i) {
-    Expected<WanVaeDecoder> dec =
-        WanVaeDecoder::load(store->root(), *be, Precision::BF16,
-                            i == 0 ? Precision::BF16 : Precision::INT8);
+    Expected<WanVaeDecoder> dec = WanVaeDecoder::load(store->root(), *be, Precision::BF16,
+                                                      i == 0 ? Precision::BF16 : Precision::INT8);
     ASSERT_TRUE(dec.ok()) << dec.status().message();
     frames[i] = decode(*dec, *latents, {{0, 3}, {3, 1}});
   }
@@ -92,8 +94,8 @@ TEST(WanVaeInt8, FullWidthDecodeCloseToBf16) {
   }
   std::vector<float> frames[2];
   for (int i = 0; i < 2; ++i) {
-    Expected<WanVaeDecoder> dec = WanVaeDecoder::load(
-        store->root(), *be, Precision::BF16, i == 0 ? Precision::BF16 : Precision::INT8);
+    Expected<WanVaeDecoder> dec = WanVaeDecoder::load(store->root(), *be, Precision::BF16,
+                                                      i == 0 ? Precision::BF16 : Precision::INT8);
     ASSERT_TRUE(dec.ok()) << dec.status().message();
     frames[i] = decode(*dec, z.t, {{0, 1}, {1, 1}});
   }

@@ -188,8 +188,7 @@ void check_vs_ref_int8(const Case& c, DType xt, DType yt, bool bias, Activation 
   const OwnedTensor xdq = map_f32(s.x, [&](float v, int64_t) {
     return std::fabs(static_cast<float>(ref::conv_int8_q(v, q) - q.zero_point) * q.scale);
   });
-  const ref::PreparedWeights pw =
-      ref::prepare_weights(s.w.t, Tensor{}, Tensor{}, Precision::INT8);
+  const ref::PreparedWeights pw = ref::prepare_weights(s.w.t, Tensor{}, Tensor{}, Precision::INT8);
   const int64_t k = pw.k();
   const OwnedTensor wdq = map_f32(s.w.t, [&](float, int64_t i) {
     return std::fabs(pw.w.t.ptr<int8_t>()[i] * pw.scale.t.ptr<float>()[i / k]);
@@ -237,8 +236,11 @@ TEST(ConvInt8, DtypesBiasActivations) {
 // (a weight is off by at most half its step; an activation too, except at
 // the ends of the range, where the rounded zero point can push q one code
 // past 255 and the clamp costs up to a whole step: xs is used), plus the
-// fp32 / output rounding of check_vs_ref_int8. Also: the error actually
-// seen somewhere reaches 5 % of it (the bound is not vacuous).
+// fp32 / output rounding of check_vs_ref_int8. The bound adds every
+// error's magnitude while the errors themselves are signed and independent
+// (their sum grows as sqrt(K) rather than K: 3-4 % of the bound measured at
+// K = 2592): the error actually seen must reach 1 % of it somewhere, or the
+// bound says nothing.
 TEST(ConvInt8, WithinTheQuantizationBoundOfTheF32Conv) {
   uint32_t seed = 300;
   for (const Case& c : cases()) {
@@ -268,8 +270,8 @@ TEST(ConvInt8, WithinTheQuantizationBoundOfTheF32Conv) {
       });
       const OwnedTensor step = map_f32(s.x, [&](float, int64_t) { return q.scale; });
       const OwnedTensor xa = map_f32(s.x, [](float v, int64_t) { return std::fabs(v); });
-      const OwnedTensor half_ws = map_f32(
-          s.w.t, [&](float, int64_t i) { return 0.5f * pw.scale.t.ptr<float>()[i / k]; });
+      const OwnedTensor half_ws =
+          map_f32(s.w.t, [&](float, int64_t i) { return 0.5f * pw.scale.t.ptr<float>()[i / k]; });
       const OwnedTensor e1 = ref_conv_f32(c, step.t, wdq.t, s.ys);
       const OwnedTensor e2 = ref_conv_f32(c, xa.t, half_ws.t, s.ys);
       const OwnedTensor mag = ref_conv_f32(c, xa.t, wdq.t, s.ys);
@@ -285,9 +287,8 @@ TEST(ConvInt8, WithinTheQuantizationBoundOfTheF32Conv) {
           const double got = y8.t.ptr<float>()[i], want = y32.t.ptr<float>()[i];
           bc.add(got, want, bound, "element " + std::to_string(i));
         }
-        EXPECT_LE(bc.worst, 1.0) << c.name << (which ? " cpu" : " ref") << " worst at "
-                                 << bc.where;
-        EXPECT_GT(bc.worst, 0.05) << c.name << ": the bound is loose by > 20x";
+        EXPECT_LE(bc.worst, 1.0) << c.name << (which ? " cpu" : " ref") << " worst at " << bc.where;
+        EXPECT_GT(bc.worst, 0.01) << c.name << ": the bound is loose by > 100x";
       }
     }
   }
@@ -347,7 +348,8 @@ TEST(ConvInt8, SeveralInputSizesAndAllZeroInput) {
       if (zero) {
         ASSERT_EQ(r, round_bf16(b.t.ptr<float>()[i / (h * 5)])) << i;
       }
-      ASSERT_NEAR(flat(y1.view, i), r, std::ldexp(std::fabs(r), -7) + 1e-6) << "H=" << h << " " << i;
+      ASSERT_NEAR(flat(y1.view, i), r, std::ldexp(std::fabs(r), -7) + 1e-6)
+          << "H=" << h << " " << i;
     }
   }
   std::printf("[ conv int8 ] %s\n", cpu::conv_impl(*cc).c_str());
