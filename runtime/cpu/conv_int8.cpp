@@ -296,10 +296,17 @@ void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
   std::vector<float> mins(static_cast<size_t>(blocks)), maxs(static_cast<size_t>(blocks));
   const size_t esize = dtype_size(x.dtype);
   auto at = [&](int64_t b) { return static_cast<const char*>(flat.data) + b * kBlock * esize; };
+  const bool s8 = act_enc_ == ref::ConvInt8Act::S8;
   parallel_for(blocks, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const auto i = static_cast<size_t>(b);
-      minmax_avx512(at(b), x.dtype, std::min(kBlock, n - b * kBlock), &mins[i], &maxs[i]);
+      const int64_t len = std::min(kBlock, n - b * kBlock);
+      if (s8) {  // the rule reads max(|min|, |max|) only
+        maxs[i] = absmax_avx512(at(b), x.dtype, len);
+        mins[i] = -maxs[i];
+      } else {
+        minmax_avx512(at(b), x.dtype, len, &mins[i], &maxs[i]);
+      }
     }
   });
   const float mn = *std::min_element(mins.begin(), mins.end());

@@ -22,6 +22,8 @@ std::string conv_int8_impl(const PackedConv& w);
 // q = ref::conv_int8_q(x) as bytes (int8 or uint8 by p.lo). Single-threaded:
 // the caller splits the range.
 void minmax_avx512(const void* x, DType dtype, int64_t n, float* min, float* max);
+// max |x| (the S8 encoding needs only that: one cheaper pass).
+float absmax_avx512(const void* x, DType dtype, int64_t n);
 void quantize_int8_avx512(const void* x, DType dtype, int64_t n, const ref::ConvInt8Quant& p,
                           uint8_t* q);
 

@@ -45,6 +45,32 @@ void minmax_avx512(const void* x, DType dtype, int64_t n, float* min, float* max
   *max = _mm512_reduce_max_ps(hi);
 }
 
+float absmax_avx512(const void* x, DType dtype, int64_t n) {
+  if (dtype == DType::F32) {
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16)
+      m = _mm512_max_ps(m, _mm512_abs_ps(load16(x, dtype, i, tail_mask(n - i))));
+    return _mm512_reduce_max_ps(m);
+  }
+  // BF16: max of the raw bits without the sign, 32 lanes an instruction;
+  // for non-negative floats the integer order of the bits is the value order.
+  const auto* p = static_cast<const uint16_t*>(x);
+  const __m512i mag = _mm512_set1_epi16(0x7FFF);
+  __m512i m = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    m = _mm512_max_epu16(m, _mm512_and_si512(_mm512_loadu_si512(p + i), mag));
+  if (i < n) {
+    const __mmask32 t = static_cast<__mmask32>((uint64_t{1} << (n - i)) - 1);
+    m = _mm512_max_epu16(m, _mm512_and_si512(_mm512_maskz_loadu_epi16(t, p + i), mag));
+  }
+  alignas(64) uint16_t lanes[32];
+  _mm512_store_si512(lanes, m);
+  uint16_t best = 0;
+  for (uint16_t v : lanes) best = v > best ? v : best;
+  return bf16_to_f32(best);
+}
+
 void quantize_int8_avx512(const void* x, DType dtype, int64_t n, const ref::ConvInt8Quant& p,
                           uint8_t* q) {
   const __m512 inv = _mm512_set1_ps(p.inv_scale);
