@@ -279,10 +279,14 @@ void run_decoder(const WeightStore& store, const Peaks& peaks, const BenchOption
     std::string vs;
     if (k == 1) {
       char buf[200];
-      std::snprintf(buf, sizeof buf,
-                    "; x%.2f of bf16 (first latent x%.2f), same process; block frames vs bf16: "
-                    "PSNR %.1f dB",
-                    best_block[1] / best_block[0], best_first[1] / best_first[0], psnr);
+      if (want_block)
+        std::snprintf(buf, sizeof buf,
+                      "; x%.2f of bf16 (first latent x%.2f), same process; block frames vs bf16: "
+                      "PSNR %.1f dB",
+                      best_block[1] / best_block[0], best_first[1] / best_first[0], psnr);
+      else
+        std::snprintf(buf, sizeof buf, "; x%.2f of bf16, same process; frame vs bf16: PSNR %.1f dB",
+                      best_first[1] / best_first[0], psnr);
       vs = buf;
     }
     if (selected(first_name[k], options)) {
