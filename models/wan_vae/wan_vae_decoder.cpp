@@ -86,16 +86,18 @@ Status WanVaeDecoder::load_weights(const WeightView& root) {
   FLICK_ASSIGN_OR_RETURN(conv2_, CausalConv3d::load(root, "conv2", be, head));
   FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(dec, "conv1", be, head));
   const WeightView mid = dec.sub("middle");
-  // The residual blocks' and upsamplers' convolutions in conv_precision_.
-  // With INT8 these stay BF16: conv2 / conv1 (fp32 anyway), the middle
-  // attention's 1x1 qkv / proj (latent size, 0.1 % of the work; its softmax
-  // is sharp where an int8 qkv would move the scores most), the head's
-  // 96 -> 3 conv (1 % of the conv time, the frames' pixels themselves) and
-  // the full-resolution stage (below). Measured on synthetic full-width
-  // weights (tests/models/test_wan_vae_int8.cpp, PSNR against BF16): all
-  // residual / upsampling convs INT8 39.2 dB; full-resolution stage BF16
-  // 40.3 dB; the middle's residual blocks BF16 as well 40.7 dB (not worth
-  // their 2.3x at 384 channels).
+  // The residual blocks' convolutions in conv_precision_. With INT8 these
+  // stay BF16: conv2 / conv1 (fp32 anyway), the middle attention's 1x1
+  // qkv / proj (latent size, 0.1 % of the work; its softmax is sharp where
+  // an int8 qkv would move the scores most), the head's 96 -> 3 conv (1 % of
+  // the conv time, the frames' pixels themselves), the convs of the raw
+  // residual stream (wan_vae::normalized_only) and the full-resolution stage
+  // (below). Measured on synthetic full-width weights
+  // (tests/models/test_wan_vae_int8.cpp, PSNR against BF16): every residual
+  // / upsampling conv INT8 39.2 dB; full-resolution stage BF16 40.3 dB; raw
+  // residual stream BF16 as well 43.0 dB; keeping the middle's residual
+  // blocks BF16 too added only 0.4 dB (not worth their 2.3x at 384
+  // channels).
   Numerics body = num;
   body.conv = conv_precision_;
   FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, body));
