@@ -11,6 +11,7 @@
 
 #include "models/wan_vae/wan_vae_decoder.h"
 #include "models/wan_vae/wan_vae_synthetic.h"
+#include "runtime/cpu/onednn_info.h"
 #include "runtime/weights/weight_store.h"
 
 namespace flick {
@@ -55,6 +56,8 @@ TEST_P(WanVaeInt8Golden, GoldenLatentsDecodeCloseToBf16) {
   // % rel L2 from the reference here, tests/models/test_wan_vae.cpp), so this
   // is the harsh case; the CPU and reference backends quantize identically,
   // so both must land alike. Measured: see the threshold.
+  if (std::string(GetParam()) == "cpu" && !cpu::cpu_supports(Precision::INT8))
+    GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   std::unique_ptr<Backend> be =
       std::string(GetParam()) == "ref" ? make_ref_backend() : make_cpu_backend();
   Expected<WeightStore> golden = WeightStore::open({kData + "vae_decoder.safetensors"});
@@ -84,6 +87,7 @@ TEST(WanVaeInt8, FullWidthDecodeCloseToBf16) {
   // The real widths (96-384 channels, synthetic weights), 2 latents at 4x6:
   // 5 frames of 32x48 through every layer kind, the temporal caches
   // included. Measured: see the threshold.
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   Expected<WeightStore> store = wan_vae::make_synthetic_wan_vae(96, 7);
   ASSERT_TRUE(store.ok()) << store.status().message();
   std::unique_ptr<Backend> be = make_cpu_backend();

@@ -212,6 +212,7 @@ void check_vs_ref_int8(const Case& c, DType xt, DType yt, bool bias, Activation 
 }
 
 TEST(ConvInt8, CpuMatchesTheReferenceInt8Conv) {
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   uint32_t seed = 1;
   for (const Case& c : cases())
     for (bool cl : {true, false})
@@ -220,6 +221,7 @@ TEST(ConvInt8, CpuMatchesTheReferenceInt8Conv) {
 }
 
 TEST(ConvInt8, DtypesBiasActivations) {
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   const Case c = cases()[6];  // 2-d 3x3, batch 2
   uint32_t seed = 100;
   for (DType xt : {DType::F32, DType::BF16})
@@ -242,6 +244,7 @@ TEST(ConvInt8, DtypesBiasActivations) {
 // K = 2592): the error actually seen must reach 1 % of it somewhere, or the
 // bound says nothing.
 TEST(ConvInt8, WithinTheQuantizationBoundOfTheF32Conv) {
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   uint32_t seed = 300;
   for (const Case& c : cases()) {
     for (bool silu : {true, false}) {
@@ -322,6 +325,7 @@ TEST(ConvInt8, QuantizationRule) {
 // One packed INT8 conv on several input sizes and with the causal cache's
 // zero frames (an all-zero x gives y = bias exactly).
 TEST(ConvInt8, SeveralInputSizesAndAllZeroInput) {
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   const Case base = cases()[0];
   OwnedTensor w = test::random_tensor(DType::F32, {96, 96, 3, 3, 3}, 401, 0.02f);
   OwnedTensor b = test::random_tensor(DType::F32, {96}, 402);
