@@ -1,7 +1,9 @@
 #include "bench/bench_vae.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,6 +15,7 @@
 #include "runtime/op_list.h"
 #include "runtime/profile_backend.h"
 #include "runtime/tensor.h"
+#include "runtime/weights/weight_store.h"
 
 namespace flick::bench {
 namespace {
@@ -203,49 +206,100 @@ bool selected(const std::string& name, const BenchOptions& o) {
 
 constexpr int64_t kLatentH = 44, kLatentW = 80;  // 352 x 640 video
 
+// The decoder at BF16 and with INT8 convolutions (WanVaeDecoder's
+// conv_precision), both loaded in one process and timed alternately, so the
+// int8 / bf16 ratio holds on a shared host. The int8 detail also gives the
+// PSNR of its frames against the bf16 decoder's (values in [-1, 1]).
 void run_decoder(const WeightStore& store, const Peaks& peaks, const BenchOptions& options,
                  std::vector<BenchResult>& results) {
-  const std::string first_name = "vae decode bf16 44x80 first latent (1 frame)";
-  const std::string block_name = "vae decode bf16 44x80 3-latent block (12 frames)";
-  if (!selected(first_name, options) && !selected(block_name, options)) return;
+  const char* kinds[2] = {"bf16", "int8"};
+  std::string first_name[2], block_name[2];
+  bool any = false;
+  for (int k = 0; k < 2; ++k) {
+    first_name[k] = std::string("vae decode ") + kinds[k] + " 44x80 first latent (1 frame)";
+    block_name[k] = std::string("vae decode ") + kinds[k] + " 44x80 3-latent block (12 frames)";
+    any = any || selected(first_name[k], options) || selected(block_name[k], options);
+  }
+  if (!any) return;
+  const bool want_block = selected(block_name[0], options) || selected(block_name[1], options);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   CountingBackend be(*cpu, options);
-  Expected<WanVaeDecoder> dec = WanVaeDecoder::load(store.root(), be, Precision::BF16);
-  FLICK_CHECK(dec.ok(), dec.status().message());
+  std::vector<WanVaeDecoder> decs;
+  for (int k = 0; k < 2; ++k) {
+    Expected<WanVaeDecoder> dec = WanVaeDecoder::load(store.root(), be, Precision::BF16,
+                                                      k == 0 ? Precision::BF16 : Precision::INT8);
+    FLICK_CHECK(dec.ok(), dec.status().message());
+    decs.push_back(std::move(*dec));
+  }
   OwnedTensor latents(DType::BF16, Shape{1, 16, 4, kLatentH, kLatentW});
   fill(latents, 2.f, 21);
   const Tensor first = latents.t.slice(2, 0, 1), block = latents.t.slice(2, 1, 3);
-  auto decode = [&](const Tensor& z) {
+  std::vector<float> frames[2];  // the last block decode of each
+  auto decode = [&](int k, const Tensor& z) {
     be.totals = {};
     be.conv_shapes.clear();
     const double start = bench_now(options);
-    Expected<Tensor> out = dec->decode(z);
+    Expected<Tensor> out = decs[static_cast<size_t>(k)].decode(z);
     const double took = bench_now(options) - start;
     FLICK_CHECK(out.ok(), out.status().message());
+    if (z.dim(2) > 1 || !want_block)
+      frames[k].assign(out->ptr<float>(), out->ptr<float>() + out->numel());
     return took;
   };
   // Warm-up video: primitives for every shape, buffers at their largest.
-  decode(first);
-  decode(block);
+  for (int k = 0; k < 2; ++k) {
+    decode(k, first);
+    if (want_block) decode(k, block);
+  }
   const int reps = options.quick ? 1 : 2;
-  double best_first = 1e30, best_block = 1e30;
-  CountingBackend::Totals first_totals, block_totals;
+  double best_first[2] = {1e30, 1e30}, best_block[2] = {1e30, 1e30};
+  CountingBackend::Totals first_totals[2], block_totals[2];
   for (int r = 0; r < reps; ++r) {
-    dec->reset();
-    if (const double t = decode(first); t < best_first) {
-      best_first = t;
-      first_totals = be.totals;
-    }
-    if (const double t = decode(block); t < best_block) {
-      best_block = t;
-      block_totals = be.totals;
-      if (profiling_enabled()) print_conv_shapes(block_name, be, t);
+    for (int k = 0; k < 2; ++k) {
+      WanVaeDecoder& dec = decs[static_cast<size_t>(k)];
+      dec.reset();
+      if (const double t = decode(k, first); t < best_first[k]) {
+        best_first[k] = t;
+        first_totals[k] = be.totals;
+        if (profiling_enabled() && !want_block) print_conv_shapes(first_name[k], be, t);
+      }
+      if (!want_block) continue;
+      if (const double t = decode(k, block); t < best_block[k]) {
+        best_block[k] = t;
+        block_totals[k] = be.totals;
+        if (profiling_enabled()) print_conv_shapes(block_name[k], be, t);
+      }
     }
   }
-  if (selected(first_name, options))
-    results.push_back(vae_result(first_name, best_first, 1, first_totals, peaks, "frame"));
-  if (selected(block_name, options))
-    results.push_back(vae_result(block_name, best_block, 12, block_totals, peaks, "frame"));
+  double se = 0;
+  for (size_t i = 0; i < frames[0].size() && i < frames[1].size(); ++i)
+    se += (double(frames[1][i]) - frames[0][i]) * (double(frames[1][i]) - frames[0][i]);
+  const double psnr = 10 * std::log10(4.0 / (se / static_cast<double>(frames[0].size())));
+  for (int k = 0; k < 2; ++k) {
+    std::string vs;
+    if (k == 1) {
+      char buf[200];
+      if (want_block)
+        std::snprintf(buf, sizeof buf,
+                      "; x%.2f of bf16 (first latent x%.2f), same process; block frames vs bf16: "
+                      "PSNR %.1f dB",
+                      best_block[1] / best_block[0], best_first[1] / best_first[0], psnr);
+      else
+        std::snprintf(buf, sizeof buf, "; x%.2f of bf16, same process; frame vs bf16: PSNR %.1f dB",
+                      best_first[1] / best_first[0], psnr);
+      vs = buf;
+    }
+    if (selected(first_name[k], options)) {
+      results.push_back(
+          vae_result(first_name[k], best_first[k], 1, first_totals[k], peaks, "frame"));
+      results.back().detail += vs;
+    }
+    if (selected(block_name[k], options)) {
+      results.push_back(
+          vae_result(block_name[k], best_block[k], 12, block_totals[k], peaks, "frame"));
+      results.back().detail += vs;
+    }
+  }
 }
 
 void run_encoder(const WeightStore& store, const Peaks& peaks, const BenchOptions& options,
@@ -318,12 +372,20 @@ std::vector<BenchResult> run_vae_benches(const Peaks& peaks, const BenchOptions&
   std::vector<BenchResult> results;
   const char* names[] = {"vae decode bf16 44x80 first latent (1 frame)",
                          "vae decode bf16 44x80 3-latent block (12 frames)",
+                         "vae decode int8 44x80 first latent (1 frame)",
+                         "vae decode int8 44x80 3-latent block (12 frames)",
                          "vae encode bf16 352x640 first chunk (1 frame)",
                          "vae encode bf16 352x640 chunk (4 frames)"};
   if (std::none_of(std::begin(names), std::end(names),
                    [&](const char* n) { return selected(n, options); }))
     return results;
-  Expected<WeightStore> store = wan_vae::make_synthetic_wan_vae(96, 0);
+  // --mg2-weights: that download's (or `flick synth` output's) VAE; else
+  // synthetic full-width weights.
+  Expected<WeightStore> store =
+      options.mg2_weights.empty()
+          ? wan_vae::make_synthetic_wan_vae(96, 0)
+          : WeightStore::open(
+                {(std::filesystem::path(options.mg2_weights) / "Wan2.1_VAE.pth").string()});
   FLICK_CHECK(store.ok(), store.status().message());
   run_decoder(*store, peaks, options, results);
   run_encoder(*store, peaks, options, results);

@@ -5,6 +5,7 @@
 //   mode      = "universal"            # universal | gta_drive | templerun
 //   weights   = "/var/lib/flick/models/matrix-game-2"
 //   precision = "int8"                 # bf16 (default) | int8 | fp8 | f32 (parity runs)
+//   vae_precision = "int8"             # VAE decoder convs: bf16 (default) | int8 (not with f32)
 //   backend   = "cpu"                  # cpu (cuda: not in this build)
 //   width = 640, height = 352          # multiples of 16
 //
@@ -432,6 +433,18 @@ std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry
     const auto p = entry.choice("precision", Need::kOptional, {"bf16", "int8", "fp8", "f32"});
     if (p) {
       o.precision = kPrecisions[*p];
+    } else {
+      ok = false;
+    }
+  }
+  if (entry.has("vae_precision")) {
+    const auto p = entry.choice("vae_precision", Need::kOptional, {"bf16", "int8"});
+    if (p && *p == 1 && o.precision == Precision::F32) {
+      entry.error("vae_precision", "int8 VAE convolutions need a reduced-precision pipeline",
+                  "precision = \"f32\" runs the VAE in fp32", {"drop vae_precision"});
+      ok = false;
+    } else if (p) {
+      o.vae_precision = *p == 1 ? Precision::INT8 : Precision::BF16;
     } else {
       ok = false;
     }

@@ -243,6 +243,14 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   FLICK_TRY(require_file(dit_path, std::string(mode->name) + " DiT checkpoint"));
 
   FLICK_TRY(check_wan_precision(opt.precision, be, "Matrix-Game 2.0"));
+  if (opt.vae_precision != Precision::BF16) {
+    if (opt.vae_precision != Precision::INT8 || f32)
+      return invalid_input(std::string("Matrix-Game 2.0: vae_precision ") +
+                           precision_name(opt.vae_precision) + " with precision " +
+                           precision_name(opt.precision) +
+                           " is not supported (vae_precision is bf16 or int8, int8 not with f32)");
+    FLICK_TRY(check_wan_precision(Precision::INT8, be, "Matrix-Game 2.0 vae_precision"));
+  }
 
   // The plan cache, for the loaders below (wan_quant.h, clip_vision.h). An
   // entry's name holds a hash of its checkpoint's path (two weight
@@ -296,7 +304,9 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
     FLICK_TRY(plan_source("vae", vae_path));
     Expected<WanVaeEncoder> e = WanVaeEncoder::load(vae_store.root(), be, vae_precision);
     if (!e.ok()) return Status(e.status().code(), vae_path + ": " + e.status().message());
-    Expected<WanVaeDecoder> d = WanVaeDecoder::load(vae_store.root(), be, vae_precision);
+    Expected<WanVaeDecoder> d = WanVaeDecoder::load(
+        vae_store.root(), be, vae_precision,
+        opt.vae_precision == Precision::INT8 ? std::optional(Precision::INT8) : std::nullopt);
     if (!d.ok()) return Status(d.status().code(), vae_path + ": " + d.status().message());
     const WanVaeEncoderConfig& ec = e->config();
     const WanVaeDecoderConfig& dc = d->config();
@@ -592,7 +602,8 @@ const Mg2ModeSpec& Mg2Pipeline::mode() const { return *impl_->mode; }
 
 std::string Mg2Pipeline::precision_summary() const {
   return precision_label(impl_->opt.precision) + " DiT, " + precision_label(impl_->clip_precision) +
-         " CLIP, " + precision_label(impl_->vae_precision) + " VAE";
+         " CLIP, " + precision_label(impl_->vae_precision) + " VAE" +
+         (impl_->opt.vae_precision == Precision::INT8 ? " (int8 decoder convs)" : "");
 }
 
 Status Mg2Pipeline::validate(const Mg2Input& input) const {

@@ -76,7 +76,10 @@ struct Mg2Options {
   std::string weights;  // a download of Skywork/Matrix-Game-2.0 (or flick synth output)
   Mg2Mode mode = Mg2Mode::kUniversal;
   Precision precision = Precision::BF16;  // the DiT: F32, BF16, INT8, FP8
-  int width = 640, height = 352;          // video size; multiples of 16
+  // The VAE decoder's convolutions: BF16, or INT8 (WanVaeDecoder's
+  // conv_precision; not with precision F32).
+  Precision vae_precision = Precision::BF16;
+  int width = 640, height = 352;  // video size; multiples of 16
   // Head sizes no tensor shape carries: 0 = the released models' (DiT 128,
   // CLIP 80). The tiny test checkpoints set them.
   int64_t dit_head_dim = 0;

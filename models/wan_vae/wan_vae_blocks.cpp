@@ -110,6 +110,12 @@ void pad_bottom_right(const Tensor& x, Tensor& padded) {
 
 }  // namespace
 
+Numerics normalized_only(const Numerics& num) {
+  Numerics n = num;
+  if (n.conv == Precision::INT8) n.conv = Precision::BF16;
+  return n;
+}
+
 float ref_weight_value(float v) { return round_bf16(f16_to_f32(f32_to_f16(v))); }
 
 Tensor Scratch::get(DType dtype, const Shape& shape) {
@@ -288,7 +294,8 @@ Expected<ResidualBlock> ResidualBlock::load(const WeightView& v, Backend& be, co
   FLICK_ASSIGN_OR_RETURN(r.norm1_, ChannelRmsNorm::load(v, "residual.0", in, 3, num));
   FLICK_ASSIGN_OR_RETURN(r.norm2_, ChannelRmsNorm::load(v, "residual.3", out, 3, num));
   if (in != out) {
-    FLICK_ASSIGN_OR_RETURN(CausalConv3d s, CausalConv3d::load(v, "shortcut", be, num));
+    FLICK_ASSIGN_OR_RETURN(CausalConv3d s,
+                           CausalConv3d::load(v, "shortcut", be, normalized_only(num)));
     if (s.in_channels() != in || s.out_channels() != out)
       return invalid_input(v.full_name("shortcut.weight") + ": expected " + std::to_string(in) +
                            " -> " + std::to_string(out) + " channels");
@@ -431,10 +438,11 @@ Expected<Upsample> Upsample::load(const WeightView& v, Backend& be, const Numeri
   d.bias = bias.t;
   d.spatial_dims = 3;
   d.padding = {0, 1, 1};
-  d.precision = num.conv;
+  d.precision = normalized_only(num).conv;
   u.phases_ = be.pack_conv(d);
   if (v.has("time_conv.weight")) {
-    FLICK_ASSIGN_OR_RETURN(CausalConv3d tc, CausalConv3d::load(v, "time_conv", be, num));
+    FLICK_ASSIGN_OR_RETURN(CausalConv3d tc,
+                           CausalConv3d::load(v, "time_conv", be, normalized_only(num)));
     if (tc.in_channels() != u.c_ || tc.out_channels() != 2 * u.c_)
       return invalid_input(v.full_name("time_conv.weight") + ": expected " + std::to_string(u.c_) +
                            " -> " + std::to_string(2 * u.c_) + " channels, 3 x 1 x 1");

@@ -63,6 +63,14 @@ struct Numerics {
   static Numerics f32() { return {}; }
 };
 
+// num for a convolution of the raw residual stream (a residual block's
+// shortcut, the upsamplers' convs): INT8 becomes BF16. INT8 convolutions
+// quantize their input with one scale per call, which suits the RMS-normed
+// SiLU outputs the residual blocks' own convs read, not the residual sums,
+// whose range grows block by block with a few large outliers (measured on
+// the full-size synthetic decode: see bench/RESULTS.md, "Wan VAE").
+Numerics normalized_only(const Numerics& num);
+
 // The value the reference's weight casts leave: bf16(fp16(v)).
 float ref_weight_value(float v);
 

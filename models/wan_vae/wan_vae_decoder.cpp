@@ -40,9 +40,16 @@ float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
 }  // namespace
 
 Expected<WanVaeDecoder> WanVaeDecoder::load(const WeightView& root, Backend& backend,
-                                            Precision precision) {
+                                            Precision precision,
+                                            std::optional<Precision> conv_precision) {
   WanVaeDecoder d;
   d.precision_ = precision;
+  d.conv_precision_ = conv_precision.value_or(precision);
+  if (d.conv_precision_ != precision &&
+      !(precision == Precision::BF16 && d.conv_precision_ == Precision::INT8))
+    return invalid_input(std::string("Wan VAE decoder: ") + precision_name(d.conv_precision_) +
+                         " convolutions with " + precision_name(precision) +
+                         " activations are not supported (INT8 runs with BF16)");
   if (precision == Precision::F32) {
     d.num_ = wan_vae::Numerics::f32();
     // fp32: the constants as they are, 1/std in fp32.
@@ -79,9 +86,23 @@ Status WanVaeDecoder::load_weights(const WeightView& root) {
   FLICK_ASSIGN_OR_RETURN(conv2_, CausalConv3d::load(root, "conv2", be, head));
   FLICK_ASSIGN_OR_RETURN(conv1_, CausalConv3d::load(dec, "conv1", be, head));
   const WeightView mid = dec.sub("middle");
-  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, num));
+  // The residual blocks' convolutions in conv_precision_. With INT8 these
+  // stay BF16: conv2 / conv1 (fp32 anyway), the middle attention's 1x1
+  // qkv / proj (latent size, 0.1 % of the work; its softmax is sharp where
+  // an int8 qkv would move the scores most), the head's 96 -> 3 conv (1 % of
+  // the conv time, the frames' pixels themselves), the convs of the raw
+  // residual stream (wan_vae::normalized_only) and the full-resolution stage
+  // (below). Measured on synthetic full-width weights
+  // (tests/models/test_wan_vae_int8.cpp, PSNR against BF16): every residual
+  // / upsampling conv INT8 39.2 dB; full-resolution stage BF16 40.3 dB; raw
+  // residual stream BF16 as well 43.0 dB; keeping the middle's residual
+  // blocks BF16 too added only 0.4 dB (not worth their 2.3x at 384
+  // channels).
+  Numerics body = num;
+  body.conv = conv_precision_;
+  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, body));
   FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, num));
-  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, num));
+  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, body));
   int64_t ch = cfg_.dim;
   auto check_in = [&](const WeightView& v, int64_t in) -> Status {
     if (in != ch)
@@ -93,15 +114,23 @@ Status WanVaeDecoder::load_weights(const WeightView& root) {
   FLICK_TRY(check_in(mid.sub("1"), mid_attn_.channels()));
   FLICK_TRY(check_in(mid.sub("2"), mid_res1_.in_channels()));
   const WeightView ups = dec.sub("upsamples");
+  int64_t last_up = cfg_.upsamples;  // the last spatial upsampler
+  for (int64_t i = 0; i < cfg_.upsamples; ++i)
+    if (ups.sub(std::to_string(i)).has("resample.1.weight")) last_up = i;
   for (int64_t i = 0; i < cfg_.upsamples; ++i) {
     const WeightView l = ups.sub(std::to_string(i));
+    // The full-resolution stage (the last upsampler, the blocks after it)
+    // keeps BF16: oneDNN's int8 kernel at 96 channels x 352x640 was slower
+    // than the BF16 direct AMX kernel there (quantizing 3 frames per call
+    // included), and the stage feeds the pixels directly.
+    const Numerics& n = i >= last_up ? num : body;
     if (l.has("resample.1.weight")) {
-      FLICK_ASSIGN_OR_RETURN(Upsample u, Upsample::load(l, be, num));
+      FLICK_ASSIGN_OR_RETURN(Upsample u, Upsample::load(l, be, n));
       FLICK_TRY(check_in(l, u.in_channels()));
       ch = u.out_channels();
       ups_.emplace_back(std::move(u));
     } else {
-      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, num));
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, n));
       FLICK_TRY(check_in(l, r.in_channels()));
       ch = r.out_channels();
       ups_.emplace_back(std::move(r));

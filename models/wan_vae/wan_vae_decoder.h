@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -71,8 +72,13 @@ class WanVaeDecoder {
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // root: a view holding `decoder.*` and `conv2.*`. precision: F32 or BF16.
-  static Expected<WanVaeDecoder> load(const WeightView& root, Backend& backend,
-                                      Precision precision);
+  // conv_precision (default: precision): INT8 with BF16 runs the residual
+  // blocks' and upsamplers' convolutions below full resolution in int8
+  // (Precision::INT8 convs: per-channel weights, one dynamic activation
+  // scale per call) and everything else as BF16; see load_weights for the
+  // layers kept in BF16 and why.
+  static Expected<WanVaeDecoder> load(const WeightView& root, Backend& backend, Precision precision,
+                                      std::optional<Precision> conv_precision = std::nullopt);
 
   const WanVaeDecoderConfig& config() const { return cfg_; }
   // mean and 1 / std of the latent normalisation as this precision uses them.
@@ -105,6 +111,7 @@ class WanVaeDecoder {
   WanVaeDecoderConfig cfg_;
   Backend* backend_ = nullptr;
   Precision precision_ = Precision::F32;
+  Precision conv_precision_ = Precision::F32;  // the residual / upsampling convs
   wan_vae::Numerics num_;
   bool first_ = true;
   int64_t h_ = 0, w_ = 0;  // latent size of the current video

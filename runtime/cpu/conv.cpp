@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cpu/conv_int8.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
@@ -389,19 +390,21 @@ const OnednnConv& as_onednn(const PackedConv& w) {
 
 }  // namespace
 
-std::string conv_impl(const PackedConv& w) { return as_onednn(w).impl(); }
+std::string conv_impl(const PackedConv& w) {
+  return is_conv_int8(w) ? conv_int8_impl(w) : as_onednn(w).impl();
+}
 
 std::unique_ptr<PackedConv> pack_conv(const ConvDesc& d) {
   FLICK_CHECK(d.spatial_dims == 2 || d.spatial_dims == 3, "conv spatial_dims must be 2 or 3");
   FLICK_CHECK(d.w.ndim() == d.spatial_dims + 2, "conv weight rank: " + d.w.str());
-  FLICK_CHECK(d.precision != Precision::INT8, "INT8 convolution is not supported");
+  if (d.precision == Precision::INT8) return pack_conv_int8(d);  // conv_int8.cpp
   FLICK_CHECK(d.groups >= 1 && d.w.dim(0) % d.groups == 0, "conv groups must divide O");
   return std::make_unique<OnednnConv>(d, ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
 }
 
 void conv(const Tensor& x, const PackedConv& w, Tensor& y, Activation act) {
-  const OnednnConv& c = as_onednn(w);
-  const ConvDesc& d = c.desc();
+  const bool int8 = is_conv_int8(w);
+  const ConvDesc& d = int8 ? w.desc() : as_onednn(w).desc();
   const int sd = d.spatial_dims;
   FLICK_CHECK(x.ndim() == sd + 2 && y.ndim() == sd + 2,
               "conv ranks: x " + x.str() + ", y " + y.str() + ", weight " + d.w.str());
@@ -417,7 +420,8 @@ void conv(const Tensor& x, const PackedConv& w, Tensor& y, Activation act) {
                   (y.dtype == DType::F32 || y.dtype == DType::BF16),
               "conv: x and y must be F32 or BF16");
   if (x.numel() == 0 || y.numel() == 0) return;
-  c.run(x, y, act);
+  if (int8) return conv_int8(x, w, y, act);
+  as_onednn(w).run(x, y, act);
 }
 
 }  // namespace flick::cpu

@@ -5,6 +5,7 @@
 // 2-d convolutions run as 3-d ones with a depth of 1.
 #include <vector>
 
+#include "runtime/ref/conv_int8.h"
 #include "runtime/ref/matmul_common.h"
 #include "runtime/ref/ops.h"
 
@@ -66,12 +67,13 @@ Geometry geometry(const Tensor& x, const ConvDesc& d, const Tensor& y) {
 }  // namespace
 
 std::unique_ptr<PackedConv> pack_conv(const ConvDesc& d) {
-  FLICK_CHECK(d.precision != Precision::INT8, "INT8 convolution is not supported");
+  if (d.precision == Precision::INT8) return pack_conv_int8(d);  // conv_int8.cpp
   FLICK_CHECK(d.w.ndim() == d.spatial_dims + 2, "conv weight rank: " + d.w.str());
   return std::make_unique<RefConv>(d, prepare_weights(d.w, d.w_scale, d.bias, d.precision));
 }
 
 void conv(const Tensor& x, const PackedConv& packed, Tensor& y, Activation act) {
+  if (is_conv_int8(packed)) return conv_int8(x, packed, y, act);
   const auto* rc = dynamic_cast<const RefConv*>(&packed);
   FLICK_CHECK(rc != nullptr, "weights were packed by another backend");
   const ConvDesc& d = rc->desc();

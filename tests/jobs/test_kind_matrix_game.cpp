@@ -256,6 +256,11 @@ TEST_F(Mg2KindTest, PipelineEntryErrors) {
                "not an absolute path");
   config_error("mode = \"universal\"\n" + weights + "precision = \"fp4\"\n",
                "pipeline[0].precision", "\"bf16\", \"int8\", \"fp8\", \"f32\"");
+  config_error("mode = \"universal\"\n" + weights + "vae_precision = \"fp8\"\n",
+               "pipeline[0].vae_precision", "\"bf16\", \"int8\"");
+  config_error(
+      "mode = \"universal\"\n" + weights + "precision = \"f32\"\nvae_precision = \"int8\"\n",
+      "pipeline[0].vae_precision", "need a reduced-precision pipeline");
   config_error("mode = \"universal\"\n" + weights + "backend = \"cuda\"\n", "pipeline[0].backend",
                "this build has no CUDA backend");
   config_error("mode = \"universal\"\n" + weights + "width = 650\n", "pipeline[0].width",
@@ -264,6 +269,17 @@ TEST_F(Mg2KindTest, PipelineEntryErrors) {
                "16..4096");
   config_error("mode = \"universal\"\n" + weights + "threads = 2\n", "pipeline[0].threads",
                "unknown key");
+  // vae_precision beside precision parses.
+  for (const char* v : {"bf16", "int8"}) {
+    Diagnostics d("flick.toml");
+    EXPECT_TRUE(parse_config("[daemon]\nspool = \"/x\"\ninput_roots = [\"" + (dir_ / "in") +
+                                 "\"]\noutput_roots = [\"" + (dir_ / "out") +
+                                 "\"]\n[[pipeline]]\nname = \"m\"\nkind = \"matrix-game-2\"\n" +
+                                 "mode = \"universal\"\n" + weights + "precision = \"int8\"\n" +
+                                 "vae_precision = \"" + v + "\"\n",
+                             "flick.toml", "", d))
+        << v << ": " << d.first().message;
+  }
 }
 
 }  // namespace
