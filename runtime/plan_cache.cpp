@@ -15,14 +15,12 @@
 #include "runtime/file_util.h"
 #include "runtime/log.h"
 #include "runtime/sha256.h"
-#include "runtime/threads.h"
 
 namespace flick {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'L', 'I', 'C', 'K', 'P', 'C', '1'};
-// 2: payload checksums in 1 MiB chunks (parallel); 1 was one serial pass.
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 1;
 constexpr int64_t kAlign = 64;
 constexpr char kSuffix[] = ".plan";
 // Far above any real entry's tensor count / key: a header claiming more is corrupt.
@@ -92,11 +90,10 @@ std::shared_ptr<void> map_file(int fd, size_t size) {
 
 }  // namespace
 
-namespace {
-
-// Four independent multiply-xor lanes over 8-byte words, so the loop runs
-// at memory speed; the tail and the length are folded in at the end.
-uint64_t lanes_checksum(const uint8_t* p, size_t size, uint64_t seed) {
+uint64_t plan_checksum(const void* data, size_t size, uint64_t seed) {
+  // Four independent multiply-xor lanes over 8-byte words, so the loop runs
+  // at memory speed; the tail and the length are folded in at the end.
+  const auto* p = static_cast<const uint8_t*>(data);
   constexpr uint64_t kMul = 0x9e3779b97f4a7c15ULL;
   uint64_t lane[4] = {seed ^ 0x243f6a8885a308d3ULL, seed ^ 0x13198a2e03707344ULL,
                       seed ^ 0xa4093822299f31d0ULL, seed ^ 0x082efa98ec4e6c89ULL};
@@ -111,29 +108,6 @@ uint64_t lanes_checksum(const uint8_t* p, size_t size, uint64_t seed) {
   uint64_t h = mix(lane[0]) ^ mix(lane[1] + 1) ^ mix(lane[2] + 2) ^ mix(lane[3] + 3);
   for (; i < size; ++i) h = (h ^ p[i]) * kMul;
   return mix(h ^ size);
-}
-
-// Payloads are checksummed in chunks of this size on the thread pool (a warm
-// Matrix-Game load verifies 2.5 GB), the chunks' sums folded in order.
-constexpr size_t kChunk = size_t{1} << 20;
-
-}  // namespace
-
-uint64_t plan_checksum(const void* data, size_t size, uint64_t seed) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  if (size <= kChunk) return lanes_checksum(p, size, seed);
-  const int64_t chunks = static_cast<int64_t>((size + kChunk - 1) / kChunk);
-  std::vector<uint64_t> sums(static_cast<size_t>(chunks));
-  parallel_for(chunks, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const size_t off = static_cast<size_t>(c) * kChunk;
-      sums[static_cast<size_t>(c)] =
-          lanes_checksum(p + off, std::min(kChunk, size - off), seed + static_cast<uint64_t>(c));
-    }
-  });
-  uint64_t h = mix(seed ^ size);
-  for (uint64_t s : sums) h = mix(h ^ s) * 0x9e3779b97f4a7c15ULL;
-  return mix(h);
 }
 
 Expected<std::string> source_identity(const std::string& path) {

@@ -23,11 +23,8 @@
 // and never a crash. Deleting the directory or any file in it is safe.
 //
 // The payload checksum is a 64-bit hash of 8-byte words in four lanes
-// (about memory bandwidth), over 1 MiB chunks in parallel: it guards against
-// a torn or bit-rotted file, not an adversary; the cache directory is
-// trusted like the checkpoint. Every byte is verified at every load, before
-// any tensor is handed out (a lazy check would let a layer run on bytes not
-// yet verified); at ~0.1 s per GB on two threads it is not worth weakening.
+// (about memory bandwidth): it guards against a torn or bit-rotted file,
+// not an adversary; the cache directory is trusted like the checkpoint.
 #pragma once
 
 #include <cstdint>

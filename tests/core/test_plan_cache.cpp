@@ -7,7 +7,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,7 +15,6 @@
 
 #include "runtime/plan_cache.h"
 #include "runtime/sha256.h"
-#include "runtime/threads.h"
 
 namespace flick {
 namespace {
@@ -259,29 +257,6 @@ TEST(PlanChecksum, SeesEveryByteAndTheLength) {
   }
   EXPECT_NE(plan_checksum(d.data(), 999), h0);
   EXPECT_NE(plan_checksum(d.data(), d.size(), 1), h0);
-}
-
-// Past 1 MiB the payload is summed in chunks on the thread pool: the result
-// is still the same at every thread count, and sees a flipped byte in any
-// chunk, two chunks swapped, and the length.
-TEST(PlanChecksum, ChunkedSumSeesEveryChunkAndTheirOrder) {
-  constexpr size_t kMiB = size_t{1} << 20;
-  std::vector<uint8_t> d(3 * kMiB + 123);
-  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-  const uint64_t h0 = plan_checksum(d.data(), d.size());
-  const int threads = num_threads();
-  set_num_threads(1);
-  EXPECT_EQ(plan_checksum(d.data(), d.size()), h0);
-  set_num_threads(threads);
-  for (size_t i : {size_t{0}, kMiB - 1, kMiB, 2 * kMiB + 5, d.size() - 1}) {
-    d[i] ^= 0x10;
-    EXPECT_NE(plan_checksum(d.data(), d.size()), h0) << i;
-    d[i] ^= 0x10;
-  }
-  std::vector<uint8_t> swapped(d);
-  std::swap_ranges(swapped.begin(), swapped.begin() + kMiB, swapped.begin() + kMiB);
-  EXPECT_NE(plan_checksum(swapped.data(), swapped.size()), h0);
-  EXPECT_NE(plan_checksum(d.data(), d.size() - 1), h0);
 }
 
 }  // namespace
