@@ -37,6 +37,7 @@
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/cpu/quantize.h"
+#include "runtime/log.h"
 #include "runtime/plan_cache.h"
 #include "runtime/ref/matmul_common.h"
 
@@ -306,6 +307,11 @@ void OnednnLinear::build(Plan& p) const {
     found = try_primitive_desc(m, any, dst_type, key.act);
     FLICK_CHECK(found.has_value(), "oneDNN has no matmul for linear M=" + std::to_string(m) +
                                        " K=" + std::to_string(k_) + " N=" + std::to_string(n_));
+    // A second copy of the weights, for as long as the layer lives: worth
+    // seeing in a memory hunt (FLICK_LOG=debug).
+    log_debug("linear " + std::to_string(n_) + "x" + std::to_string(k_) + " M=" +
+              std::to_string(m) + " uses its own weight layout (" +
+              std::to_string(found->weights_desc().get_size()) + " bytes)");
     p.weights_copy = memory(found->weights_desc(), eng);
     dnnl::reorder(weights, p.weights_copy).execute(onednn_stream(), weights, p.weights_copy);
     weights = p.weights_copy;
