@@ -100,7 +100,8 @@ class OnednnLinear final : public PackedLinear {
                                                        const Tensor& md, const Tensor& weights,
                                                        const Tensor& scale, const Tensor& bias,
                                                        std::shared_ptr<const void> storage);
-  // meta flags, weights bytes, md bytes, scale, bias (see linear_cache.h).
+  // Views of its state: the reordered weights (U8), their md (U8), the
+  // scale and the bias (F32 [N], or empty tensors): see linear_cache.h.
   std::vector<Tensor> packed_tensors() const;
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
@@ -150,7 +151,8 @@ class OnednnLinear final : public PackedLinear {
   HostBuffer weights_buf_;               // the reordered weights, unless adopted
   std::shared_ptr<const void> storage_;  // adopted weights and bias
 
-  // One call at a time per packed layer: plans own the scratch buffers.
+  // One call at a time per packed layer: a plan's memory objects are bound
+  // to the calling thread's buffers during its call.
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<Plan>> plans_;
   mutable std::string last_impl_;
