@@ -311,8 +311,8 @@ void OnednnLinear::build(Plan& p) const {
                                        " K=" + std::to_string(k_) + " N=" + std::to_string(n_));
     // A second copy of the weights, for as long as the layer lives: worth
     // seeing in a memory hunt (FLICK_LOG=debug).
-    log_debug("linear " + std::to_string(n_) + "x" + std::to_string(k_) + " M=" +
-              std::to_string(m) + " uses its own weight layout (" +
+    log_debug("linear " + std::to_string(n_) + "x" + std::to_string(k_) +
+              " M=" + std::to_string(m) + " uses its own weight layout (" +
               std::to_string(found->weights_desc().get_size()) + " bytes)");
     p.weights_copy = memory(found->weights_desc(), eng);
     dnnl::reorder(weights, p.weights_copy).execute(onednn_stream(), weights, p.weights_copy);
