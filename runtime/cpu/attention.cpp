@@ -414,8 +414,7 @@ bool amx_pays_off(const Problem& p) { return p.q_len >= 8 || p.kv_len >= 64; }
 const Kernel& select_kernel(const Problem& p) {
   if (!avx512_bf16_supported()) return kPortableKernel;
   // ONEDNN_MAX_CPU_ISA below AMX turns flick's AMX kernels off too (gemm.h).
-  if (amx_bf16_supported() && amx_not_capped() && kernel_accepts(kAmxKernel, p) &&
-      amx_pays_off(p))
+  if (amx_bf16_supported() && amx_not_capped() && kernel_accepts(kAmxKernel, p) && amx_pays_off(p))
     return kAmxKernel;
   if (kernel_accepts(kAvx512ShortKernel, p)) return kAvx512ShortKernel;
   return kAvx512Kernel;
