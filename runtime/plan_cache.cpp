@@ -78,9 +78,12 @@ uint64_t header_checksum(Header h, const char* rest, size_t rest_bytes) {
   return plan_checksum(rest, rest_bytes, plan_checksum(&h, sizeof(h)));
 }
 
-// mmap of a whole file, unmapped when the last holder lets go.
+// mmap of a whole file, unmapped when the last holder lets go. Populated
+// up front: the checksum reads every page next, and one populate call maps
+// them far cheaper than a fault per 64 KB (the entries' pages are in the
+// page cache on a warm start).
 std::shared_ptr<void> map_file(int fd, size_t size) {
-  void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) return nullptr;
   return std::shared_ptr<void>(p, [size](void* q) { munmap(q, size); });
 }
@@ -383,7 +386,8 @@ PlanCacheScope* PlanCacheScope::current() { return g_scope; }
 
 Expected<PlanCached> PlanCached::get(
     std::string_view layer, std::string_view kind,
-    const std::function<Expected<std::vector<OwnedTensor>>()>& build) {
+    const std::function<Expected<std::vector<OwnedTensor>>()>& build,
+    const std::function<Status(const PlanEntry&)>& accept) {
   PlanCached out;
   const PlanCacheScope* scope = PlanCacheScope::current();
   const bool cached = scope != nullptr && scope->cache_ != nullptr;
@@ -398,6 +402,15 @@ Expected<PlanCached> PlanCached::get(
               .add("platform", scope->platform_)
               .text();
     out.entry = scope->cache_->load(name, key);
+    if (out.entry && accept) {
+      if (Status s = accept(*out.entry); !s.ok()) {
+        log_warning("plan cache: " + scope->cache_->path_of(name) + " " + s.message() +
+                    "; rebuilding it");
+        ++scope->cache_->rejected_;
+        --scope->cache_->hits_;
+        out.entry.reset();
+      }
+    }
     if (out.entry) {
       out.tensors = out.entry->tensors();
       out.hit = true;

@@ -65,6 +65,9 @@ class PlanKey {
 class PlanEntry {
  public:
   const std::vector<Tensor>& tensors() const { return tensors_; }
+  // Keeps the mapping (and so the tensors' bytes) alive: for objects that
+  // adopt the bytes in place (runtime/cpu/linear_cache.h).
+  std::shared_ptr<const void> storage() const { return mapping_; }
 
  private:
   friend class PlanCache;
@@ -111,6 +114,7 @@ class PlanCache {
   int64_t stores() const { return stores_; }
 
  private:
+  friend struct PlanCached;
   std::string path_of(std::string_view name) const;
   std::string dir_;
   mutable int64_t hits_ = 0, rejected_ = 0, stores_ = 0;
@@ -157,6 +161,10 @@ inline constexpr std::string_view kPlanCodeVersion = "flick-plan-1";
 // bytes are and their shapes, the layer, the source identity, the platform)
 // matches, else build()'s tensors, stored for the next load (a failed store
 // is a warning: the cache is an optimisation). Without a scope, build().
+// `accept`, if given, judges a loaded entry's tensors beyond the key (an
+// adopter checking a packed layout, say): an error is a warning, the entry
+// counts as rejected, and build() replaces it. build() may return views
+// (an OwnedTensor with an empty buffer) into memory it keeps itself.
 struct PlanCached {
   std::vector<Tensor> tensors;  // views into `entry` or `built`
   bool hit = false;
@@ -164,7 +172,8 @@ struct PlanCached {
   std::vector<OwnedTensor> built;
 
   static Expected<PlanCached> get(std::string_view layer, std::string_view kind,
-                                  const std::function<Expected<std::vector<OwnedTensor>>()>& build);
+                                  const std::function<Expected<std::vector<OwnedTensor>>()>& build,
+                                  const std::function<Status(const PlanEntry&)>& accept = nullptr);
 };
 
 // The payload checksum (exposed for tests).

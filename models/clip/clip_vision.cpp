@@ -1,9 +1,11 @@
 #include "models/clip/clip_vision.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 
+#include "runtime/cpu/linear_cache.h"
 #include "runtime/dtype.h"
 #include "runtime/plan_cache.h"
 #include "runtime/ref/matmul_common.h"
@@ -96,9 +98,26 @@ Status ClipVision::load_weights(const WeightView& visual) {
                     int64_t k) -> Expected<std::unique_ptr<PackedLinear>> {
     const std::string p(prefix);
     const TensorInfo* info = v.info(p + ".weight");
-    if (precision_ == Precision::INT8 && PlanCacheScope::current() != nullptr &&
-        PlanCacheScope::current()->cache() != nullptr && info != nullptr &&
-        info->shape == std::vector<int64_t>{n, k}) {
+    const bool cacheable = precision_ == Precision::INT8 && PlanCacheScope::current() != nullptr &&
+                           PlanCacheScope::current()->cache() != nullptr && info != nullptr &&
+                           info->shape == std::vector<int64_t>{n, k};
+    if (cacheable && std::strcmp(backend_->name(), "cpu") == 0) {
+      // The CPU backend caches the packed layout (runtime/cpu/linear_cache.h):
+      // a hit maps and adopts it, reading neither weight nor bias.
+      Expected<std::unique_ptr<PackedLinear>> l = cpu::pack_linear_cached(
+          v.full_name(p), precision_, n, k, /*bias=*/true,
+          [&]() -> Expected<std::unique_ptr<PackedLinear>> {
+            FLICK_ASSIGN_OR_RETURN(Tensor wt, v.get(p + ".weight", kFloat, {n, k}));
+            FLICK_ASSIGN_OR_RETURN(Tensor b, param(v, p + ".bias", {n}));
+            return backend_->pack_linear({wt, Tensor{}, b, precision_});
+          });
+      if (l.ok()) {
+        v.mark_used(p + ".weight");
+        v.mark_used(p + ".bias");
+      }
+      return l;
+    }
+    if (cacheable) {
       // Through the plan cache (runtime/plan_cache.h): the int8 weight and
       // scales ref::prepare_weights makes of the fp32 checkpoint weight, so a
       // hit packs the same bytes without reading 4 bytes per weight from the

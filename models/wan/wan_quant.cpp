@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/linear_cache.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/dtype.h"
 #include "runtime/plan_cache.h"
@@ -146,6 +147,42 @@ Expected<std::unique_ptr<PackedLinear>> pack_int8_cached(
   const int64_t total = n * static_cast<int64_t>(layers.size());
   std::string name = v.full_name(std::string(layers[0]));
   for (size_t i = 1; i < layers.size(); ++i) name += "+" + std::string(layers[i]);
+  // The stacked bias in the activation dtype (the reference's module holds
+  // a bf16 bias), as the uncached loaders make it.
+  auto read_bias = [&]() -> Expected<OwnedTensor> {
+    OwnedTensor b;
+    if (!bias) return b;
+    b = OwnedTensor(wan_activation_dtype(model), Shape{total});
+    char* dst = static_cast<char*>(b.t.data);
+    for (std::string_view layer : layers) {
+      FLICK_ASSIGN_OR_RETURN(Tensor raw, v.get(std::string(layer) + ".bias", kFloat, Shape{n}));
+      convert(raw.dtype, raw.data, b.t.dtype, dst, n);
+      dst += n * static_cast<int64_t>(dtype_size(b.t.dtype));
+    }
+    return b;
+  };
+  // A hit read none of the layers' tensors: count them as used (their
+  // shapes were checked against the checkpoint's records by int8_cacheable).
+  auto mark_used = [&] {
+    for (std::string_view layer : layers) {
+      v.mark_used(std::string(layer) + ".weight");
+      if (bias) v.mark_used(std::string(layer) + ".bias");
+    }
+  };
+  if (std::strcmp(backend.name(), "cpu") == 0) {
+    // The CPU backend caches the packed layout itself (AMX tiles or oneDNN's
+    // blocked weights, with scales and bias): a hit maps and adopts it.
+    Expected<std::unique_ptr<PackedLinear>> l = cpu::pack_linear_cached(
+        name, Precision::INT8, total, k, bias, [&]() -> Expected<std::unique_ptr<PackedLinear>> {
+          OwnedTensor keep;
+          FLICK_ASSIGN_OR_RETURN(Tensor w, read(keep));
+          FLICK_ASSIGN_OR_RETURN(OwnedTensor b, read_bias());
+          return backend.pack_linear({w, Tensor{}, b.t, Precision::INT8});
+        });
+    if (l.ok()) mark_used();
+    return l;
+  }
+  // Other backends: the int8 weight and scales of ref::prepare_weights.
   const std::string kind = "int8-linear w I8 [" + std::to_string(total) + ", " + std::to_string(k) +
                            "] scale F32 [" + std::to_string(total) + "]";
   FLICK_ASSIGN_OR_RETURN(
@@ -162,19 +199,8 @@ Expected<std::unique_ptr<PackedLinear>> pack_int8_cached(
       c.tensors[0].shape != Shape{total, k} || c.tensors[1].dtype != DType::F32 ||
       c.tensors[1].shape != Shape{total})
     return internal_error("plan cache entry of " + name + " has the wrong tensors");
-  // A hit read no weight: count them as used (their shapes were checked
-  // against the checkpoint's records by int8_cacheable).
   for (std::string_view layer : layers) v.mark_used(std::string(layer) + ".weight");
-  OwnedTensor b;
-  if (bias) {
-    b = OwnedTensor(wan_activation_dtype(model), Shape{total});
-    char* dst = static_cast<char*>(b.t.data);
-    for (std::string_view layer : layers) {
-      FLICK_ASSIGN_OR_RETURN(Tensor raw, v.get(std::string(layer) + ".bias", kFloat, Shape{n}));
-      convert(raw.dtype, raw.data, b.t.dtype, dst, n);
-      dst += n * static_cast<int64_t>(dtype_size(b.t.dtype));
-    }
-  }
+  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, read_bias());
   return backend.pack_linear({c.tensors[0], c.tensors[1], b.t, Precision::INT8});
 }
 

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "runtime/cpu/attention_kernels.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
 #include "runtime/threads.h"
@@ -412,7 +413,9 @@ bool amx_pays_off(const Problem& p) { return p.q_len >= 8 || p.kv_len >= 64; }
 
 const Kernel& select_kernel(const Problem& p) {
   if (!avx512_bf16_supported()) return kPortableKernel;
-  if (amx_bf16_supported() && kernel_accepts(kAmxKernel, p) && amx_pays_off(p)) return kAmxKernel;
+  // ONEDNN_MAX_CPU_ISA below AMX turns flick's AMX kernels off too (gemm.h).
+  if (amx_bf16_supported() && amx_not_capped() && kernel_accepts(kAmxKernel, p) && amx_pays_off(p))
+    return kAmxKernel;
   if (kernel_accepts(kAvx512ShortKernel, p)) return kAvx512ShortKernel;
   return kAvx512Kernel;
 }

@@ -119,9 +119,12 @@ AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
   out.k_pad = amx_round_up(out.k, step);
   const int64_t esz = type == AmxType::BF16 ? 2 : 1;
   const int64_t group = 4 / esz;  // k per 4-byte tile element (VNNI pair / quad)
-  out.data = HostBuffer(static_cast<size_t>(out.n_pad * out.k_pad * esz));
+  // Zero-filled: the padding past N and K stays zero.
+  auto buffer = std::make_shared<HostBuffer>(out.bytes());
+  auto* dst = static_cast<char*>(buffer->data());
+  out.data = dst;
+  out.storage = std::shared_ptr<const void>(buffer, dst);
   const auto* src = static_cast<const char*>(w.data);
-  auto* dst = static_cast<char*>(out.data.data());
   const int64_t steps = out.k_pad / step;
   parallel_for(out.n_pad / 32, [&](int64_t nb0, int64_t nb1) {
     for (int64_t nb = nb0; nb < nb1; ++nb)
@@ -142,6 +145,20 @@ AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
           }
         }
   });
+  return out;
+}
+
+AmxWeights amx_adopt_weights(AmxType type, int64_t n, int64_t k, const void* data,
+                             std::shared_ptr<const void> storage) {
+  FLICK_CHECK(n > 0 && k > 0 && data != nullptr, "amx_adopt_weights: empty weights");
+  AmxWeights out;
+  out.type = type;
+  out.n = n;
+  out.k = k;
+  out.n_pad = amx_round_up(n, 32);
+  out.k_pad = amx_round_up(k, amx_k_step(type));
+  out.data = data;
+  out.storage = std::move(storage);
   return out;
 }
 
@@ -198,7 +215,7 @@ void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e
       amx::WorkerArgs args;
       args.type = w.type;
       args.a = a.data;
-      args.b = w.data.data();
+      args.b = w.data;
       args.c_scratch = scratch.slot(t);
       args.m = a.m;
       args.n = w.n;

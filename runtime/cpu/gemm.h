@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "runtime/backend.h"
 #include "runtime/ref/matmul_common.h"
@@ -30,6 +31,11 @@ bool amx_available();
 // which the tests use to reach the oneDNN paths of other CPUs).
 bool linear_uses_amx();
 
+// Whether oneDNN's ISA is not capped below AMX: flick's own AMX kernels
+// (the GEMM, the attention's) run only then, so ONEDNN_MAX_CPU_ISA=
+// AVX512_CORE_BF16 makes the whole process behave as on a CPU without AMX.
+bool amx_not_capped();
+
 enum class AmxType { BF16, S8 };
 
 // Bytes of one tile row (64) and the K elements one tile step covers.
@@ -45,11 +51,24 @@ struct AmxWeights {
   AmxType type = AmxType::BF16;
   int64_t n = 0, k = 0;          // logical
   int64_t n_pad = 0, k_pad = 0;  // multiples of 32 and of amx_k_step
-  HostBuffer data;
+  // n_pad * k_pad elements, read-only: a buffer of amx_pack_weights or a
+  // mapped plan cache entry (amx_adopt_weights), kept alive by `storage`.
+  const void* data = nullptr;
+  std::shared_ptr<const void> storage;
+
+  size_t bytes() const {
+    return static_cast<size_t>(n_pad * k_pad) * (type == AmxType::BF16 ? 2 : 1);
+  }
 };
 
 // w: [N, K] row-major, BF16 for AmxType::BF16, I8 for AmxType::S8.
 AmxWeights amx_pack_weights(const Tensor& w, AmxType type);
+
+// Weights packed earlier (amx_pack_weights' bytes for an [n, k] weight of
+// `type`, from the plan cache) used in place: `data` must hold bytes() bytes
+// and stay valid as long as `storage` lives. No copy.
+AmxWeights amx_adopt_weights(AmxType type, int64_t n, int64_t k, const void* data,
+                             std::shared_ptr<const void> storage);
 
 // Activations in A-tile layout: per 32-row block, per K step, two 1 KB tiles
 // (rows 0-15, 16-31) of 64-byte rows. m_pad = M rounded up to 32.

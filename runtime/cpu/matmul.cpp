@@ -32,10 +32,13 @@
 #include <vector>
 
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/linear_cache.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/cpu/quantize.h"
+#include "runtime/log.h"
+#include "runtime/plan_cache.h"
 #include "runtime/ref/matmul_common.h"
 
 namespace flick::cpu {
@@ -64,15 +67,20 @@ struct PlanKey {
   bool operator==(const PlanKey&) const = default;
 };
 
-// Everything one PlanKey needs, built on its first call.
+// Everything one PlanKey needs, built on its first call. Its working
+// memory (dense src / dst, row scales, oneDNN's scratchpad) is the calling
+// thread's CallBuffers, shared by every plan of every layer and bound per
+// call: a plan per layer and M kept its own before, 1.3 GB over the
+// Matrix-Game DiT's INT8 layers at M = 2640 on CPUs without AMX.
 struct Plan {
   PlanKey key;
   std::string impl;
   dnnl::matmul prim;
   std::unordered_map<int, memory> args;
   memory src, dst;  // what the primitive reads / writes (dense)
-  HostBuffer src_buf, dst_buf, x_scales, scratchpad;
-  bool quantize = false;  // INT8: x -> src_buf by quantize_rows()
+  memory scratchpad, x_scales;
+  size_t src_bytes = 0, dst_bytes = 0, scratchpad_bytes = 0;
+  bool quantize = false;  // INT8: x -> src by quantize_rows()
   memory weights_copy;    // only when this M wants another weight layout
   bool x_direct = false;  // x is src: same dtype, dense rows
   bool y_direct = false;  // y is dst
@@ -83,7 +91,18 @@ struct Plan {
 
 class OnednnLinear final : public PackedLinear {
  public:
+  // Packs w: its weights reordered into the blocked layout of the primitive.
   explicit OnednnLinear(ref::PreparedWeights w);
+  // Weights reordered earlier (packed_tensors() of a linear of this
+  // process's ISA and oneDNN) used in place: checks that `md` is the layout
+  // this process's primitive asks for. Views kept alive by `storage`.
+  static Expected<std::unique_ptr<OnednnLinear>> adopt(Precision p, int64_t n, int64_t k,
+                                                       const Tensor& md, const Tensor& weights,
+                                                       const Tensor& scale, const Tensor& bias,
+                                                       std::shared_ptr<const void> storage);
+  // Views of its state: the reordered weights (U8), their md (U8), the
+  // scale and the bias (F32 [N], or empty tensors): see linear_cache.h.
+  std::vector<Tensor> packed_tensors() const;
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
   Precision precision() const override { return precision_; }
@@ -112,10 +131,14 @@ class OnednnLinear final : public PackedLinear {
   odt dst_type_for(odt y_type) const { return src_type_ == odt::f32 ? odt::f32 : y_type; }
   Plan& plan(const PlanKey& key) const;
   void build(Plan& p) const;
+  OnednnLinear(Precision p, int64_t n, int64_t k) : k_(k), n_(n), precision_(p) {}
+  // Everything but the weights: types, scales, bias (a view kept by
+  // storage_ or owned), the pack-time primitive desc (kPackM).
+  dnnl::matmul::primitive_desc init(const float* scale, const Tensor& bias);
 
   int64_t k_, n_;
   Precision precision_;
-  odt src_type_;
+  odt src_type_ = odt::undef;
   // BF16 / FP8 on a CPU where oneDNN has no bf16 kernels (below AVX-512):
   // an f32 GEMM on the same bf16-rounded operands, which is exact to the
   // same products (bf16 x bf16 is exact in fp32) with fp32 accumulation.
@@ -124,12 +147,28 @@ class OnednnLinear final : public PackedLinear {
   std::vector<float> w_scale_;
   OwnedTensor bias_buf_;
   memory bias_, weights_, zero_point_;
+  memory::desc weights_md_;              // weights_'s, for packed_tensors()
+  HostBuffer weights_buf_;               // the reordered weights, unless adopted
+  std::shared_ptr<const void> storage_;  // adopted weights and bias
 
-  // One call at a time per packed layer: plans own the scratch buffers.
+  // One call at a time per packed layer: a plan's memory objects are bound
+  // to the calling thread's buffers during its call.
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<Plan>> plans_;
   mutable std::string last_impl_;
 };
+
+// The weights' dtype in the primitive: bf16 weights (BF16 and FP8 as
+// widened to bf16) or s8 (INT8); prepare_weights makes exactly these.
+odt weights_type_for(Precision p) {
+  switch (p) {
+    case Precision::F32: return odt::f32;
+    case Precision::BF16:
+    case Precision::FP8: return odt::bf16;
+    case Precision::INT8: return odt::s8;
+  }
+  return odt::undef;
+}
 
 odt src_type_for(Precision p) {
   switch (p) {
@@ -141,37 +180,86 @@ odt src_type_for(Precision p) {
   return odt::undef;
 }
 
-OnednnLinear::OnednnLinear(ref::PreparedWeights w)
-    : k_(w.k()), n_(w.n()), precision_(w.precision), src_type_(src_type_for(w.precision)) {
+dnnl::matmul::primitive_desc OnednnLinear::init(const float* scale, const Tensor& bias) {
+  src_type_ = src_type_for(precision_);
   const auto& eng = onednn_engine();
   if (src_type_ == odt::u8) {
     x_offset_ = 128;
     zero_point_ = memory({{1}, odt::s32, tag::a}, eng);
     *static_cast<int32_t*>(zero_point_.get_data_handle()) = x_offset_;
   }
-  if (w.has_scale()) w_scale_.assign(w.scale.t.ptr<float>(), w.scale.t.ptr<float>() + n_);
-  if (w.has_bias()) {
-    bias_buf_ = std::move(w.bias);
-    bias_ = memory({{1, 1, n_}, odt::f32, tag::abc}, eng, bias_buf_.t.data);
-  }
-  // W is [N, K] row-major, i.e. the [K, N] matmul operand in column-major.
-  const odt wt = onednn_dtype(w.w.t.dtype);
-  memory plain({{1, k_, n_}, wt, memory::dims{k_ * n_, 1, k_}}, eng, w.w.t.data);
-  auto any_weights = [&] {
-    return memory::desc({1, k_, n_}, wt == odt::bf16 ? src_type_ : wt, tag::any);
-  };
+  if (scale != nullptr) w_scale_.assign(scale, scale + n_);
+  if (!bias.empty())
+    bias_ = memory({{1, 1, n_}, odt::f32, tag::abc}, eng, const_cast<void*>(bias.data));
+  // The weights as the primitive wants them for any M (see the top).
+  const odt wt = weights_type_for(precision_);
+  auto any_weights = [&] { return memory::desc({1, k_, n_}, wt, tag::any); };
   auto pd = try_primitive_desc(kPackM, any_weights(), dst_type_for(odt::bf16), Activation::None);
   if (!pd && src_type_ == odt::bf16) {
     emulate_bf16_ = true;
     src_type_ = odt::f32;
-    pd = try_primitive_desc(kPackM, any_weights(), odt::f32, Activation::None);
+    pd = try_primitive_desc(kPackM, memory::desc({1, k_, n_}, odt::f32, tag::any), odt::f32,
+                            Activation::None);
   }
   FLICK_CHECK(pd.has_value(),
               std::string("oneDNN has no ") + precision_name(precision_) + " matmul on this CPU");
   last_impl_ = impl_name(*pd, "linear " + std::to_string(n_) + "x" + std::to_string(k_));
-  weights_ = memory(pd->weights_desc(), eng);
+  return *pd;
+}
+
+OnednnLinear::OnednnLinear(ref::PreparedWeights w) : k_(w.k()), n_(w.n()), precision_(w.precision) {
+  bias_buf_ = std::move(w.bias);
+  const dnnl::matmul::primitive_desc pd =
+      init(w.has_scale() ? w.scale.t.ptr<float>() : nullptr, bias_buf_.t);
+  // W is [N, K] row-major, i.e. the [K, N] matmul operand in column-major.
+  const auto& eng = onednn_engine();
+  memory plain({{1, k_, n_}, onednn_dtype(w.w.t.dtype), memory::dims{k_ * n_, 1, k_}}, eng,
+               w.w.t.data);
+  weights_buf_ = HostBuffer(pd.weights_desc().get_size());
+  weights_ = memory(pd.weights_desc(), eng, weights_buf_.data());
   dnnl::reorder(plain, weights_).execute(onednn_stream(), plain, weights_);
   onednn_stream().wait();
+  weights_md_ = pd.weights_desc();
+}
+
+Expected<std::unique_ptr<OnednnLinear>> OnednnLinear::adopt(Precision p, int64_t n, int64_t k,
+                                                            const Tensor& md, const Tensor& weights,
+                                                            const Tensor& scale, const Tensor& bias,
+                                                            std::shared_ptr<const void> storage) {
+  std::unique_ptr<OnednnLinear> l(new OnednnLinear(p, n, k));
+  l->storage_ = std::move(storage);
+  const dnnl::matmul::primitive_desc pd =
+      l->init(scale.empty() ? nullptr : scale.ptr<float>(), bias);
+  const memory::desc want = pd.weights_desc();
+  memory::desc got;
+  if (md.nbytes() != sizeof(got.data))
+    return invalid_input("oneDNN weights descriptor of the wrong size");
+  std::memcpy(&got.data, md.data, sizeof(got.data));
+  if (!(got == want))
+    return invalid_input(
+        "holds weights in another oneDNN layout than this process's primitive wants");
+  if (weights.nbytes() != static_cast<int64_t>(want.get_size()))
+    return invalid_input("holds " + std::to_string(weights.nbytes()) +
+                         " bytes of weights, the layout needs " + std::to_string(want.get_size()));
+  // oneDNN only reads weights: the read-only mapping is fine.
+  l->weights_ = memory(want, onednn_engine(), const_cast<void*>(weights.data));
+  l->weights_md_ = want;
+  return l;
+}
+
+std::vector<Tensor> OnednnLinear::packed_tensors() const {
+  std::vector<Tensor> t;
+  t.push_back(Tensor::view(weights_.get_data_handle(), DType::U8,
+                           Shape{static_cast<int64_t>(weights_md_.get_size())}));
+  // dnnl_memory_desc_t is a plain struct in oneDNN 2.x (no pointers).
+  static_assert(DNNL_VERSION_MAJOR == 2, "oneDNN 3 descs are opaque: serialise with get_blob()");
+  t.push_back(Tensor::view(const_cast<dnnl_memory_desc_t*>(&weights_md_.data), DType::U8,
+                           Shape{static_cast<int64_t>(sizeof(dnnl_memory_desc_t))}));
+  t.push_back(w_scale_.empty()
+                  ? Tensor{}
+                  : Tensor::view(const_cast<float*>(w_scale_.data()), DType::F32, Shape{n_}));
+  t.push_back(bias_ ? Tensor::view(bias_.get_data_handle(), DType::F32, Shape{n_}) : Tensor{});
+  return t;
 }
 
 std::optional<dnnl::matmul::primitive_desc> OnednnLinear::try_primitive_desc(
@@ -221,6 +309,11 @@ void OnednnLinear::build(Plan& p) const {
     found = try_primitive_desc(m, any, dst_type, key.act);
     FLICK_CHECK(found.has_value(), "oneDNN has no matmul for linear M=" + std::to_string(m) +
                                        " K=" + std::to_string(k_) + " N=" + std::to_string(n_));
+    // A second copy of the weights, for as long as the layer lives: worth
+    // seeing in a memory hunt (FLICK_LOG=debug).
+    log_debug("linear " + std::to_string(n_) + "x" + std::to_string(k_) +
+              " M=" + std::to_string(m) + " uses its own weight layout (" +
+              std::to_string(found->weights_desc().get_size()) + " bytes)");
     p.weights_copy = memory(found->weights_desc(), eng);
     dnnl::reorder(weights, p.weights_copy).execute(onednn_stream(), weights, p.weights_copy);
     weights = p.weights_copy;
@@ -231,18 +324,19 @@ void OnednnLinear::build(Plan& p) const {
                   ", which mishandles the per-row scale; INT8 needs AVX-512 VNNI or AMX");
   p.impl = impl_name(pd, "linear M=" + std::to_string(m));
   p.prim = dnnl::matmul(pd);
-  p.scratchpad = HostBuffer(pd.scratchpad_desc().get_size());
+  p.scratchpad_bytes = pd.scratchpad_desc().get_size();
+  p.scratchpad = memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
 
   p.quantize = precision_ == Precision::INT8;
   p.x_direct = !p.quantize && !emulate_bf16_ && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
-  if (!p.x_direct) p.src_buf = HostBuffer(static_cast<size_t>(m * k_) * odt_size(src_type_));
-  p.src = memory(pd.src_desc(), eng, p.x_direct ? DNNL_MEMORY_NONE : p.src_buf.data());
+  if (!p.x_direct) p.src_bytes = static_cast<size_t>(m * k_) * odt_size(src_type_);
+  p.src = memory(pd.src_desc(), eng, DNNL_MEMORY_NONE);
   if (!p.x_direct && !p.quantize)
     p.x_in.emplace(rows_md(m, k_, key.ldx, onednn_dtype(key.x)), p.src, emulate_bf16_);
 
   p.y_direct = dst_type == y_type && key.ldy == n_;
-  if (!p.y_direct) p.dst_buf = HostBuffer(static_cast<size_t>(m * n_) * odt_size(dst_type));
-  p.dst = memory(pd.dst_desc(), eng, p.y_direct ? DNNL_MEMORY_NONE : p.dst_buf.data());
+  if (!p.y_direct) p.dst_bytes = static_cast<size_t>(m * n_) * odt_size(dst_type);
+  p.dst = memory(pd.dst_desc(), eng, DNNL_MEMORY_NONE);
   if (!p.y_direct) {
     // dst -> y: the chain's source is dst, its target a view of y set per call.
     p.y_mem = memory(rows_md(m, n_, key.ldy, y_type), eng, DNNL_MEMORY_NONE);
@@ -252,12 +346,11 @@ void OnednnLinear::build(Plan& p) const {
   p.args = {{DNNL_ARG_SRC, p.src},
             {DNNL_ARG_WEIGHTS, weights},
             {DNNL_ARG_DST, p.dst},
-            {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, p.scratchpad.data())}};
+            {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
   int post_op = 0;
   if (p.quantize) {
-    p.x_scales = HostBuffer(static_cast<size_t>(m) * sizeof(float));
-    p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] =
-        memory({{1, m, 1}, odt::f32, tag::abc}, eng, p.x_scales.data());
+    p.x_scales = memory({{1, m, 1}, odt::f32, tag::abc}, eng, DNNL_MEMORY_NONE);
+    p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] = p.x_scales;
   }
   if (bias_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] = bias_;
   if (x_offset_ != 0) p.args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zero_point_;
@@ -269,18 +362,28 @@ void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activatio
   Plan& p = plan({x.rows, x.dtype, y.dtype, x.ld, y.ld, act});
   last_impl_ = p.impl;
   dnnl::stream& s = onednn_stream();
+  CallBuffers& cb = onednn_call_buffers();
+  // Bound per call: another plan may have grown (moved) the buffers since.
+  p.scratchpad.set_data_handle(cb.get(CallBuffers::kScratchpad, p.scratchpad_bytes));
+  void* src = p.x_direct ? nullptr : cb.get(CallBuffers::kSrc, p.src_bytes);
+  void* dst = p.y_direct ? nullptr : cb.get(CallBuffers::kDst, p.dst_bytes);
   if (p.quantize) {
-    quantize_rows(x, p.src_buf.data(), k_, static_cast<float*>(p.x_scales.data()), x_offset_);
+    auto* scales = static_cast<float*>(
+        cb.get(CallBuffers::kRowScales, static_cast<size_t>(x.rows) * sizeof(float)));
+    p.x_scales.set_data_handle(scales);
+    p.src.set_data_handle(src);
+    quantize_rows(x, src, k_, scales, x_offset_);
   } else if (p.x_direct) {
     p.src.set_data_handle(x.data);
   } else {
+    p.src.set_data_handle(src);
     p.x_in->run(s, x.data);
   }
-  if (p.y_direct) p.dst.set_data_handle(y.data);
+  p.dst.set_data_handle(p.y_direct ? y.data : dst);
   p.prim.execute(s, p.args);
   if (!p.y_direct) {
     p.y_mem.set_data_handle(y.data);
-    p.y_out->run(s, p.dst_buf.data());
+    p.y_out->run(s, dst);
   }
   s.wait();
 }
@@ -306,18 +409,25 @@ AmxCallBuffers& amx_call_buffers() {
 // converted or quantized into A tiles per call.
 class AmxLinear final : public PackedLinear {
  public:
-  explicit AmxLinear(ref::PreparedWeights w)
-      : precision_(w.precision),
-        weights_(
-            amx_pack_weights(w.w, w.precision == Precision::INT8 ? AmxType::S8 : AmxType::BF16)),
-        scale_(std::move(w.scale)),
-        bias_(std::move(w.bias)) {}
+  // scale: F32 [N] for INT8 / FP8, bias F32 [N] or empty; views into
+  // `owned` or `storage`, which the linear keeps.
+  AmxLinear(Precision precision, AmxWeights weights, const Tensor& scale, const Tensor& bias,
+            std::vector<OwnedTensor> owned, std::shared_ptr<const void> storage)
+      : precision_(precision),
+        weights_(std::move(weights)),
+        scale_(scale),
+        bias_(bias),
+        owned_(std::move(owned)),
+        storage_(std::move(storage)) {}
   int64_t in_features() const override { return weights_.k; }
   int64_t out_features() const override { return weights_.n; }
   Precision precision() const override { return precision_; }
   std::string impl() const {
     return weights_.type == AmxType::S8 ? "flick:amx_int8" : "flick:amx_bf16";
   }
+  const AmxWeights& weights() const { return weights_; }
+  const Tensor& scale() const { return scale_; }
+  const Tensor& bias() const { return bias_; }
 
   void run(const ref::RowsView& x, const ref::RowsView& y, Activation act) const {
     if (x.rows == 0) return;
@@ -329,8 +439,8 @@ class AmxLinear final : public PackedLinear {
     a.k_pad = weights_.k_pad;
     a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, weights_.k));
     AmxEpilogue e;
-    e.col_scale = scale_.t.empty() ? nullptr : scale_.t.ptr<float>();
-    e.bias = bias_.t.empty() ? nullptr : bias_.t.ptr<float>();
+    e.col_scale = scale_.empty() ? nullptr : scale_.ptr<float>();
+    e.bias = bias_.empty() ? nullptr : bias_.ptr<float>();
     e.act = act;
     e.y = y;
     if (a.type == AmxType::S8) {
@@ -346,9 +456,48 @@ class AmxLinear final : public PackedLinear {
  private:
   Precision precision_;
   AmxWeights weights_;
-  OwnedTensor scale_;  // F32 [N] for INT8 / FP8
-  OwnedTensor bias_;   // F32 [N] or empty
+  Tensor scale_;  // F32 [N] for INT8 / FP8
+  Tensor bias_;   // F32 [N] or empty
+  std::vector<OwnedTensor> owned_;
+  std::shared_ptr<const void> storage_;
 };
+
+AmxType amx_type_for(Precision p) { return p == Precision::INT8 ? AmxType::S8 : AmxType::BF16; }
+
+// Whether pack_linear puts a `p` layer on the AMX GEMM.
+bool d_uses_amx(Precision p) { return p != Precision::F32 && linear_uses_amx(); }
+
+std::unique_ptr<AmxLinear> amx_linear(ref::PreparedWeights w) {
+  AmxWeights packed = amx_pack_weights(w.w, amx_type_for(w.precision));
+  const Tensor scale = w.scale.t, bias = w.bias.t;
+  std::vector<OwnedTensor> owned;
+  owned.push_back(std::move(w.scale));
+  owned.push_back(std::move(w.bias));
+  return std::make_unique<AmxLinear>(w.precision, std::move(packed), scale, bias, std::move(owned),
+                                     nullptr);
+}
+
+// The AMX linear of d packed straight from d.w where prepare_weights would
+// only copy it (I8 weights at INT8, BF16 at BF16): no [N, K] copy. Null
+// where prepare_weights has real work (quantizing, widening).
+std::unique_ptr<AmxLinear> amx_linear_direct(const LinearDesc& d) {
+  const bool s8 = d.precision == Precision::INT8 && d.w.dtype == DType::I8;
+  const bool bf16 = d.precision == Precision::BF16 && d.w.dtype == DType::BF16;
+  if (!(s8 || bf16) || !d.w.is_contiguous() || (!d.bias.empty() && !d.bias.is_contiguous()))
+    return nullptr;
+  const int64_t n = d.w.dim(0), k = d.w.numel() / n;
+  // The scale and bias as prepare_weights makes them (the bias in F32, a
+  // per-tensor scale broadcast), without its weight copy.
+  ref::PreparedWeights small = ref::prepare_weights(Tensor::view(d.w.data, d.w.dtype, Shape{n, 1}),
+                                                    d.w_scale, d.bias, d.precision);
+  const AmxWeights packed =
+      amx_pack_weights(Tensor::view(d.w.data, d.w.dtype, Shape{n, k}), amx_type_for(d.precision));
+  const Tensor scale = small.scale.t, bias = small.bias.t;
+  std::vector<OwnedTensor> owned;
+  owned.push_back(std::move(small.scale));
+  owned.push_back(std::move(small.bias));
+  return std::make_unique<AmxLinear>(d.precision, packed, scale, bias, std::move(owned), nullptr);
+}
 
 const OnednnLinear& as_onednn(const PackedLinear& w) {
   const auto* l = dynamic_cast<const OnednnLinear*>(&w);
@@ -429,9 +578,13 @@ bool int8_uses_u8_activations() {
   return u8;
 }
 
+bool amx_not_capped() {
+  static const bool yes = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  return yes;
+}
+
 bool linear_uses_amx() {
-  static const bool yes =
-      amx_available() && dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  static const bool yes = amx_available() && amx_not_capped();
   return yes;
 }
 
@@ -450,10 +603,154 @@ std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
   FLICK_CHECK(d.w.ndim() == 2, "linear weight must be [N, K]: " + d.w.str());
   FLICK_CHECK(cpu_supports(d.precision),
               std::string(precision_name(d.precision)) + " linear is not supported on this CPU");
-  ref::PreparedWeights w = ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision);
-  if (d.precision != Precision::F32 && linear_uses_amx())
-    return std::make_unique<AmxLinear>(std::move(w));
-  return std::make_unique<OnednnLinear>(std::move(w));
+  if (d_uses_amx(d.precision)) {
+    if (std::unique_ptr<AmxLinear> l = amx_linear_direct(d)) return l;
+    return amx_linear(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
+  }
+  return std::make_unique<OnednnLinear>(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
+}
+
+// ---- packed linears through the plan cache (linear_cache.h) ----
+
+namespace {
+
+// meta: layout, format version, precision, n, k, AMX type or 0, has scale,
+// has bias. Bump kPackedFormat when a layout's bytes change.
+enum PackedLayout : int32_t { kLayoutAmx = 1, kLayoutOnednn = 2 };
+constexpr int32_t kPackedFormat = 1;
+constexpr int32_t kMetaLen = 8;
+
+}  // namespace
+
+std::vector<Tensor> packed_linear_tensors(const PackedLinear& w) {
+  // The meta tensor lives in a per-layer buffer the views outlive: it is
+  // rebuilt here into thread-local storage, valid until the next call on
+  // this thread (PlanCache::store copies it before that).
+  thread_local int32_t meta[kMetaLen];
+  std::vector<Tensor> t;
+  t.push_back(Tensor::view(meta, DType::I32, Shape{kMetaLen}));
+  Tensor scale, bias;
+  if (const auto* amx = dynamic_cast<const AmxLinear*>(&w)) {
+    const AmxWeights& aw = amx->weights();
+    const int32_t m[kMetaLen] = {kLayoutAmx,
+                                 kPackedFormat,
+                                 static_cast<int32_t>(amx->precision()),
+                                 static_cast<int32_t>(aw.n),
+                                 static_cast<int32_t>(aw.k),
+                                 static_cast<int32_t>(aw.type) + 1,
+                                 !amx->scale().empty(),
+                                 !amx->bias().empty()};
+    std::copy(m, m + kMetaLen, meta);
+    t.push_back(Tensor::view(const_cast<void*>(aw.data), DType::U8,
+                             Shape{static_cast<int64_t>(aw.bytes())}));
+    scale = amx->scale();
+    bias = amx->bias();
+  } else {
+    const OnednnLinear& l = as_onednn(w);
+    std::vector<Tensor> p = l.packed_tensors();  // weights, md, scale, bias
+    const int32_t m[kMetaLen] = {kLayoutOnednn,
+                                 kPackedFormat,
+                                 static_cast<int32_t>(l.precision()),
+                                 static_cast<int32_t>(l.out_features()),
+                                 static_cast<int32_t>(l.in_features()),
+                                 0,
+                                 !p[2].empty(),
+                                 !p[3].empty()};
+    std::copy(m, m + kMetaLen, meta);
+    t.push_back(p[0]);
+    t.push_back(p[1]);
+    scale = p[2];
+    bias = p[3];
+  }
+  if (!scale.empty()) t.push_back(scale);
+  if (!bias.empty()) t.push_back(bias);
+  return t;
+}
+
+Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tensor> t,
+                                                            Precision precision, int64_t n,
+                                                            int64_t k,
+                                                            std::shared_ptr<const void> storage) {
+  if (t.empty() || t[0].dtype != DType::I32 || t[0].shape != Shape{kMetaLen})
+    return invalid_input("is not a packed linear");
+  const int32_t* m = t[0].ptr<const int32_t>();
+  const bool amx = d_uses_amx(precision);
+  const int32_t layout = amx ? kLayoutAmx : kLayoutOnednn;
+  if (m[0] != layout || m[1] != kPackedFormat || m[2] != static_cast<int32_t>(precision) ||
+      m[3] != n || m[4] != k)
+    return invalid_input("holds another layout, precision or shape than this process packs");
+  const bool has_scale = m[6] != 0, has_bias = m[7] != 0;
+  const size_t packed_count = amx ? 1 : 2;
+  if (t.size() != 1 + packed_count + has_scale + has_bias)
+    return invalid_input("has " + std::to_string(t.size()) + " tensors");
+  const Shape vec{n};
+  auto f32_vec = [&](const Tensor& v) { return v.dtype == DType::F32 && v.shape == vec; };
+  const Tensor scale = has_scale ? t[1 + packed_count] : Tensor{};
+  const Tensor bias = has_bias ? t[1 + packed_count + has_scale] : Tensor{};
+  const bool wants_scale = precision == Precision::INT8 || precision == Precision::FP8;
+  if (has_scale != wants_scale || (has_scale && !f32_vec(scale)) || (has_bias && !f32_vec(bias)))
+    return invalid_input("has scales or a bias of the wrong shape");
+  if (amx) {
+    const AmxType type = amx_type_for(precision);
+    if (m[5] != static_cast<int32_t>(type) + 1) return invalid_input("holds another AMX type");
+    AmxWeights w = amx_adopt_weights(type, n, k, t[1].data, storage);
+    if (t[1].dtype != DType::U8 || t[1].nbytes() != static_cast<int64_t>(w.bytes()))
+      return invalid_input("holds " + std::to_string(t[1].nbytes()) +
+                           " bytes of AMX weights, not " + std::to_string(w.bytes()));
+    std::unique_ptr<PackedLinear> l = std::make_unique<AmxLinear>(
+        precision, std::move(w), scale, bias, std::vector<OwnedTensor>{}, std::move(storage));
+    return l;
+  }
+  if (t[1].dtype != DType::U8 || t[2].dtype != DType::U8)
+    return invalid_input("has oneDNN weights of the wrong dtype");
+  FLICK_ASSIGN_OR_RETURN(
+      std::unique_ptr<OnednnLinear> l,
+      OnednnLinear::adopt(precision, n, k, t[2], t[1], scale, bias, std::move(storage)));
+  return std::unique_ptr<PackedLinear>(std::move(l));
+}
+
+std::string packed_linear_kind(Precision precision, int64_t n, int64_t k, bool bias) {
+  std::string layout;
+  if (d_uses_amx(precision)) {
+    layout = precision == Precision::INT8 ? "amx-s8" : "amx-bf16";
+  } else {
+    layout = std::string("onednn-") + (precision == Precision::INT8 && int8_uses_u8_activations()
+                                           ? "u8s8"
+                                           : precision_name(precision));
+  }
+  return "packed-linear-v" + std::to_string(kPackedFormat) + " " + layout + " " +
+         precision_name(precision) + " [" + std::to_string(n) + ", " + std::to_string(k) + "]" +
+         (bias ? " bias" : "");
+}
+
+Expected<std::unique_ptr<PackedLinear>> pack_linear_cached(
+    std::string_view layer, Precision precision, int64_t n, int64_t k, bool bias,
+    const std::function<Expected<std::unique_ptr<PackedLinear>>()>& pack) {
+  const PlanCacheScope* scope = PlanCacheScope::current();
+  if (scope == nullptr || scope->cache() == nullptr) return pack();
+  std::unique_ptr<PackedLinear> built, adopted;
+  FLICK_ASSIGN_OR_RETURN(PlanCached c,
+                         PlanCached::get(
+                             layer, packed_linear_kind(precision, n, k, bias),
+                             [&]() -> Expected<std::vector<OwnedTensor>> {
+                               FLICK_ASSIGN_OR_RETURN(built, pack());
+                               FLICK_CHECK(built->out_features() == n && built->in_features() == k,
+                                           "pack_linear_cached: pack() made another shape");
+                               // Views into `built` (and the meta's thread-local), stored
+                               // before anything else runs on this thread.
+                               std::vector<OwnedTensor> out;
+                               for (const Tensor& v : packed_linear_tensors(*built))
+                                 out.emplace_back().t = v;
+                               return out;
+                             },
+                             [&](const PlanEntry& e) -> Status {
+                               Expected<std::unique_ptr<PackedLinear>> a =
+                                   adopt_packed_linear(e.tensors(), precision, n, k, e.storage());
+                               if (!a.ok()) return a.status();
+                               adopted = std::move(*a);
+                               return ok_status();
+                             }));
+  return c.hit ? std::move(adopted) : std::move(built);
 }
 
 void linear(const Tensor& x, const PackedLinear& w, Tensor& y, Activation act) {

@@ -157,10 +157,17 @@ TEST_F(PlanCachePipeline, AWarmLoadUsesTheEntriesAndRebuildsADamagedOne) {
   const std::string name = qkv->file.substr(0, qkv->file.size() - 5);  // less ".plan"
   std::optional<PlanEntry> entry = cache.load(name, qkv->key);
   ASSERT_TRUE(entry.has_value());
-  OwnedTensor w(DType::I8, entry->tensors()[0].shape);
+  // The CPU backend's entry is the packed linear (runtime/cpu/linear_cache.h):
+  // meta, then the packed int8 weights (AMX tiles or oneDNN's blocks; as
+  // bytes, negated in any layout), then the rest as stored.
+  std::vector<Tensor> doctored = entry->tensors();
+  ASSERT_GE(doctored.size(), 2u);
+  const Tensor& packed = doctored[1];
+  ASSERT_EQ(packed.dtype, DType::U8);
+  OwnedTensor w(DType::U8, packed.shape);
   for (int64_t i = 0; i < w.t.numel(); ++i)
-    w.t.ptr<int8_t>()[i] = static_cast<int8_t>(-entry->tensors()[0].ptr<const int8_t>()[i]);
-  const Tensor doctored[] = {w.t, entry->tensors()[1]};
+    w.t.ptr<int8_t>()[i] = static_cast<int8_t>(-packed.ptr<const int8_t>()[i]);
+  doctored[1] = w.t;
   ASSERT_TRUE(cache.store(name, qkv->key, doctored).ok());
   EXPECT_NE(video(tiny_int8(dir_)), uncached);
   // The same entry damaged (its last byte flipped): a warning naming it,
