@@ -138,6 +138,43 @@ Tensor frames(const Tensor& x, int64_t start, int64_t len) {
   return channels_last_view(frame_ptr(x, start), x.dtype, x.dim(1), len, x.dim(3), x.dim(4));
 }
 
+int64_t steady_from(const Tensor& x) {
+  FLICK_CHECK(is_channels_last(x), "steady_from: " + x.str());
+  const int64_t t = x.dim(2);
+  const size_t bytes = frame_bytes(x);
+  const char* last = frame_ptr(x, t - 1);
+  int64_t s = t - 1;
+  while (s > 0 && std::memcmp(frame_ptr(x, s - 1), last, bytes) == 0) --s;
+  return s;
+}
+
+namespace {
+
+// Frames [n, T) of a channels-last y = its frame n - 1.
+void repeat_last_computed(Backend& be, Tensor& y, int64_t n) {
+  const size_t bytes = frame_bytes(y);
+  for (int64_t i = n; i < y.dim(2); ++i)
+    copy_bytes(be, y.dtype, frame_ptr(y, i), frame_ptr(y, n - 1), bytes);
+}
+
+// Convolves x into y (frame i of y from frames i * stride .. of x; `taps`
+// frames per output) up to the first output whose window lies in x's
+// constant tail, then repeats that output. Returns false (nothing done) when
+// no output would be saved or the views are not channels-last.
+bool conv_steady(Backend& be, const Tensor& x, const PackedConv& conv, Tensor& y, int64_t taps) {
+  if (!is_channels_last(x) || !is_channels_last(y) || y.dim(2) < 2) return false;
+  // Output i reads x frames i .. i + taps - 1 (stride 1 in time).
+  const int64_t n = steady_from(x) + 1;  // outputs [0, n) computed
+  if (n >= y.dim(2)) return false;
+  const Tensor xs = frames(x, 0, n + taps - 1);
+  Tensor ys = frames(y, 0, n);
+  be.conv(xs, conv, ys, Activation::None);
+  repeat_last_computed(be, y, n);
+  return true;
+}
+
+}  // namespace
+
 // ---- CausalConv3d ----
 
 Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view prefix, Backend& be,
@@ -218,7 +255,8 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
     copy_bytes(be, padded.dtype, frame_ptr(padded, 0), slot[1 - newest_], frame);
     copy_bytes(be, padded.dtype, frame_ptr(padded, 1), slot[newest_], frame);
   }
-  be.conv(padded, *conv_, y, Activation::None);
+  if (!reuse_steady_ || !conv_steady(be, padded, *conv_, y, 3))
+    be.conv(padded, *conv_, y, Activation::None);
   if (t == 1 && !cache_zero_) {
     // The earlier slot takes the new frame; the other one stays.
     newest_ = 1 - newest_;
@@ -235,7 +273,8 @@ void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad
                   y.dim(2) == x.dim(2),
               "CausalConv3d: x " + x.str() + " y " + y.str());
   if (kt_ == 1) {
-    be.conv(x, *conv_, y, Activation::None);
+    if (!reuse_steady_ || !conv_steady(be, x, *conv_, y, 1))
+      be.conv(x, *conv_, y, Activation::None);
     return;
   }
   const Tensor p = padded(pad, x.dim(2), x.dim(3), x.dim(4));
@@ -303,6 +342,12 @@ Expected<ResidualBlock> ResidualBlock::load(const WeightView& v, Backend& be, co
 void ResidualBlock::reset() {
   conv1_.reset();
   conv2_.reset();
+}
+
+void ResidualBlock::reuse_steady_frames(bool on) {
+  conv1_.reuse_steady_frames(on);
+  conv2_.reuse_steady_frames(on);
+  if (shortcut_) shortcut_->reuse_steady_frames(on);
 }
 
 void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
@@ -523,15 +568,27 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
               "Downsample: x " + x.str() + " y " + y.str());
   // ZeroPad2d((0, 1, 0, 1)): [1, C, T, H + 1, W + 1], zeros right and bottom.
   FLICK_CHECK(is_channels_last(x), "Downsample: x " + x.str());
-  Tensor padded = ws.pad.channels_last(x.dtype, c, t, h + 1, w + 1);
-  pad_bottom_right(x, padded);
+  // Frame by frame: with reuse_steady_, only up to the first frame of x's
+  // constant tail, that output copied into the rest.
+  const int64_t n = reuse_steady_ ? steady_from(x) + 1 : t;
+  Tensor padded = ws.pad.channels_last(x.dtype, c, std::min(n, t), h + 1, w + 1);
+  pad_bottom_right(frames(x, 0, padded.dim(2)), padded);
+  auto spatial = [&](Tensor& out) {
+    if (n >= t) {
+      be.conv(padded, *conv_, out, Activation::None);
+      return;
+    }
+    Tensor head = frames(out, 0, n);
+    be.conv(padded, *conv_, head, Activation::None);
+    repeat_last_computed(be, out, n);
+  };
   if (!time_conv_) {
-    be.conv(padded, *conv_, y, Activation::None);
+    spatial(y);
     return;
   }
   const size_t frame = static_cast<size_t>(c * (h / 2) * (w / 2)) * dtype_size(x.dtype);
   if (first_) {
-    be.conv(padded, *conv_, y, Activation::None);
+    spatial(y);
     last_ = OwnedTensor(x.dtype, Shape{1, h / 2, w / 2, c});
     copy_bytes(be, x.dtype, last_.t.data, frame_ptr(y, t - 1), frame);
     first_ = false;
@@ -540,7 +597,7 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   // [1, C, 1 + T, H/2, W/2] = [previous last frame, conv(x)]
   Tensor joined = ws.aux.channels_last(x.dtype, c, 1 + t, h / 2, w / 2);
   Tensor body = frames(joined, 1, t);
-  be.conv(padded, *conv_, body, Activation::None);
+  spatial(body);
   copy_bytes(be, x.dtype, joined.data, last_.t.data, frame);
   be.conv(joined, *time_conv_, y, Activation::None);
   copy_bytes(be, x.dtype, last_.t.data, frame_ptr(joined, t), frame);

@@ -87,6 +87,10 @@ bool is_channels_last(const Tensor& x);
 // a size-1 dim's odd stride for a non-dense layout and falls back to its
 // reference convolution).
 Tensor frames(const Tensor& x, int64_t start, int64_t len);
+// The first frame of a channels-last x from which every frame is bitwise
+// equal to the last one (T - 1 when the last two differ; one frame compare
+// then, usually ending at its first bytes).
+int64_t steady_from(const Tensor& x);
 
 // Scratch shared by the layers of one encoder / decoder, used one layer at a
 // time: `pad` holds a convolution's padded input, the others a layer's
@@ -131,6 +135,15 @@ class CausalConv3d {
   // Any x [1, I, T, H, W]: kt = 1 convolves it directly, kt = 3 copies it
   // into a padded buffer in `pad` first.
   void forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad);
+  // With `on`, run() and forward() convolve only up to the first output frame
+  // of a constant tail of the input (steady_from) and copy it into the rest:
+  // output frame i reads input frames i .. i + kt - 1, so the outputs whose
+  // windows lie in that tail are the same bits (each frame is convolved
+  // alike whatever the call's frame count; tests/models/
+  // test_wan_vae_steady.cpp). The encoder's conditioning video (an image,
+  // then zero frames) has such tails in every early layer. y must be
+  // channels-last.
+  void reuse_steady_frames(bool on) { reuse_steady_ = on; }
   // Back to 2 zero frames (a new video). Frees the cache: the next call
   // allocates it for its own size.
   void reset() {
@@ -149,6 +162,7 @@ class CausalConv3d {
   OwnedTensor cache_;
   int newest_ = 1;
   bool cache_zero_ = true;
+  bool reuse_steady_ = false;
 };
 
 // RMS_norm over channels: F.normalize(x, dim=1) * sqrt(C) * gamma (the eps
@@ -180,6 +194,8 @@ class ResidualBlock {
   // x or the workspace.
   void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
   void reset();
+  // CausalConv3d::reuse_steady_frames for its convolutions.
+  void reuse_steady_frames(bool on);
 
  private:
   ChannelRmsNorm norm1_, norm2_;
@@ -261,11 +277,16 @@ class Downsample {
     first_ = true;
     last_ = OwnedTensor();
   }
+  // The 3x3 conv only up to the first frame of x's constant tail, copied
+  // into the rest (as CausalConv3d::reuse_steady_frames; per frame, so the
+  // outputs of equal frames are equal).
+  void reuse_steady_frames(bool on) { reuse_steady_ = on; }
 
  private:
   int64_t c_ = 0;
   std::unique_ptr<PackedConv> conv_, time_conv_;
   bool first_ = true;
+  bool reuse_steady_ = false;
   OwnedTensor last_;  // [1, H/2, W/2, C]: the previous chunk's last frame
 };
 

@@ -99,7 +99,15 @@ Status WanVaeEncoder::load_weights(const WeightView& root) {
   FLICK_TRY(check_in(enc.sub("head"), cfg_.out_dim));
   FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(enc, "head.0", ch, 3, num));
   FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(enc, "head.2", be, num));
+  set_reuse_steady_frames(true);
   return ok_status();
+}
+
+void WanVaeEncoder::set_reuse_steady_frames(bool on) {
+  for (wan_vae::CausalConv3d* c : {&quant_conv_, &conv1_, &head_conv_}) c->reuse_steady_frames(on);
+  for (Layer& l : downs_) std::visit([on](auto& layer) { layer.reuse_steady_frames(on); }, l);
+  mid_res0_.reuse_steady_frames(on);
+  mid_res1_.reuse_steady_frames(on);
 }
 
 void WanVaeEncoder::reset() {

@@ -73,6 +73,16 @@ class WanVaeEncoder {
   // (bf16 values under BF16), valid until the next call. Every call is a new
   // video.
   Expected<Tensor> encode(const Tensor& video, const Tap& tap = {});
+  // Constant tails (on by default): every convolution computes only up to
+  // the first output frame whose input window lies in a run of bitwise-equal
+  // frames at the end of its input, and copies that frame into the rest
+  // (wan_vae::CausalConv3d::reuse_steady_frames). The conditioning video is
+  // an image then zero frames: layer by layer the frames from 3, 7, 11, ...
+  // (full rate), 11, 15, 19 (half and quarter rate) on are equal, so most of
+  // the full-resolution work on the zero frames is skipped, with latents
+  // equal bit for bit to computing every frame (the latents themselves are
+  // equal from latent 29 on). Off: every frame is computed.
+  void set_reuse_steady_frames(bool on);
   // Frees the working memory of the last encode (feature caches and
   // intermediates at full resolution, ~1 GB at 352x640) and the tensor it
   // returned; the next encode allocates it again.
