@@ -345,6 +345,7 @@ void ResidualBlock::reset() {
 }
 
 void ResidualBlock::reuse_steady_frames(bool on) {
+  reuse_steady_ = on;
   conv1_.reuse_steady_frames(on);
   conv2_.reuse_steady_frames(on);
   if (shortcut_) shortcut_->reuse_steady_frames(on);
@@ -352,23 +353,37 @@ void ResidualBlock::reuse_steady_frames(bool on) {
 
 void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t t = x.dim(2), hh = x.dim(3), ww = x.dim(4);
+  // Frames [0, n) of a per-frame op's output computed, the rest a copy of
+  // frame n - 1: with reuse_steady_, n is one past the first frame of the
+  // input's constant tail.
+  auto computed = [&](const Tensor& in) { return reuse_steady_ ? steady_from(in) + 1 : t; };
+  auto norm = [&](const ChannelRmsNorm& n, const Tensor& in, Tensor& out) {
+    const int64_t k = computed(in);
+    if (k >= t) return n.forward(be, in, out, /*silu=*/true);
+    Tensor head = frames(out, 0, k);
+    n.forward(be, frames(in, 0, k), head, /*silu=*/true);
+    repeat_last_computed(be, out, k);
+  };
   // RMS, SiLU straight into conv1's padded input.
   Tensor p1 = conv1_.padded(ws.pad, t, hh, ww);
   Tensor in1 = frames(p1, 2, t);
-  norm1_.forward(be, x, in1, /*silu=*/true);
+  norm(norm1_, x, in1);
   Tensor h = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
   conv1_.run(be, p1, h);
   Tensor p2 = conv2_.padded(ws.pad, t, hh, ww);
   Tensor in2 = frames(p2, 2, t);
-  norm2_.forward(be, h, in2, /*silu=*/true);
+  norm(norm2_, h, in2);
   conv2_.run(be, p2, y);  // y = residual
+  Tensor s = x;
   if (shortcut_) {
-    Tensor s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
+    s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
     shortcut_->forward(be, x, s, ws.pad);
-    add_channels_last(be, y, s, y);
-  } else {
-    add_channels_last(be, y, x, y);
   }
+  const int64_t k = std::max(computed(y), computed(s));
+  if (k >= t) return add_channels_last(be, y, s, y);
+  Tensor head = frames(y, 0, k);
+  add_channels_last(be, head, frames(s, 0, k), head);
+  repeat_last_computed(be, y, k);
 }
 
 // ---- AttentionBlock ----

@@ -194,13 +194,16 @@ class ResidualBlock {
   // x or the workspace.
   void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
   void reset();
-  // CausalConv3d::reuse_steady_frames for its convolutions.
+  // CausalConv3d::reuse_steady_frames for its convolutions; the norms and
+  // the residual add likewise stop at the first frame of their input's
+  // constant tail (per pixel, so equal frames give equal outputs).
   void reuse_steady_frames(bool on);
 
  private:
   ChannelRmsNorm norm1_, norm2_;
   CausalConv3d conv1_, conv2_;
   std::unique_ptr<CausalConv3d> shortcut_;
+  bool reuse_steady_ = false;
 };
 
 // The middle AttentionBlock: per frame, RMS over channels, 1x1 to_qkv,
