@@ -157,10 +157,10 @@ void repeat_last_computed(Backend& be, Tensor& y, int64_t n) {
     copy_bytes(be, y.dtype, frame_ptr(y, i), frame_ptr(y, n - 1), bytes);
 }
 
-// Convolves x into y (frame i of y from frames i * stride .. of x; `taps`
-// frames per output) up to the first output whose window lies in x's
-// constant tail, then repeats that output. Returns false (nothing done) when
-// no output would be saved or the views are not channels-last.
+// Convolves x into y (output frame i from x's frames i .. i + taps - 1) up
+// to the first output whose window lies in x's constant tail, then repeats
+// that output. Returns false (nothing done) when no output would be saved or
+// the views are not channels-last.
 bool conv_steady(Backend& be, const Tensor& x, const PackedConv& conv, Tensor& y, int64_t taps) {
   if (!is_channels_last(x) || !is_channels_last(y) || y.dim(2) < 2) return false;
   // Output i reads x frames i .. i + taps - 1 (stride 1 in time).
@@ -268,6 +268,14 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
   cache_zero_ = false;
 }
 
+uint64_t CausalConv3d::state_checksum() const {
+  if (cache_zero_ || cache_.t.empty()) return 0;
+  const size_t frame = cache_.t.nbytes() / 2;
+  const char* slot[2] = {static_cast<const char*>(cache_.t.data),
+                         static_cast<const char*>(cache_.t.data) + frame};
+  return plan_checksum(slot[newest_], frame, plan_checksum(slot[1 - newest_], frame, 1));
+}
+
 void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad) {
   FLICK_CHECK(x.ndim() == 5 && x.dim(1) == cin_ && y.ndim() == 5 && y.dim(1) == cout_ &&
                   y.dim(2) == x.dim(2),
@@ -349,6 +357,10 @@ void ResidualBlock::reuse_steady_frames(bool on) {
   conv1_.reuse_steady_frames(on);
   conv2_.reuse_steady_frames(on);
   if (shortcut_) shortcut_->reuse_steady_frames(on);
+}
+
+uint64_t ResidualBlock::state_checksum() const {
+  return conv2_.state_checksum() * 31 + conv1_.state_checksum();
 }
 
 void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
@@ -575,6 +587,10 @@ Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Nu
     d.time_conv_ = be.pack_conv(td);
   }
   return d;
+}
+
+uint64_t Downsample::state_checksum() const {
+  return last_.t.empty() ? 0 : plan_checksum(last_.t.data, last_.t.nbytes(), 2);
 }
 
 void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {

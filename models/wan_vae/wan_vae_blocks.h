@@ -144,6 +144,10 @@ class CausalConv3d {
   // then zero frames) has such tails in every early layer. y must be
   // channels-last.
   void reuse_steady_frames(bool on) { reuse_steady_ = on; }
+  // A 64-bit checksum of the stream state (the cached frames, older first;
+  // 0 for a fresh or cacheless convolution): equal states give the same
+  // outputs for the same next input.
+  uint64_t state_checksum() const;
   // Back to 2 zero frames (a new video). Frees the cache: the next call
   // allocates it for its own size.
   void reset() {
@@ -198,6 +202,8 @@ class ResidualBlock {
   // the residual add likewise stop at the first frame of their input's
   // constant tail (per pixel, so equal frames give equal outputs).
   void reuse_steady_frames(bool on);
+  // Its convolutions' CausalConv3d::state_checksum, combined.
+  uint64_t state_checksum() const;
 
  private:
   ChannelRmsNorm norm1_, norm2_;
@@ -284,6 +290,9 @@ class Downsample {
   // into the rest (as CausalConv3d::reuse_steady_frames; per frame, so the
   // outputs of equal frames are equal).
   void reuse_steady_frames(bool on) { reuse_steady_ = on; }
+  // Of the remembered last frame (0 before the first chunk or without
+  // time_conv), as CausalConv3d::state_checksum.
+  uint64_t state_checksum() const;
 
  private:
   int64_t c_ = 0;

@@ -187,6 +187,39 @@ TEST_P(WanVaeSteadyTiny, OtherTailsAndRunsAreBitExact) {
   }
 }
 
+TEST_P(WanVaeSteadyTiny, WholeChunksRepeatOnceTheStreamStateIsSteady) {
+  // Without a tap, chunks are copied once the state (every cached frame)
+  // stops changing and the frames repeat: 36 latents of image + zeros, and
+  // the same with a frame at the end that is not zero (its chunk must be
+  // computed: the state is no longer steady after it).
+  std::unique_ptr<Backend> be = backend_named(GetParam());
+  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  for (Precision p : {Precision::F32, Precision::BF16}) {
+    SCOPED_TRACE(precision_name(p));
+    Expected<WanVaeEncoder> enc = WanVaeEncoder::load(store->root(), *be, p);
+    ASSERT_TRUE(enc.ok()) << enc.status().message();
+    for (const std::vector<int64_t>& extra : {std::vector<int64_t>{}, std::vector<int64_t>{136}}) {
+      const OwnedTensor video = make_video(141, 32, 48, extra);
+      std::vector<uint8_t> latents[2];
+      for (int reuse = 0; reuse < 2; ++reuse) {
+        enc->set_reuse_steady_frames(reuse == 1);
+        Expected<Tensor> z = enc->encode(video.t);
+        ASSERT_TRUE(z.ok()) << z.status().message();
+        const auto* b = static_cast<const uint8_t*>(z->data);
+        latents[reuse].assign(b, b + z->nbytes());
+        if (reuse == 0) EXPECT_EQ(enc->chunks_reused(), 0);
+      }
+      EXPECT_TRUE(latents[0] == latents[1]) << extra.size() << " extra frames: latents differ";
+      // The state after chunk 28 (the last cache to fill with steady frames
+      // is the head conv's: middle frames 27 and 28) equals the state after
+      // 29, so chunks 30-35 are copies; with frame 136 (chunk 34) only 30-33:
+      // chunk 34's frames differ and chunk 35 sees the state it changed.
+      EXPECT_EQ(enc->chunks_reused(), extra.empty() ? 6 : 4) << extra.size();
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, WanVaeSteadyTiny, ::testing::Values("ref", "cpu"),
                          [](const auto& info) { return std::string(info.param); });
 
