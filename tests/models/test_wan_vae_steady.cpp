@@ -21,7 +21,9 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/wan_vae/wan_vae_encoder.h"
@@ -132,7 +134,19 @@ std::unique_ptr<Backend> backend_named(const std::string& name) {
   return name == "ref" ? make_ref_backend() : make_cpu_backend();
 }
 
-class WanVaeSteadyTiny : public ::testing::TestWithParam<const char*> {};
+// The tiny checkpoint on the backend the parameter names.
+class WanVaeSteadyTiny : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    be_ = backend_named(GetParam());
+    Expected<WeightStore> store = WeightStore::open({kCheckpoint});
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    store_.emplace(std::move(*store));
+  }
+  Expected<WanVaeEncoder> load(Precision p) { return WanVaeEncoder::load(store_->root(), *be_, p); }
+  std::unique_ptr<Backend> be_;
+  std::optional<WeightStore> store_;
+};
 
 TEST_P(WanVaeSteadyTiny, ReuseIsBitExactAndTheSteadyFramesAreWhereTheArchitectureSays) {
   // 36 latents (141 frames): long enough that even the latents reach their
@@ -148,15 +162,12 @@ TEST_P(WanVaeSteadyTiny, ReuseIsBitExactAndTheSteadyFramesAreWhereTheArchitectur
       {"down3", 15},  {"down4", 19}, {"down5", 11},           {"down6", 15},
       {"down7", 19},  {"down8", 11}, {"down9", 15},           {"down10", 19},
       {"middle", 27}, {"head", 29},  {"conv1_mu_logvar", 29}, {"latents", 29}};
-  std::unique_ptr<Backend> be = backend_named(GetParam());
-  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
-  ASSERT_TRUE(store.ok()) << store.status().message();
   for (Precision p : {Precision::F32, Precision::BF16}) {
     SCOPED_TRACE(precision_name(p));
-    Expected<WanVaeEncoder> enc = WanVaeEncoder::load(store->root(), *be, p);
+    Expected<WanVaeEncoder> enc = load(p);
     ASSERT_TRUE(enc.ok()) << enc.status().message();
     const OwnedTensor video = make_video(141, 32, 48);
-    const LayerFrames got = expect_reuse_exact(*be, *enc, video.t, "image + zeros");
+    const LayerFrames got = expect_reuse_exact(*be_, *enc, video.t, "image + zeros");
     ASSERT_EQ(got.taps.size(), want.size());
     for (const auto& [key, s] : want) {
       ASSERT_TRUE(got.taps.count(key)) << key;
@@ -170,19 +181,16 @@ TEST_P(WanVaeSteadyTiny, OtherTailsAndRunsAreBitExact) {
   // frame at the very end, a constant tail starting inside a chunk), and a
   // video with no two equal frames: the reuse must only ever copy frames
   // whose windows are equal.
-  std::unique_ptr<Backend> be = backend_named(GetParam());
-  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
-  ASSERT_TRUE(store.ok()) << store.status().message();
   std::vector<int64_t> all;
   for (int64_t f = 1; f < 21; ++f) all.push_back(f);
   const std::vector<std::vector<int64_t>> cases = {{6, 19}, {20}, {2, 3, 9, 14}, all};
   for (Precision p : {Precision::F32, Precision::BF16}) {
     SCOPED_TRACE(precision_name(p));
-    Expected<WanVaeEncoder> enc = WanVaeEncoder::load(store->root(), *be, p);
+    Expected<WanVaeEncoder> enc = load(p);
     ASSERT_TRUE(enc.ok()) << enc.status().message();
     for (size_t i = 0; i < cases.size(); ++i) {
       const OwnedTensor video = make_video(21, 32, 48, cases[i]);
-      expect_reuse_exact(*be, *enc, video.t, "case " + std::to_string(i));
+      expect_reuse_exact(*be_, *enc, video.t, "case " + std::to_string(i));
     }
   }
 }
@@ -192,12 +200,9 @@ TEST_P(WanVaeSteadyTiny, WholeChunksRepeatOnceTheStreamStateIsSteady) {
   // stops changing and the frames repeat: 36 latents of image + zeros, and
   // the same with a frame at the end that is not zero (its chunk must be
   // computed: the state is no longer steady after it).
-  std::unique_ptr<Backend> be = backend_named(GetParam());
-  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
-  ASSERT_TRUE(store.ok()) << store.status().message();
   for (Precision p : {Precision::F32, Precision::BF16}) {
     SCOPED_TRACE(precision_name(p));
-    Expected<WanVaeEncoder> enc = WanVaeEncoder::load(store->root(), *be, p);
+    Expected<WanVaeEncoder> enc = load(p);
     ASSERT_TRUE(enc.ok()) << enc.status().message();
     for (const std::vector<int64_t>& extra : {std::vector<int64_t>{}, std::vector<int64_t>{136}}) {
       const OwnedTensor video = make_video(141, 32, 48, extra);
