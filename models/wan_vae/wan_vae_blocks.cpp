@@ -1,6 +1,7 @@
 #include "models/wan_vae/wan_vae_blocks.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -138,13 +139,32 @@ Tensor frames(const Tensor& x, int64_t start, int64_t len) {
   return channels_last_view(frame_ptr(x, start), x.dtype, x.dim(1), len, x.dim(3), x.dim(4));
 }
 
-int64_t steady_from(const Tensor& x) {
+namespace {
+
+// Bitwise equality of two frames, both threads comparing (equal frames are
+// read whole: tens of MB at 352x640).
+bool same_bytes(const char* a, const char* b, size_t n) {
+  constexpr size_t kBlock = size_t{1} << 20;
+  if (n <= kBlock) return std::memcmp(a, b, n) == 0;
+  std::atomic<bool> same{true};
+  parallel_for(static_cast<int64_t>((n + kBlock - 1) / kBlock), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end && same.load(std::memory_order_relaxed); ++i) {
+      const size_t off = static_cast<size_t>(i) * kBlock;
+      if (std::memcmp(a + off, b + off, std::min(kBlock, n - off)) != 0) same = false;
+    }
+  });
+  return same;
+}
+
+}  // namespace
+
+int64_t steady_from(const Tensor& x, int64_t known) {
   FLICK_CHECK(is_channels_last(x), "steady_from: " + x.str());
   const int64_t t = x.dim(2);
   const size_t bytes = frame_bytes(x);
   const char* last = frame_ptr(x, t - 1);
-  int64_t s = t - 1;
-  while (s > 0 && std::memcmp(frame_ptr(x, s - 1), last, bytes) == 0) --s;
+  int64_t s = known >= 0 && known < t ? known : t - 1;
+  while (s > 0 && same_bytes(frame_ptr(x, s - 1), last, bytes)) --s;
   return s;
 }
 
@@ -157,20 +177,26 @@ void repeat_last_computed(Backend& be, Tensor& y, int64_t n) {
     copy_bytes(be, y.dtype, frame_ptr(y, i), frame_ptr(y, n - 1), bytes);
 }
 
-// Convolves x into y (output frame i from x's frames i .. i + taps - 1) up
-// to the first output whose window lies in x's constant tail, then repeats
-// that output. Returns false (nothing done) when no output would be saved or
-// the views are not channels-last.
-bool conv_steady(Backend& be, const Tensor& x, const PackedConv& conv, Tensor& y, int64_t taps) {
-  if (!is_channels_last(x) || !is_channels_last(y) || y.dim(2) < 2) return false;
-  // Output i reads x frames i .. i + taps - 1 (stride 1 in time).
-  const int64_t n = steady_from(x) + 1;  // outputs [0, n) computed
-  if (n >= y.dim(2)) return false;
+// Convolves x into y (output frame i from x's frames i .. i + taps - 1),
+// with `reuse` only up to the first output whose window lies in x's
+// constant tail (x's frames from `x_known` on are known equal; -1: not
+// known), then repeats that output. Returns the frame of y from which its
+// frames are known equal (T - 1 when all were computed).
+int64_t conv_frames(Backend& be, const Tensor& x, const PackedConv& conv, Tensor& y, int64_t taps,
+                    bool reuse, int64_t x_known) {
+  const int64_t t = y.dim(2);
+  const int64_t n = reuse && t >= 2 && is_channels_last(x) && is_channels_last(y)
+                        ? steady_from(x, x_known) + 1  // outputs [0, n) computed
+                        : t;
+  if (n >= t) {
+    be.conv(x, conv, y, Activation::None);
+    return t - 1;
+  }
   const Tensor xs = frames(x, 0, n + taps - 1);
   Tensor ys = frames(y, 0, n);
   be.conv(xs, conv, ys, Activation::None);
   repeat_last_computed(be, y, n);
-  return true;
+  return n - 1;
 }
 
 }  // namespace
@@ -237,7 +263,7 @@ Tensor CausalConv3d::padded(Scratch& pad, int64_t t, int64_t h, int64_t w) const
   return pad.channels_last(act_, cin_, 2 + t, h, w);
 }
 
-void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
+int64_t CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y, int64_t body_from) {
   FLICK_CHECK(kt_ == 3 && is_channels_last(padded) && padded.dim(1) == cin_ && padded.dim(2) > 2 &&
                   y.ndim() == 5 && y.dim(1) == cout_ && y.dim(2) == padded.dim(2) - 2,
               "CausalConv3d: padded " + padded.str() + " y " + y.str());
@@ -255,8 +281,8 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
     copy_bytes(be, padded.dtype, frame_ptr(padded, 0), slot[1 - newest_], frame);
     copy_bytes(be, padded.dtype, frame_ptr(padded, 1), slot[newest_], frame);
   }
-  if (!reuse_steady_ || !conv_steady(be, padded, *conv_, y, 3))
-    be.conv(padded, *conv_, y, Activation::None);
+  const int64_t y_from =
+      conv_frames(be, padded, *conv_, y, 3, reuse_steady_, body_from >= 0 ? 2 + body_from : -1);
   if (t == 1 && !cache_zero_) {
     // The earlier slot takes the new frame; the other one stays.
     newest_ = 1 - newest_;
@@ -266,6 +292,7 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
     newest_ = 1;
   }
   cache_zero_ = false;
+  return y_from;
 }
 
 uint64_t CausalConv3d::state_checksum() const {
@@ -276,15 +303,12 @@ uint64_t CausalConv3d::state_checksum() const {
   return plan_checksum(slot[newest_], frame, plan_checksum(slot[1 - newest_], frame, 1));
 }
 
-void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad) {
+int64_t CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad,
+                              int64_t x_from) {
   FLICK_CHECK(x.ndim() == 5 && x.dim(1) == cin_ && y.ndim() == 5 && y.dim(1) == cout_ &&
                   y.dim(2) == x.dim(2),
               "CausalConv3d: x " + x.str() + " y " + y.str());
-  if (kt_ == 1) {
-    if (!reuse_steady_ || !conv_steady(be, x, *conv_, y, 1))
-      be.conv(x, *conv_, y, Activation::None);
-    return;
-  }
+  if (kt_ == 1) return conv_frames(be, x, *conv_, y, 1, reuse_steady_, x_from);
   const Tensor p = padded(pad, x.dim(2), x.dim(3), x.dim(4));
   Tensor body = frames(p, 2, x.dim(2));
   if (is_channels_last(x) && x.dtype == act_) {
@@ -292,7 +316,7 @@ void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad
   } else {
     be.copy(x, body);
   }
-  run(be, p, y);
+  return run(be, p, y, x_from);
 }
 
 // ---- ChannelRmsNorm ----
@@ -365,33 +389,40 @@ uint64_t ResidualBlock::state_checksum() const {
 
 void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t t = x.dim(2), hh = x.dim(3), ww = x.dim(4);
-  // Frames [0, n) of a per-frame op's output computed, the rest a copy of
-  // frame n - 1: with reuse_steady_, n is one past the first frame of the
-  // input's constant tail.
-  auto computed = [&](const Tensor& in) { return reuse_steady_ ? steady_from(in) + 1 : t; };
-  auto norm = [&](const ChannelRmsNorm& n, const Tensor& in, Tensor& out) {
-    const int64_t k = computed(in);
-    if (k >= t) return n.forward(be, in, out, /*silu=*/true);
+  // With reuse_steady_, each per-frame op computes frames [0, k) of its
+  // output and copies frame k - 1 into the rest, k one past the first frame
+  // of its input's constant tail; where that tail starts is passed along
+  // (each op knows its output's), so only x is scanned whole.
+  const int64_t x_from = reuse_steady_ ? steady_from(x) : t - 1;
+  // Returns the first frame of out's known-equal tail.
+  auto norm = [&](const ChannelRmsNorm& n, const Tensor& in, int64_t in_from, Tensor& out) {
+    const int64_t k = in_from + 1;
+    if (k >= t) {
+      n.forward(be, in, out, /*silu=*/true);
+      return t - 1;
+    }
     Tensor head = frames(out, 0, k);
     n.forward(be, frames(in, 0, k), head, /*silu=*/true);
     repeat_last_computed(be, out, k);
+    return k - 1;
   };
   // RMS, SiLU straight into conv1's padded input.
   Tensor p1 = conv1_.padded(ws.pad, t, hh, ww);
   Tensor in1 = frames(p1, 2, t);
-  norm(norm1_, x, in1);
+  const int64_t in1_from = norm(norm1_, x, x_from, in1);
   Tensor h = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
-  conv1_.run(be, p1, h);
+  const int64_t h_from = conv1_.run(be, p1, h, reuse_steady_ ? in1_from : -1);
   Tensor p2 = conv2_.padded(ws.pad, t, hh, ww);
   Tensor in2 = frames(p2, 2, t);
-  norm(norm2_, h, in2);
-  conv2_.run(be, p2, y);  // y = residual
+  const int64_t in2_from = norm(norm2_, h, h_from, in2);
+  const int64_t y_from = conv2_.run(be, p2, y, reuse_steady_ ? in2_from : -1);  // y = residual
   Tensor s = x;
+  int64_t s_from = x_from;
   if (shortcut_) {
     s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
-    shortcut_->forward(be, x, s, ws.pad);
+    s_from = shortcut_->forward(be, x, s, ws.pad, reuse_steady_ ? x_from : -1);
   }
-  const int64_t k = std::max(computed(y), computed(s));
+  const int64_t k = std::max(y_from, s_from) + 1;
   if (k >= t) return add_channels_last(be, y, s, y);
   Tensor head = frames(y, 0, k);
   add_channels_last(be, head, frames(s, 0, k), head);

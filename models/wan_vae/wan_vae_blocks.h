@@ -89,8 +89,9 @@ bool is_channels_last(const Tensor& x);
 Tensor frames(const Tensor& x, int64_t start, int64_t len);
 // The first frame of a channels-last x from which every frame is bitwise
 // equal to the last one (T - 1 when the last two differ; one frame compare
-// then, usually ending at its first bytes).
-int64_t steady_from(const Tensor& x);
+// then, usually ending at its first bytes). `known` >= 0: the caller knows
+// frames [known, T) are equal; only the frames before it are compared.
+int64_t steady_from(const Tensor& x, int64_t known = -1);
 
 // Scratch shared by the layers of one encoder / decoder, used one layer at a
 // time: `pad` holds a convolution's padded input, the others a layer's
@@ -131,10 +132,14 @@ class CausalConv3d {
   Tensor padded(Scratch& pad, int64_t t, int64_t h, int64_t w) const;
   // Fills frames [0, 2) of a padded() buffer from the cache, convolves it
   // into y [1, O, T, H, W] and keeps its last 2 frames as the next cache.
-  void run(Backend& be, const Tensor& padded, Tensor& y);
+  // With reuse_steady_frames: `body_from` >= 0 says the caller knows the T
+  // input frames from that one on are equal (fewer frame compares); returns
+  // the frame of y from which its frames are known equal (T - 1 otherwise).
+  int64_t run(Backend& be, const Tensor& padded, Tensor& y, int64_t body_from = -1);
   // Any x [1, I, T, H, W]: kt = 1 convolves it directly, kt = 3 copies it
   // into a padded buffer in `pad` first.
-  void forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad);
+  // Returns as run().
+  int64_t forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad, int64_t x_from = -1);
   // With `on`, run() and forward() convolve only up to the first output frame
   // of a constant tail of the input (steady_from) and copy it into the rest:
   // output frame i reads input frames i .. i + kt - 1, so the outputs whose
