@@ -10,6 +10,10 @@
 //   mg2.<p> e2e      seconds per video frame in the steady state (block 1:
 //                    3 steps + the t = 0 re-run + decode, 12 frames); the
 //                    whole job per frame, load time and peak RSS in detail
+//   mg2.cond         the conditioning encode alone (VAE encoder, bf16, 21
+//                    frames at 352x640, synthetic weights in memory): every
+//                    frame vs reusing constant tails, same process; rate =
+//                    the speed-up, latents checked bit-identical
 //
 // Heavy (about 8 GB of synthetic checkpoints, minutes per precision), so it
 // runs only when --filter names it: "mg2" (bf16, int8, fp8) or "mg2.int8".

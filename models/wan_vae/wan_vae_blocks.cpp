@@ -1,6 +1,7 @@
 #include "models/wan_vae/wan_vae_blocks.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -144,6 +145,68 @@ Tensor frames(const Tensor& x, int64_t start, int64_t len) {
   return channels_last_view(frame_ptr(x, start), x.dtype, x.dim(1), len, x.dim(3), x.dim(4));
 }
 
+namespace {
+
+// Bitwise equality of two frames, both threads comparing (equal frames are
+// read whole: tens of MB at 352x640).
+bool same_bytes(const char* a, const char* b, size_t n) {
+  constexpr size_t kBlock = size_t{1} << 20;
+  if (n <= kBlock) return std::memcmp(a, b, n) == 0;
+  std::atomic<bool> same{true};
+  parallel_for(static_cast<int64_t>((n + kBlock - 1) / kBlock), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end && same.load(std::memory_order_relaxed); ++i) {
+      const size_t off = static_cast<size_t>(i) * kBlock;
+      if (std::memcmp(a + off, b + off, std::min(kBlock, n - off)) != 0) same = false;
+    }
+  });
+  return same;
+}
+
+}  // namespace
+
+int64_t steady_from(const Tensor& x, int64_t known) {
+  FLICK_CHECK(is_channels_last(x), "steady_from: " + x.str());
+  const int64_t t = x.dim(2);
+  const size_t bytes = frame_bytes(x);
+  const char* last = frame_ptr(x, t - 1);
+  int64_t s = known >= 0 && known < t ? known : t - 1;
+  while (s > 0 && same_bytes(frame_ptr(x, s - 1), last, bytes)) --s;
+  return s;
+}
+
+namespace {
+
+// Frames [n, T) of a channels-last y = its frame n - 1.
+void repeat_last_computed(Backend& be, Tensor& y, int64_t n) {
+  const size_t bytes = frame_bytes(y);
+  for (int64_t i = n; i < y.dim(2); ++i)
+    copy_bytes(be, y.dtype, frame_ptr(y, i), frame_ptr(y, n - 1), bytes);
+}
+
+// Convolves x into y (output frame i from x's frames i .. i + taps - 1),
+// with `reuse` only up to the first output whose window lies in x's
+// constant tail (x's frames from `x_known` on are known equal; -1: not
+// known), then repeats that output. Returns the frame of y from which its
+// frames are known equal (T - 1 when all were computed).
+int64_t conv_frames(Backend& be, const Tensor& x, const PackedConv& conv, Tensor& y, int64_t taps,
+                    bool reuse, int64_t x_known) {
+  const int64_t t = y.dim(2);
+  const int64_t n = reuse && t >= 2 && is_channels_last(x) && is_channels_last(y)
+                        ? steady_from(x, x_known) + 1  // outputs [0, n) computed
+                        : t;
+  if (n >= t) {
+    be.conv(x, conv, y, Activation::None);
+    return t - 1;
+  }
+  const Tensor xs = frames(x, 0, n + taps - 1);
+  Tensor ys = frames(y, 0, n);
+  be.conv(xs, conv, ys, Activation::None);
+  repeat_last_computed(be, y, n);
+  return n - 1;
+}
+
+}  // namespace
+
 // ---- CausalConv3d ----
 
 Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view prefix, Backend& be,
@@ -206,7 +269,7 @@ Tensor CausalConv3d::padded(Scratch& pad, int64_t t, int64_t h, int64_t w) const
   return pad.channels_last(act_, cin_, 2 + t, h, w);
 }
 
-void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
+int64_t CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y, int64_t body_from) {
   FLICK_CHECK(kt_ == 3 && is_channels_last(padded) && padded.dim(1) == cin_ && padded.dim(2) > 2 &&
                   y.ndim() == 5 && y.dim(1) == cout_ && y.dim(2) == padded.dim(2) - 2,
               "CausalConv3d: padded " + padded.str() + " y " + y.str());
@@ -224,7 +287,8 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
     copy_bytes(be, padded.dtype, frame_ptr(padded, 0), slot[1 - newest_], frame);
     copy_bytes(be, padded.dtype, frame_ptr(padded, 1), slot[newest_], frame);
   }
-  be.conv(padded, *conv_, y, Activation::None);
+  const int64_t y_from =
+      conv_frames(be, padded, *conv_, y, 3, reuse_steady_, body_from >= 0 ? 2 + body_from : -1);
   if (t == 1 && !cache_zero_) {
     // The earlier slot takes the new frame; the other one stays.
     newest_ = 1 - newest_;
@@ -234,16 +298,23 @@ void CausalConv3d::run(Backend& be, const Tensor& padded, Tensor& y) {
     newest_ = 1;
   }
   cache_zero_ = false;
+  return y_from;
 }
 
-void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad) {
+uint64_t CausalConv3d::state_checksum() const {
+  if (cache_zero_ || cache_.t.empty()) return 0;
+  const size_t frame = cache_.t.nbytes() / 2;
+  const char* slot[2] = {static_cast<const char*>(cache_.t.data),
+                         static_cast<const char*>(cache_.t.data) + frame};
+  return plan_checksum(slot[newest_], frame, plan_checksum(slot[1 - newest_], frame, 1));
+}
+
+int64_t CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad,
+                              int64_t x_from) {
   FLICK_CHECK(x.ndim() == 5 && x.dim(1) == cin_ && y.ndim() == 5 && y.dim(1) == cout_ &&
                   y.dim(2) == x.dim(2),
               "CausalConv3d: x " + x.str() + " y " + y.str());
-  if (kt_ == 1) {
-    be.conv(x, *conv_, y, Activation::None);
-    return;
-  }
+  if (kt_ == 1) return conv_frames(be, x, *conv_, y, 1, reuse_steady_, x_from);
   const Tensor p = padded(pad, x.dim(2), x.dim(3), x.dim(4));
   Tensor body = frames(p, 2, x.dim(2));
   if (is_channels_last(x) && x.dtype == act_) {
@@ -251,7 +322,7 @@ void CausalConv3d::forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad
   } else {
     be.copy(x, body);
   }
-  run(be, p, y);
+  return run(be, p, y, x_from);
 }
 
 // ---- ChannelRmsNorm ----
@@ -312,25 +383,57 @@ void ResidualBlock::reset() {
   conv2_.reset();
 }
 
+void ResidualBlock::reuse_steady_frames(bool on) {
+  reuse_steady_ = on;
+  conv1_.reuse_steady_frames(on);
+  conv2_.reuse_steady_frames(on);
+  if (shortcut_) shortcut_->reuse_steady_frames(on);
+}
+
+uint64_t ResidualBlock::state_checksum() const {
+  return conv2_.state_checksum() * 31 + conv1_.state_checksum();
+}
+
 void ResidualBlock::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t t = x.dim(2), hh = x.dim(3), ww = x.dim(4);
+  // With reuse_steady_, each per-frame op computes frames [0, k) of its
+  // output and copies frame k - 1 into the rest, k one past the first frame
+  // of its input's constant tail; where that tail starts is passed along
+  // (each op knows its output's), so only x is scanned whole.
+  const int64_t x_from = reuse_steady_ ? steady_from(x) : t - 1;
+  // Returns the first frame of out's known-equal tail.
+  auto norm = [&](const ChannelRmsNorm& n, const Tensor& in, int64_t in_from, Tensor& out) {
+    const int64_t k = in_from + 1;
+    if (k >= t) {
+      n.forward(be, in, out, /*silu=*/true);
+      return t - 1;
+    }
+    Tensor head = frames(out, 0, k);
+    n.forward(be, frames(in, 0, k), head, /*silu=*/true);
+    repeat_last_computed(be, out, k);
+    return k - 1;
+  };
   // RMS, SiLU straight into conv1's padded input.
   Tensor p1 = conv1_.padded(ws.pad, t, hh, ww);
   Tensor in1 = frames(p1, 2, t);
-  norm1_.forward(be, x, in1, /*silu=*/true);
+  const int64_t in1_from = norm(norm1_, x, x_from, in1);
   Tensor h = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
-  conv1_.run(be, p1, h);
+  const int64_t h_from = conv1_.run(be, p1, h, reuse_steady_ ? in1_from : -1);
   Tensor p2 = conv2_.padded(ws.pad, t, hh, ww);
   Tensor in2 = frames(p2, 2, t);
-  norm2_.forward(be, h, in2, /*silu=*/true);
-  conv2_.run(be, p2, y);  // y = residual
+  const int64_t in2_from = norm(norm2_, h, h_from, in2);
+  const int64_t y_from = conv2_.run(be, p2, y, reuse_steady_ ? in2_from : -1);  // y = residual
+  Tensor s = x;
+  int64_t s_from = x_from;
   if (shortcut_) {
-    Tensor s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
-    shortcut_->forward(be, x, s, ws.pad);
-    add_channels_last(be, y, s, y);
-  } else {
-    add_channels_last(be, y, x, y);
+    s = ws.mid.channels_last(x.dtype, out_channels(), t, hh, ww);
+    s_from = shortcut_->forward(be, x, s, ws.pad, reuse_steady_ ? x_from : -1);
   }
+  const int64_t k = std::max(y_from, s_from) + 1;
+  if (k >= t) return add_channels_last(be, y, s, y);
+  Tensor head = frames(y, 0, k);
+  add_channels_last(be, head, frames(s, 0, k), head);
+  repeat_last_computed(be, y, k);
 }
 
 // ---- AttentionBlock ----
@@ -525,21 +628,37 @@ Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Nu
   return d;
 }
 
+uint64_t Downsample::state_checksum() const {
+  return last_.t.empty() ? 0 : plan_checksum(last_.t.data, last_.t.nbytes(), 2);
+}
+
 void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws) {
   const int64_t c = c_, t = x.dim(2), h = x.dim(3), w = x.dim(4);
   FLICK_CHECK(x.dim(1) == c && h % 2 == 0 && w % 2 == 0 && is_channels_last(y),
               "Downsample: x " + x.str() + " y " + y.str());
   // ZeroPad2d((0, 1, 0, 1)): [1, C, T, H + 1, W + 1], zeros right and bottom.
   FLICK_CHECK(is_channels_last(x), "Downsample: x " + x.str());
-  Tensor padded = ws.pad.channels_last(x.dtype, c, t, h + 1, w + 1);
-  pad_bottom_right(x, padded);
+  // Frame by frame: with reuse_steady_, only up to the first frame of x's
+  // constant tail, that output copied into the rest.
+  const int64_t n = reuse_steady_ ? steady_from(x) + 1 : t;
+  Tensor padded = ws.pad.channels_last(x.dtype, c, std::min(n, t), h + 1, w + 1);
+  pad_bottom_right(frames(x, 0, padded.dim(2)), padded);
+  auto spatial = [&](Tensor& out) {
+    if (n >= t) {
+      be.conv(padded, *conv_, out, Activation::None);
+      return;
+    }
+    Tensor head = frames(out, 0, n);
+    be.conv(padded, *conv_, head, Activation::None);
+    repeat_last_computed(be, out, n);
+  };
   if (!time_conv_) {
-    be.conv(padded, *conv_, y, Activation::None);
+    spatial(y);
     return;
   }
   const size_t frame = static_cast<size_t>(c * (h / 2) * (w / 2)) * dtype_size(x.dtype);
   if (first_) {
-    be.conv(padded, *conv_, y, Activation::None);
+    spatial(y);
     last_ = OwnedTensor(x.dtype, Shape{1, h / 2, w / 2, c});
     copy_bytes(be, x.dtype, last_.t.data, frame_ptr(y, t - 1), frame);
     first_ = false;
@@ -548,7 +667,7 @@ void Downsample::forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws)
   // [1, C, 1 + T, H/2, W/2] = [previous last frame, conv(x)]
   Tensor joined = ws.aux.channels_last(x.dtype, c, 1 + t, h / 2, w / 2);
   Tensor body = frames(joined, 1, t);
-  be.conv(padded, *conv_, body, Activation::None);
+  spatial(body);
   copy_bytes(be, x.dtype, joined.data, last_.t.data, frame);
   be.conv(joined, *time_conv_, y, Activation::None);
   copy_bytes(be, x.dtype, last_.t.data, frame_ptr(joined, t), frame);

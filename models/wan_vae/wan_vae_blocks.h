@@ -95,6 +95,11 @@ bool is_channels_last(const Tensor& x);
 // a size-1 dim's odd stride for a non-dense layout and falls back to its
 // reference convolution).
 Tensor frames(const Tensor& x, int64_t start, int64_t len);
+// The first frame of a channels-last x from which every frame is bitwise
+// equal to the last one (T - 1 when the last two differ; one frame compare
+// then, usually ending at its first bytes). `known` >= 0: the caller knows
+// frames [known, T) are equal; only the frames before it are compared.
+int64_t steady_from(const Tensor& x, int64_t known = -1);
 
 // Scratch shared by the layers of one encoder / decoder, used one layer at a
 // time: `pad` holds a convolution's padded input, the others a layer's
@@ -135,10 +140,27 @@ class CausalConv3d {
   Tensor padded(Scratch& pad, int64_t t, int64_t h, int64_t w) const;
   // Fills frames [0, 2) of a padded() buffer from the cache, convolves it
   // into y [1, O, T, H, W] and keeps its last 2 frames as the next cache.
-  void run(Backend& be, const Tensor& padded, Tensor& y);
+  // With reuse_steady_frames: `body_from` >= 0 says the caller knows the T
+  // input frames from that one on are equal (fewer frame compares); returns
+  // the frame of y from which its frames are known equal (T - 1 otherwise).
+  int64_t run(Backend& be, const Tensor& padded, Tensor& y, int64_t body_from = -1);
   // Any x [1, I, T, H, W]: kt = 1 convolves it directly, kt = 3 copies it
   // into a padded buffer in `pad` first.
-  void forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad);
+  // Returns as run().
+  int64_t forward(Backend& be, const Tensor& x, Tensor& y, Scratch& pad, int64_t x_from = -1);
+  // With `on`, run() and forward() convolve only up to the first output frame
+  // of a constant tail of the input (steady_from) and copy it into the rest:
+  // output frame i reads input frames i .. i + kt - 1, so the outputs whose
+  // windows lie in that tail are the same bits (each frame is convolved
+  // alike whatever the call's frame count; tests/models/
+  // test_wan_vae_steady.cpp). The encoder's conditioning video (an image,
+  // then zero frames) has such tails in every early layer. y must be
+  // channels-last.
+  void reuse_steady_frames(bool on) { reuse_steady_ = on; }
+  // A 64-bit checksum of the stream state (the cached frames, older first;
+  // 0 for a fresh or cacheless convolution): equal states give the same
+  // outputs for the same next input.
+  uint64_t state_checksum() const;
   // Back to 2 zero frames (a new video). Frees the cache: the next call
   // allocates it for its own size.
   void reset() {
@@ -157,6 +179,7 @@ class CausalConv3d {
   OwnedTensor cache_;
   int newest_ = 1;
   bool cache_zero_ = true;
+  bool reuse_steady_ = false;
 };
 
 // RMS_norm over channels: F.normalize(x, dim=1) * sqrt(C) * gamma (the eps
@@ -188,11 +211,18 @@ class ResidualBlock {
   // x or the workspace.
   void forward(Backend& be, const Tensor& x, Tensor& y, Workspace& ws);
   void reset();
+  // CausalConv3d::reuse_steady_frames for its convolutions; the norms and
+  // the residual add likewise stop at the first frame of their input's
+  // constant tail (per pixel, so equal frames give equal outputs).
+  void reuse_steady_frames(bool on);
+  // Its convolutions' CausalConv3d::state_checksum, combined.
+  uint64_t state_checksum() const;
 
  private:
   ChannelRmsNorm norm1_, norm2_;
   CausalConv3d conv1_, conv2_;
   std::unique_ptr<CausalConv3d> shortcut_;
+  bool reuse_steady_ = false;
 };
 
 // The middle AttentionBlock: per frame, RMS over channels, 1x1 to_qkv,
@@ -269,11 +299,19 @@ class Downsample {
     first_ = true;
     last_ = OwnedTensor();
   }
+  // The 3x3 conv only up to the first frame of x's constant tail, copied
+  // into the rest (as CausalConv3d::reuse_steady_frames; per frame, so the
+  // outputs of equal frames are equal).
+  void reuse_steady_frames(bool on) { reuse_steady_ = on; }
+  // Of the remembered last frame (0 before the first chunk or without
+  // time_conv), as CausalConv3d::state_checksum.
+  uint64_t state_checksum() const;
 
  private:
   int64_t c_ = 0;
   std::unique_ptr<PackedConv> conv_, time_conv_;
   bool first_ = true;
+  bool reuse_steady_ = false;
   OwnedTensor last_;  // [1, H/2, W/2, C]: the previous chunk's last frame
 };
 

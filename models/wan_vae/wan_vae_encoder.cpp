@@ -1,10 +1,29 @@
 #include "models/wan_vae/wan_vae_encoder.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
+#include "runtime/plan_cache.h"
+
 namespace flick {
+namespace {
+
+// Chunk i >= 2 (frames 1 + 4 (i - 1) .. + 4) of a contiguous video
+// [1, 3, T, H, W] bitwise equal to chunk i - 1.
+bool same_as_previous_chunk(const Tensor& video, int64_t i) {
+  if (i < 2) return false;
+  const size_t frame = static_cast<size_t>(video.dim(3) * video.dim(4)) * dtype_size(video.dtype);
+  const int64_t t = video.dim(2), start = 1 + 4 * (i - 1);
+  for (int64_t c = 0; c < 3; ++c) {
+    const char* base = static_cast<const char*>(video.data) + static_cast<size_t>(c * t) * frame;
+    if (std::memcmp(base + start * frame, base + (start - 4) * frame, 4 * frame) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Expected<WanVaeEncoderConfig> WanVaeEncoderConfig::detect(const WeightView& root) {
   WanVaeEncoderConfig c;
@@ -99,7 +118,16 @@ Status WanVaeEncoder::load_weights(const WeightView& root) {
   FLICK_TRY(check_in(enc.sub("head"), cfg_.out_dim));
   FLICK_ASSIGN_OR_RETURN(head_norm_, ChannelRmsNorm::load(enc, "head.0", ch, 3, num));
   FLICK_ASSIGN_OR_RETURN(head_conv_, CausalConv3d::load(enc, "head.2", be, num));
+  set_reuse_steady_frames(true);
   return ok_status();
+}
+
+void WanVaeEncoder::set_reuse_steady_frames(bool on) {
+  reuse_steady_ = on;
+  for (wan_vae::CausalConv3d* c : {&quant_conv_, &conv1_, &head_conv_}) c->reuse_steady_frames(on);
+  for (Layer& l : downs_) std::visit([on](auto& layer) { layer.reuse_steady_frames(on); }, l);
+  mid_res0_.reuse_steady_frames(on);
+  mid_res1_.reuse_steady_frames(on);
 }
 
 void WanVaeEncoder::reset() {
@@ -132,10 +160,28 @@ Expected<Tensor> WanVaeEncoder::encode(const Tensor& video, const Tap& tap) {
   const int64_t z = cfg_.z_dim, n = 1 + (video.dim(2) - 1) / 4;
   const int64_t h = video.dim(3) / scale, w = video.dim(4) / scale;
   Tensor moments = moments_.channels_last(act, 2 * z, n, h, w);
+  // Whole-chunk reuse (set_reuse_steady_frames): chunk i is computed from
+  // the state the chunks before left and its own frames only, so when the
+  // state after chunk i - 1 equals that after i - 2 and chunk i's frames
+  // equal chunk i - 1's, chunk i repeats chunk i - 1 exactly, output and
+  // state (and so on while the frames stay equal).
+  const bool whole_chunks = reuse_steady_ && !tap && video.is_contiguous();
+  uint64_t last_state = 0;
+  bool steady = false;
+  chunks_reused_ = 0;
   for (int64_t i = 0; i < n; ++i) {
     const Tensor chunk = i == 0 ? video.slice(2, 0, 1) : video.slice(2, 1 + 4 * (i - 1), 4);
     Tensor dst = wan_vae::frames(moments, i, 1);
+    if (steady && same_as_previous_chunk(video, i)) {
+      be.copy(wan_vae::frames(moments, i - 1, 1), dst);
+      ++chunks_reused_;
+      continue;
+    }
     encode_chunk(chunk, dst, i, tap);
+    if (!whole_chunks) continue;
+    const uint64_t state = state_checksum();
+    steady = i >= 2 && state == last_state;
+    last_state = state;
   }
   Tensor mu_logvar = mu_logvar_.channels_last(act, 2 * z, n, h, w);
   quant_conv_.forward(be, moments, mu_logvar, ws_.pad);
@@ -154,6 +200,18 @@ Expected<Tensor> WanVaeEncoder::encode(const Tensor& video, const Tap& tap) {
     }
   }
   return latents;
+}
+
+uint64_t WanVaeEncoder::state_checksum() const {
+  uint64_t h = 0;
+  auto add = [&h](uint64_t v) { h = plan_checksum(&v, sizeof v, h); };
+  add(conv1_.state_checksum());
+  for (const Layer& l : downs_)
+    std::visit([&](const auto& layer) { add(layer.state_checksum()); }, l);
+  add(mid_res0_.state_checksum());
+  add(mid_res1_.state_checksum());
+  add(head_conv_.state_checksum());
+  return h;
 }
 
 void WanVaeEncoder::encode_chunk(const Tensor& x, Tensor& out, int64_t index, const Tap& tap) {

@@ -73,6 +73,24 @@ class WanVaeEncoder {
   // (bf16 values under BF16), valid until the next call. Every call is a new
   // video.
   Expected<Tensor> encode(const Tensor& video, const Tap& tap = {});
+  // Constant tails (on by default): every convolution computes only up to
+  // the first output frame whose input window lies in a run of bitwise-equal
+  // frames at the end of its input, and copies that frame into the rest
+  // (wan_vae::CausalConv3d::reuse_steady_frames). The conditioning video is
+  // an image then zero frames: layer by layer the frames from 3, 7, 11, ...
+  // (full rate), 11, 15, 19 (half and quarter rate) on are equal, so the
+  // convolution work of a 21 / 57 / 597-frame conditioning drops to 77 / 51 /
+  // 8 % (tools/wan_vae_steady_sim.py), with latents equal bit for bit to
+  // computing every frame (the latents themselves are equal from latent 29
+  // on). Whole chunks too: once the stream state after a chunk (every cached
+  // frame, compared by a 64-bit checksum) equals the state after the chunk
+  // before, and the next chunk's frames equal the last chunk's, that chunk
+  // would give the same output and leave the same state, so its latent is
+  // copied (from latent 30 on in Matrix-Game's conditioning; not with a tap,
+  // which sees every chunk's intermediates). Off: every frame is computed.
+  void set_reuse_steady_frames(bool on);
+  // Chunks the last encode copied instead of computing.
+  int64_t chunks_reused() const { return chunks_reused_; }
   // Frees the working memory of the last encode (feature caches and
   // intermediates at full resolution, ~1 GB at 352x640) and the tensor it
   // returned; the next encode allocates it again.
@@ -87,6 +105,8 @@ class WanVaeEncoder {
   // One chunk [1, 3, T, H, W] -> [1, 2z, T', h, w] written to `out`
   // (channels-last).
   void encode_chunk(const Tensor& x, Tensor& out, int64_t index, const Tap& tap);
+  // Every layer's state_checksum, combined.
+  uint64_t state_checksum() const;
 
   WanVaeEncoderConfig cfg_;
   Backend* backend_ = nullptr;
@@ -98,6 +118,9 @@ class WanVaeEncoder {
   wan_vae::ResidualBlock mid_res0_, mid_res1_;
   wan_vae::AttentionBlock mid_attn_;
   wan_vae::ChannelRmsNorm head_norm_;
+
+  bool reuse_steady_ = true;
+  int64_t chunks_reused_ = 0;
 
   wan_vae::Workspace ws_;
   wan_vae::Scratch a_, b_, moments_, mu_logvar_, latents_;
