@@ -79,7 +79,9 @@ bool prefer_direct_amx(const Tensor& y) {
 // 1.5-2.4e-6 / 1.4-2.6e-7 for the direct kernel, i.e. the same few fp32 ulps
 // of a 2304-term sum (the transforms' constants are small: 1, 2, 4, 8 and
 // their inverses). Frames under 32^2 output pixels keep the direct kernel
-// (too few 4x4 tiles to split; not measured to pay).
+// (too few 4x4 tiles to split; not measured to pay). Cost: the plan keeps
+// the weights in oneDNN's Winograd layout too (6x6 per 3x3 kernel, 4x the
+// f32 size: 151 MB for a 1024 -> 1024 conv), reordered on its first call.
 constexpr int64_t kWinogradMinPixels = 32 * 32;
 
 struct PlanKey {
@@ -122,7 +124,7 @@ class OnednnConv final : public PackedConv {
   dnnl::convolution_forward::desc op_desc(
       const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
       dnnl::algorithm alg = dnnl::algorithm::convolution_direct) const;
-  // oneDNN's F(4x4, 3x3) Winograd convolution for this call, if it should and can run it.
+  // oneDNN's Winograd convolution for this call, if it should and can run it.
   std::optional<dnnl::convolution_forward::primitive_desc> try_winograd(const Tensor& x,
                                                                         const Tensor& y,
                                                                         Activation act) const;
