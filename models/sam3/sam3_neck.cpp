@@ -108,27 +108,28 @@ Status Sam3Neck::load_weights(const WeightView& vision) {
     const Tensor lw = owned_[owned_.size() - 2].t, lb = owned_.back().t;
     float* pw = lw.ptr<float>();
     float* pb = lb.ptr<float>();
-    auto wt = [&](int64_t t, int64_t o, int64_t i) {  // W_t[o, i], t = dy * 2 + dx
-      return static_cast<double>(wf[static_cast<size_t>((i * out + o) * 4 + t)]);
-    };
-    for (int64_t t = 0; t < 4; ++t) {
+    std::vector<float> tap(static_cast<size_t>(out * in));  // W_t [out, in], rows contiguous
+    std::vector<double> acc(static_cast<size_t>(in));
+    for (int64_t t = 0; t < 4; ++t) {  // t = dy * 2 + dx
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i)
+          tap[static_cast<size_t>(o * in + i)] = wf[static_cast<size_t>((i * out + o) * 4 + t)];
       for (int64_t oc = 0; oc < co; ++oc) {
+        float* dst = pw + (t * co + oc) * in;
         if (!then) {
-          for (int64_t i = 0; i < in; ++i)
-            pw[(t * co + oc) * in + i] = static_cast<float>(wt(t, oc, i));
+          std::copy_n(tap.data() + oc * in, in, dst);
           pb[t * co + oc] = bf[static_cast<size_t>(oc)];
           continue;
         }
-        const float* c = cw.data() + oc * out;  // W_c[oc, :]
-        std::vector<double> acc(static_cast<size_t>(in), 0.0);
+        std::fill(acc.begin(), acc.end(), 0.0);
         double bias = cb[static_cast<size_t>(oc)];
         for (int64_t o = 0; o < out; ++o) {
-          const double wc = c[o];
+          const double wc = cw[static_cast<size_t>(oc * out + o)];  // W_c[oc, o]
           bias += wc * bf[static_cast<size_t>(o)];
-          for (int64_t i = 0; i < in; ++i) acc[static_cast<size_t>(i)] += wc * wt(t, o, i);
+          const float* row = tap.data() + o * in;
+          for (int64_t i = 0; i < in; ++i) acc[static_cast<size_t>(i)] += wc * row[i];
         }
-        for (int64_t i = 0; i < in; ++i)
-          pw[(t * co + oc) * in + i] = static_cast<float>(acc[static_cast<size_t>(i)]);
+        for (int64_t i = 0; i < in; ++i) dst[i] = static_cast<float>(acc[static_cast<size_t>(i)]);
         pb[t * co + oc] = static_cast<float>(bias);
       }
     }
