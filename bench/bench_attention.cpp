@@ -134,6 +134,12 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
       {"keyboard", 1, 2640, 6, 16, 64, false},  // action module, all tokens over the frames
       {"mouse", 880, 3, 6, 16, 64, false},      // action module, per token over frames
       {"clip", 1, 257, 257, 16, 80, false},     // CLIP ViT-H/14 vision tower
+      // EfficientSAM3 at 1008^2 (72^2 image tokens, 8 heads of 32): the fusion
+      // encoder's self- and text cross-attention, the DETR decoder's 201
+      // queries over the image.
+      {"sam3 self", 1, 5184, 5184, 8, 32, true},
+      {"sam3 text", 1, 5184, 78, 8, 32, true},
+      {"sam3 queries", 1, 201, 5184, 8, 32, true},
   };
   std::vector<AttentionCase> cases;
   for (const Shape5& s : shapes) {

@@ -79,6 +79,7 @@ class FusionEncoder {
   FusionEncoder() = default;
   Status load_weights(const WeightView& encoder);
   void plan();
+  int64_t ffn_rows() const;  // rows of the FFN's hidden buffer
 
   FusionEncoderConfig cfg_;
   Backend* backend_ = nullptr;

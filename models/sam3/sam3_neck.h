@@ -14,6 +14,8 @@
 // 1x1 convolution C -> 4 C' scattered into the 2x-upsampled map; the maps
 // between the convolutions are channels-last (no oneDNN reorders). The position encodings are
 // constants, computed at load. The 0.5x level's weights are recognised and skipped (scalp=1).
+// In F32 the 1x1 conv after the last convT of levels 0 and 1 is folded into
+// that convT (sam3_neck.cpp, load_weights), which then writes d channels.
 //
 // Precision F32 or BF16 (weights and stored activations rounded to bf16,
 // fp32 accumulation; the position encodings are rounded to bf16 as the
@@ -85,6 +87,7 @@ class Sam3Neck {
   std::vector<OwnedTensor> owned_;
   std::vector<OwnedTensor> pos_;  // per level
   ConvT up4_0_, up4_1_, up2_;
+  // conv1x1_[l] is null where it is folded into the level's convT (F32).
   std::array<std::unique_ptr<PackedConv>, Sam3NeckConfig::kLevels> conv1x1_, conv3x3_;
 
   Arena arena_;

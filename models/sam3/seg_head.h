@@ -9,6 +9,9 @@
 //   inst = instance_seg_head(p)                               // 1x1, [1, d, 4g, 4g]
 //   masks[q] = mask_embed(hs_last[q]) . inst                  // MLP 3 (ReLU), [1, Q, 4g, 4g]
 //
+// In F32 flick folds the 1x1 instance head into the MLP's last layer
+// (seg_head.cpp, load_weights) and multiplies the folded embeddings with p.
+//
 // The pixel decoder is built with 3 stages but only 2 finer levels reach it
 // (scalp=1), so conv_layers.2 / norms.2 are never run; semantic_seg_head is
 // computed by the reference and unused: both are recognised, not run.
@@ -69,13 +72,17 @@ class SegHead {
   std::array<Tensor, 2> gn_w_, gn_b_;
   std::unique_ptr<PackedLinear> ca_q_, ca_kv_, ca_out_;
   std::array<std::unique_ptr<PackedConv>, 2> conv_;
-  std::unique_ptr<PackedConv> instance_;
+  // The mask-embed MLP and the instance head; F32: the MLP's last layer
+  // folded with the instance head, whose bias term is a d -> 1 linear
+  // (load_weights), and no instance_.
   std::vector<std::unique_ptr<PackedLinear>> mask_embed_;
+  std::unique_ptr<PackedConv> instance_;
+  std::unique_ptr<PackedLinear> mask_bias_;
 
   Arena arena_;
   Arena::BufferId mem_ = -1, h_ = -1, q_ = -1, kv_ = -1, attn_ = -1, o_ = -1, prompt_ = -1,
                   valid_ = -1, img_ = -1, up1_ = -1, p1_ = -1, up0_ = -1, p0_ = -1, inst_ = -1,
-                  qa_ = -1, qb_ = -1, emb_ = -1, masks_ = -1;
+                  qa_ = -1, qb_ = -1, emb_ = -1, mask_bias_out_ = -1, masks_ = -1;
 };
 
 }  // namespace flick
