@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runtime/cpu/conv_int8.h"
+#include "runtime/cpu/conv_onednn.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
@@ -37,24 +38,6 @@ namespace {
 using dnnl::memory;
 using odt = memory::data_type;
 using tag = memory::format_tag;
-
-memory::dims dims_of(const Tensor& t) {
-  return {t.shape.dims.begin(), t.shape.dims.begin() + t.ndim()};
-}
-memory::dims strides_of(const Tensor& t) {
-  return {t.strides.begin(), t.strides.begin() + t.ndim()};
-}
-
-// [N, C, spatial...] with C innermost, then W, H, D, N.
-bool channels_last(const Tensor& t) {
-  int64_t acc = t.dim(1);
-  if (t.stride(1) != 1 && t.dim(1) != 1) return false;
-  for (int i = t.ndim() - 1; i >= 2; --i) {
-    if (t.stride(i) != acc && t.dim(i) != 1) return false;
-    acc *= t.dim(i);
-  }
-  return t.stride(0) == acc || t.dim(0) == 1;
-}
 
 // oneDNN 2.6 ranks brgconv first for AMX bf16, but on output frames of
 // 2^15 pixels and more its direct AMX kernel reads the same channels-last
@@ -149,7 +132,7 @@ class OnednnConv final : public PackedConv {
                                                                      const std::string& impl) const;
   Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
   void build(Plan& p, const Tensor& x, const Tensor& y) const;
-  memory::dims weight_dims() const;
+  memory::dims weight_dims() const { return conv_weight_dims(desc_); }
 
   ConvDesc desc_;
   int64_t out_channels_;
@@ -164,12 +147,6 @@ class OnednnConv final : public PackedConv {
   mutable std::vector<std::unique_ptr<Plan>> plans_;
   mutable std::string last_impl_;
 };
-
-memory::dims spatial(const std::array<int64_t, 3>& v, int n, int64_t minus = 0) {
-  memory::dims out;
-  for (int i = 0; i < n; ++i) out.push_back(v[static_cast<size_t>(i)] - minus);
-  return out;
-}
 
 OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
     : desc_(d),
@@ -195,24 +172,12 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
   desc_.bias = bias_buf_.t;
   if (w.has_scale()) desc_.w_scale = scale_buf_.t.reshape({out_channels_});
 
-  // Pack for a representative channels-last input (16 outputs along H and
-  // W, 2 along D), the layout models keep their activations in; the weight
-  // layout depends on channels, kernel, ISA and activation layout, and a
-  // call whose best implementation wants another gets its own copy
-  // (Plan::weights_copy).
-  memory::dims x_dims{1, d.w.dim(1) * d.groups}, y_dims{1, out_channels_};
-  for (int i = 0; i < sd; ++i) {
-    const auto s = static_cast<size_t>(i);
-    const int64_t out = sd == 3 && i == 0 ? 2 : 16;
-    const int64_t ek = (d.w.dim(2 + i) - 1) * d.dilation[s] + 1;
-    x_dims.push_back((out - 1) * d.stride[s] + ek - 2 * d.padding[s]);
-    y_dims.push_back(out);
-  }
-  const tag cl = sd == 2 ? tag::nhwc : tag::ndhwc;
+  const ConvPackShapes pack = conv_pack_shapes(d);
   auto pack_pd = [&] {
-    return try_primitive_desc(memory::desc(x_dims, src_type_, cl),
+    return try_primitive_desc(memory::desc(pack.x, src_type_, pack.channels_last),
                               memory::desc(weight_dims(), src_type_, tag::any),
-                              memory::desc(y_dims, src_type_, cl), Activation::None);
+                              memory::desc(pack.y, src_type_, pack.channels_last),
+                              Activation::None);
   };
   auto pd = pack_pd();
   if (!pd && src_type_ == odt::bf16) {
@@ -223,22 +188,10 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
   FLICK_CHECK(pd.has_value(), "oneDNN has no convolution for weight " + d.w.str());
   last_impl_ = impl_name(*pd, "conv " + d.w.str());
   weights_ = memory(pd->weights_desc(), eng);
-  const tag plain = weight_dims().size() == 4   ? tag::abcd
-                    : weight_dims().size() == 5 ? tag::abcde
-                                                : tag::abcdef;
-  memory plain_w({weight_dims(), onednn_dtype(w.w.t.dtype), plain}, eng, w.w.t.data);
+  memory plain_w({weight_dims(), onednn_dtype(w.w.t.dtype), plain_weight_tag(weight_dims())}, eng,
+                 w.w.t.data);
   dnnl::reorder(plain_w, weights_).execute(onednn_stream(), plain_w, weights_);
   onednn_stream().wait();
-}
-
-// [O, I/g, k...] or, grouped, [g, O/g, I/g, k...] (oneDNN's goihw order).
-memory::dims OnednnConv::weight_dims() const {
-  memory::dims wd = dims_of(desc_.w);
-  if (desc_.groups > 1) {
-    wd[0] /= desc_.groups;
-    wd.insert(wd.begin(), desc_.groups);
-  }
-  return wd;
 }
 
 dnnl::primitive_attr OnednnConv::attr(Activation act) const {
@@ -258,10 +211,7 @@ dnnl::convolution_forward::desc OnednnConv::op_desc(const memory::desc& src,
                                                     const memory::desc& weights,
                                                     const memory::desc& dst,
                                                     dnnl::algorithm alg) const {
-  const int sd = desc_.spatial_dims;
-  const auto strides = spatial(desc_.stride, sd);
-  const auto dilation = spatial(desc_.dilation, sd, 1);  // oneDNN counts from 0
-  const auto pad = spatial(desc_.padding, sd);
+  const auto [strides, dilation, pad] = conv_geometry(desc_);
   const auto kind = dnnl::prop_kind::forward_inference;
   if (bias_ && !scale_) {  // FP8 adds the bias after the scale, as a post-op
     return {kind, alg, src, weights, bias_.get_desc(), dst, strides, dilation, pad, pad};
@@ -299,8 +249,8 @@ std::optional<dnnl::convolution_forward::primitive_desc> OnednnConv::try_winogra
     const Tensor& x, const Tensor& y, Activation act) const {
   const ConvDesc& d = desc_;
   const int n = y.ndim();
-  if (src_type_ != odt::f32 || emulate_bf16_ || scale_ || d.spatial_dims != 2 || d.groups != 1 ||
-      d.w.dim(2) != 3 || d.w.dim(3) != 3 || d.stride[0] != 1 || d.stride[1] != 1 ||
+  if (n != 4 || src_type_ != odt::f32 || emulate_bf16_ || scale_ || d.spatial_dims != 2 ||
+      d.groups != 1 || d.w.dim(2) != 3 || d.w.dim(3) != 3 || d.stride[0] != 1 || d.stride[1] != 1 ||
       d.dilation[0] != 1 || d.dilation[1] != 1 || y.dim(n - 1) * y.dim(n - 2) < kWinogradMinPixels)
     return std::nullopt;
   try {
@@ -362,8 +312,7 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
     const bool via_plain = best.weights_desc().data.format_kind == dnnl_format_kind_wino;
     memory from = weights;
     if (via_plain) {
-      from = memory({weight_dims(), src_type_, weight_dims().size() == 4 ? tag::abcd : tag::abcde},
-                    eng);
+      from = memory({weight_dims(), src_type_, plain_weight_tag(weight_dims())}, eng);
       dnnl::reorder(weights, from).execute(onednn_stream(), weights, from);
     }
     dnnl::reorder(from, p.weights_copy).execute(onednn_stream(), from, p.weights_copy);

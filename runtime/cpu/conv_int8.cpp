@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cpu/conv_onednn.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
@@ -42,24 +43,6 @@ namespace {
 using dnnl::memory;
 using odt = memory::data_type;
 using tag = memory::format_tag;
-
-memory::dims dims_of(const Tensor& t) {
-  return {t.shape.dims.begin(), t.shape.dims.begin() + t.ndim()};
-}
-memory::dims strides_of(const Tensor& t) {
-  return {t.strides.begin(), t.strides.begin() + t.ndim()};
-}
-
-// [N, C, spatial...] dense with C innermost, then W, H, D, N.
-bool dense_channels_last(const Tensor& t) {
-  int64_t acc = t.dim(1);
-  if (t.stride(1) != 1 && t.dim(1) != 1) return false;
-  for (int i = t.ndim() - 1; i >= 2; --i) {
-    if (t.stride(i) != acc && t.dim(i) != 1) return false;
-    acc *= t.dim(i);
-  }
-  return t.stride(0) == acc || t.dim(0) == 1;
-}
 
 // The activation passes run over blocks of this many values, one block per
 // task (the min / max of each block kept apart, then reduced).
@@ -103,7 +86,7 @@ class Int8Conv final : public PackedConv {
   std::optional<dnnl::convolution_forward::primitive_desc> try_primitive_desc(
       const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
       Activation act) const;
-  memory::dims weight_dims() const;
+  memory::dims weight_dims() const { return conv_weight_dims(desc_); }
   Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
   void build(Plan& p, const Tensor& x, const Tensor& y) const;
   // x as dense channels-last q (CallBuffers::kSrc); sets the call's scales.
@@ -152,38 +135,19 @@ Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w)
   desc_.w_scale = w_scale_.t;
   desc_.bias = bias_buf_.t;
 
-  // Packed for a representative channels-last input, as conv.cpp.
-  memory::dims x_dims{1, d.w.dim(1) * d.groups}, y_dims{1, out_channels_};
-  for (int i = 0; i < sd; ++i) {
-    const auto s = static_cast<size_t>(i);
-    const int64_t out = sd == 3 && i == 0 ? 2 : 16;
-    const int64_t ek = (d.w.dim(2 + i) - 1) * d.dilation[s] + 1;
-    x_dims.push_back((out - 1) * d.stride[s] + ek - 2 * d.padding[s]);
-    y_dims.push_back(out);
-  }
-  const tag cl = sd == 2 ? tag::nhwc : tag::ndhwc;
-  auto pd = try_primitive_desc(memory::desc(x_dims, src_type_, cl),
-                               memory::desc(weight_dims(), odt::s8, tag::any),
-                               memory::desc(y_dims, odt::bf16, cl), Activation::None);
+  const ConvPackShapes pack = conv_pack_shapes(d);
+  auto pd =
+      try_primitive_desc(memory::desc(pack.x, src_type_, pack.channels_last),
+                         memory::desc(weight_dims(), odt::s8, tag::any),
+                         memory::desc(pack.y, odt::bf16, pack.channels_last), Activation::None);
   FLICK_CHECK(pd.has_value(), "oneDNN has no INT8 convolution for weight " + d.w.str());
   last_impl_ = impl_name(*pd, "int8 conv " + d.w.str());
   weights_ = memory(pd->weights_desc(), eng);
-  const tag plain = weight_dims().size() == 4   ? tag::abcd
-                    : weight_dims().size() == 5 ? tag::abcde
-                                                : tag::abcdef;
   w_plain_ = std::move(w.w);
-  plain_w_ = memory({weight_dims(), odt::s8, plain}, eng, w_plain_.t.data);
+  plain_w_ =
+      memory({weight_dims(), odt::s8, plain_weight_tag(weight_dims())}, eng, w_plain_.t.data);
   dnnl::reorder(plain_w_, weights_).execute(onednn_stream(), plain_w_, weights_);
   onednn_stream().wait();
-}
-
-memory::dims Int8Conv::weight_dims() const {
-  memory::dims wd(desc_.w.shape.dims.begin(), desc_.w.shape.dims.begin() + desc_.w.ndim());
-  if (desc_.groups > 1) {
-    wd[0] /= desc_.groups;
-    wd.insert(wd.begin(), desc_.groups);
-  }
-  return wd;
 }
 
 dnnl::primitive_attr Int8Conv::attr(Activation act) const {
@@ -202,14 +166,7 @@ dnnl::primitive_attr Int8Conv::attr(Activation act) const {
 std::optional<dnnl::convolution_forward::primitive_desc> Int8Conv::try_primitive_desc(
     const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
     Activation act) const {
-  const int sd = desc_.spatial_dims;
-  memory::dims strides, dilation, pad;
-  for (int i = 0; i < sd; ++i) {
-    const auto s = static_cast<size_t>(i);
-    strides.push_back(desc_.stride[s]);
-    dilation.push_back(desc_.dilation[s] - 1);  // oneDNN counts from 0
-    pad.push_back(desc_.padding[s]);
-  }
+  const auto [strides, dilation, pad] = conv_geometry(desc_);
   try {
     const dnnl::convolution_forward::desc od(dnnl::prop_kind::forward_inference,
                                              dnnl::algorithm::convolution_direct, src, weights, dst,
@@ -235,7 +192,7 @@ void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   const tag cl = x.ndim() == 4 ? tag::nhwc : tag::ndhwc;
   const memory::desc src_md(dims_of(x), src_type_, cl);
   const memory::desc y_md(dims_of(y), onednn_dtype(y.dtype), strides_of(y));
-  const bool y_cl = dense_channels_last(y);
+  const bool y_cl = channels_last(y);
   const memory::desc dst_md = y_cl ? y_md : memory::desc(dims_of(y), onednn_dtype(y.dtype), cl);
   const memory::desc any_weights(weight_dims(), odt::s8, tag::any);
   auto best = try_primitive_desc(src_md, any_weights, dst_md, p.key.act);
@@ -284,7 +241,7 @@ void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
   // other layout is first copied into one (tests and odd callers only).
   Tensor flat = x;
   OwnedTensor dense;
-  if (!dense_channels_last(x)) {
+  if (!channels_last(x)) {
     std::vector<int64_t> cl{x.dim(0)};
     for (int i = 2; i < x.ndim(); ++i) cl.push_back(x.dim(i));
     cl.push_back(x.dim(1));

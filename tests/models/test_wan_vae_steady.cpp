@@ -215,7 +215,9 @@ TEST_P(WanVaeSteadyTiny, WholeChunksRepeatOnceTheStreamStateIsSteady) {
         ASSERT_TRUE(z.ok()) << z.status().message();
         const auto* b = static_cast<const uint8_t*>(z->data);
         latents[reuse].assign(b, b + z->nbytes());
-        if (reuse == 0) EXPECT_EQ(enc->chunks_reused(), 0);
+        if (reuse == 0) {
+          EXPECT_EQ(enc->chunks_reused(), 0);
+        }
       }
       EXPECT_TRUE(latents[0] == latents[1]) << extra.size() << " extra frames: latents differ";
       // The state after chunk 28 (the last cache to fill with steady frames

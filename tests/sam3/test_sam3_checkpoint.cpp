@@ -75,14 +75,6 @@ void expect_same(const Sam3Layout& got, const Sam3Layout& want) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(str(got[i]), str(want[i])) << "entry " << i;
 }
 
-// The entries of `table` under `prefix`.
-Sam3Layout section(const Sam3Layout& table, const std::string& prefix) {
-  Sam3Layout out;
-  for (const auto& t : table)
-    if (t.name.starts_with(prefix)) out.push_back(t);
-  return out;
-}
-
 // `table` with the entries under `prefix` replaced by `with` (in place of the first).
 Sam3Layout replace_section(const Sam3Layout& table, const std::string& prefix,
                            const Sam3Layout& with) {
