@@ -219,8 +219,9 @@ def main():
 
     full = lambda d: d["outside"] + 20 * d["double"] + 40 * d["single"]  # noqa: E731
     ref["full"] = full(ref)
-    print(f"\nFramePack DiT, {n_double} double + {n_single} single blocks at full width "
-          f"(3072), bucket {smallest_bucket()}, best of {args.repeat}; seconds")
+    width = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    print(f"\nFramePack DiT, {n_double} double + {n_single} single blocks, width {width}, "
+          f"bucket {smallest_bucket()}, best of {args.repeat}; seconds")
     print(f"{'':28}{'torch bf16':>12}{'flick bf16':>12}{'ratio':>8}{'flick int8':>12}{'ratio':>8}")
     for key, label in (("call", "call (one step)"), ("double", "double block (mean)"),
                        ("single", "single block (mean)"), ("outside", "outside the blocks"),
