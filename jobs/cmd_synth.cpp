@@ -132,8 +132,8 @@ void register_synth(CLI::App& app, CliContext& ctx) {
   CLI::App* cmd = app.add_subcommand(
       "synth",
       "Write a Matrix-Game 2.0 weights directory (or, with --model sam3, an EfficientSAM3 "
-      "checkpoint) with synthetic values in the exact layout of the released weights (no "
-      "download)");
+      "checkpoint; with --model framepack, a FramePack weights folder) with synthetic values in "
+      "the exact layout of the released weights (no download)");
   cmd->add_option("out", opt->out,
                   "output directory (created if missing); with --model sam3 the .pth file")
       ->required();
