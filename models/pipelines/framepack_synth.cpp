@@ -50,6 +50,21 @@ double decimal(float v) {
   return std::strtod(buf, nullptr);
 }
 
+// The encoder layers of transformers' CLIP and SigLIP (CLIPEncoderLayer,
+// SiglipEncoderLayer: the same modules and order).
+void encoder_layers(Layout& b, const std::string& prefix, int64_t layers, int64_t w,
+                    int64_t intermediate) {
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string p = prefix + std::to_string(i) + ".";
+    for (const char* n : {"k_proj", "v_proj", "q_proj", "out_proj"})
+      b.linear(p + "self_attn." + n, w, w);
+    b.norm(p + "layer_norm1", w);
+    b.linear(p + "mlp.fc1", intermediate, w);
+    b.linear(p + "mlp.fc2", w, intermediate);
+    b.norm(p + "layer_norm2", w);
+  }
+}
+
 uint64_t nbytes(const LayoutTensor& t) {
   return std::accumulate(t.shape.begin(), t.shape.end(), uint64_t{1},
                          [](uint64_t a, int64_t d) { return a * static_cast<uint64_t>(d); }) *
@@ -297,15 +312,7 @@ std::vector<LayoutTensor> framepack_clip_text_layout(const clip::ClipTextConfig&
   const int64_t w = c.width;
   b.add("text_model.embeddings.token_embedding.weight", {c.vocab, w});
   b.add("text_model.embeddings.position_embedding.weight", {c.positions, w});
-  for (int64_t i = 0; i < c.layers; ++i) {
-    const std::string p = "text_model.encoder.layers." + std::to_string(i) + ".";
-    for (const char* n : {"k_proj", "v_proj", "q_proj", "out_proj"})
-      b.linear(p + "self_attn." + n, w, w);
-    b.norm(p + "layer_norm1", w);
-    b.linear(p + "mlp.fc1", c.intermediate, w);
-    b.linear(p + "mlp.fc2", w, c.intermediate);
-    b.norm(p + "layer_norm2", w);
-  }
+  encoder_layers(b, "text_model.encoder.layers.", c.layers, w, c.intermediate);
   b.norm("text_model.final_layer_norm", w);
   return out;
 }
@@ -317,15 +324,7 @@ std::vector<LayoutTensor> framepack_siglip_layout(const siglip::SiglipVisionConf
   b.add("vision_model.embeddings.patch_embedding.weight", {w, 3, c.patch, c.patch});
   b.add("vision_model.embeddings.patch_embedding.bias", {w});
   b.add("vision_model.embeddings.position_embedding.weight", {c.grid * c.grid, w});
-  for (int64_t i = 0; i < c.layers; ++i) {
-    const std::string p = "vision_model.encoder.layers." + std::to_string(i) + ".";
-    for (const char* n : {"k_proj", "v_proj", "q_proj", "out_proj"})
-      b.linear(p + "self_attn." + n, w, w);
-    b.norm(p + "layer_norm1", w);
-    b.linear(p + "mlp.fc1", c.intermediate, w);
-    b.linear(p + "mlp.fc2", w, c.intermediate);
-    b.norm(p + "layer_norm2", w);
-  }
+  encoder_layers(b, "vision_model.encoder.layers.", c.layers, w, c.intermediate);
   b.norm("vision_model.post_layernorm", w);
   // The attention-pooling head (SiglipMultiheadAttentionPoolingHead): unused
   // by FramePack (last_hidden_state), part of the file.
