@@ -32,8 +32,8 @@ One run, the same tokens on both sides:
   /work/venv-fp/bin/python bench/framepack_torch_peer.py [--flick build/flick]
       [--weights DIR] [--framepack-dir DIR] [--layers 2,4] [--repeat 2]
 
-Memory: about 9 GB at the peak (PyTorch's side); run it under
-`flock -x /work/scratch/s7/bigmem.lock` on a shared 24 GB machine.
+Memory: about 7 GB at the peak (2 + 4 blocks; flick's side and PyTorch's
+run one after the other).
 """
 import argparse
 import os
@@ -129,7 +129,19 @@ def run_flick(flick, weights, out_dir, quick):
 
 def run_torch(model_cls, folder, t, repeat):
     import torch
-    model = model_cls.from_pretrained(str(folder), torch_dtype=torch.bfloat16).eval()
+    # Built on the meta device and given the checkpoint's tensors (without
+    # accelerate, from_pretrained would initialise every weight first: twice
+    # the memory).
+    from safetensors.torch import load_file
+    with torch.device("meta"):
+        model = model_cls.from_config(model_cls.load_config(str(folder)))
+    files = sorted(Path(folder).glob("diffusion_pytorch_model*.safetensors"))
+    sd = {}
+    for f in files:
+        sd.update(load_file(str(f)))
+    model.load_state_dict({k: v.to(torch.bfloat16) for k, v in sd.items()}, strict=True, assign=True)
+    del sd
+    model = model.eval()
     model.high_quality_fp32_output_for_inference = True  # demo_gradio.py
     model.requires_grad_(False)
     n_double, n_single = len(model.transformer_blocks), len(model.single_transformer_blocks)
