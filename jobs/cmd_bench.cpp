@@ -8,10 +8,10 @@
 
 #include "bench/bench.h"
 #include "bench/bench_attention.h"
+#include "bench/bench_framepack.h"
 #include "bench/bench_io.h"
 #include "bench/bench_matmul.h"
 #include "bench/bench_mg2.h"
-#include "bench/bench_framepack.h"
 #include "bench/bench_sam3.h"
 #include "bench/bench_vae.h"
 #include "bench/mg2_quality.h"
