@@ -49,8 +49,13 @@
 // ~13.3 + 1.4 + 2 + 1 + <= 2 GB (~20 GB) and encodes a new prompt in
 // ~7.6 + 0.3 + 1.4 GB; bf16 needs ~32 GB while sampling. The modulation
 // linears were kept in bf16 (16.7 GB) until the golden quality tests were
-// measured with them quantized (framepack_dit_common.h). Measured peaks per
-// stage at the released shapes: bench/RESULTS.md (FramePack).
+// measured with them quantized (framepack_dit_common.h). Measured at the
+// released shapes (bench/RESULTS.md, FramePack; int8, 544x704): prompt stage
+// 8.4 GiB, DiT resident 14.9, one DiT call 16.4; the untiled VAE decode of a
+// section with the DiT still resident went past 23 GiB (killed): with
+// keep_dit_loaded = false the DiT is freed only when the job ends, so on a
+// 24 GB machine vae_spatial_tiling is needed (or freeing the DiT before the
+// last section's decode: not done yet).
 //
 // Deviations from the reference, each documented where it is made: the start
 // latent is the posterior mean (the reference samples from the global torch
