@@ -776,6 +776,10 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
     FLICK_ASSIGN_OR_RETURN(std::vector<float> x,
                            hunyuan::sample_section(velocity, gen, lws, h, w, sampling, on_step));
     log_memory("section " + std::to_string(s.index) + " sampled");
+    // Not needed again in this job: without keep_dit_loaded the DiT is freed
+    // before the last section's VAE decode, which at the released size does
+    // not fit beside it in 24 GB (bench/RESULTS.md, FramePack).
+    if (!opt.keep_dit_loaded && s.index + 1 == n_sections) dit.reset();
     if (tap) {
       tap("section" + std::to_string(s.index) + ".latents",
           Tensor::view(x.data(), DType::F32, Shape{1, kFramePackLatentChannels, lws, h, w}));
