@@ -51,11 +51,10 @@
 // linears were kept in bf16 (16.7 GB) until the golden quality tests were
 // measured with them quantized (framepack_dit_common.h). Measured at the
 // released shapes (bench/RESULTS.md, FramePack; int8, 544x704): prompt stage
-// 8.4 GiB, DiT resident 14.9, one DiT call 16.4; the untiled VAE decode of a
-// section with the DiT still resident went past 23 GiB (killed): with
-// keep_dit_loaded = false the DiT is freed only when the job ends, so on a
-// 24 GB machine vae_spatial_tiling is needed (or freeing the DiT before the
-// last section's decode: not done yet).
+// 8.4 GiB, DiT resident 14.9, one DiT call 16.4; the untiled VAE decode
+// of a section alone passed 22 GiB (the DiT freed before the last section's
+// decode without keep_dit_loaded): on a 24 GB machine vae_spatial_tiling
+// is needed at the 640 bucket.
 //
 // Deviations from the reference, each documented where it is made: the start
 // latent is the posterior mean (the reference samples from the global torch
