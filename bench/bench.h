@@ -41,6 +41,10 @@ struct BenchOptions {
   // An EfficientSAM3 checkpoint in the released layout for the sam3
   // benchmarks (empty: a full-size synthetic one is written to $TMPDIR).
   std::string sam3_weights;
+  // A folder holding a FramePack transformer/ (`flick synth --model framepack
+  // --size full --dit-layers 2,4`) for the framepack benchmarks (empty: one is
+  // written to $TMPDIR).
+  std::string framepack_weights;
 };
 
 // The clock benchmarks time with, in seconds: steady wall clock, or the

@@ -8,6 +8,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_attention.h"
+#include "bench/bench_framepack.h"
 #include "bench/bench_io.h"
 #include "bench/bench_matmul.h"
 #include "bench/bench_mg2.h"
@@ -37,6 +38,7 @@ const std::vector<std::pair<const char*, BenchGroup>>& groups() {
       {"io", [](const Peaks&, const BenchOptions& o) { return bench::run_io_benches(o); }},
       {"mg2", bench::run_mg2_benches},
       {"sam3", bench::run_sam3_benches},
+      {"framepack", bench::run_framepack_benches},
   };
   return all;
 }
@@ -105,6 +107,10 @@ void register_bench(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--sam3-weights", options->sam3_weights,
                   "An EfficientSAM3 checkpoint (.pth, released layout) for the sam3 benchmarks "
                   "(which run only when --filter names them: sam3, sam3.bf16, ...)");
+  cmd->add_option("--framepack-weights", options->framepack_weights,
+                  "A folder with a FramePack transformer/ (flick synth --model framepack --size "
+                  "full --dit-layers 2,4) for the framepack benchmarks (which run only when "
+                  "--filter names them: framepack, framepack.int8)");
   cmd->add_flag("--cpu-clock", options->cpu_clock,
                 "Time peaks, linear and conv with the thread's CPU clock: steadier on a busy "
                 "machine; use with OMP_NUM_THREADS=1");

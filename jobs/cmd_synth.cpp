@@ -3,13 +3,16 @@
 // EfficientSAM3 checkpoint file in the released .pth layout
 // (models/sam3/sam3_synth.h), deterministic from the seed, without a
 // download.
+#include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "jobs/cli.h"
+#include "models/pipelines/framepack_synth.h"
 #include "models/pipelines/matrix_game.h"
 #include "models/pipelines/mg2_synth.h"
 #include "models/sam3/sam3_synth.h"
@@ -24,7 +27,40 @@ struct SynthCliOptions {
   std::string mode = "all";
   uint64_t seed = 0;
   std::string fill = "random";
+  std::string dit_layers, parts, tokenizers;  // --model framepack
 };
+
+// --model framepack: the download layout of the framepack-i2v kind.
+Status run_framepack_synth(const SynthCliOptions& opt) {
+  if (opt.mode != "all") return usage_error("--mode is for --model mg2 only");
+  FramePackSynthOptions o;
+  o.size = opt.size == "full" ? FramePackSynthSize::kFull : FramePackSynthSize::kTiny;
+  o.seed = opt.seed;
+  o.fill = opt.fill == "zeros" ? SynthFill::kZeros : SynthFill::kRandom;
+  o.tokenizers = opt.tokenizers;
+  if (!opt.dit_layers.empty() && std::sscanf(opt.dit_layers.c_str(), "%" SCNd64 ",%" SCNd64,
+                                             &o.dit_layers, &o.dit_single_layers) != 2)
+    return usage_error("--dit-layers: expected DOUBLE,SINGLE (e.g. 2,4), got '" + opt.dit_layers +
+                       "'");
+  for (size_t b = 0; b < opt.parts.size();) {
+    const size_t e = std::min(opt.parts.find(',', b), opt.parts.size());
+    if (e > b) o.parts.push_back(opt.parts.substr(b, e - b));
+    b = e + 1;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  uint64_t total = 0;
+  FLICK_TRY(write_framepack_synth(opt.out, o, [&](const std::string& path, size_t n, uint64_t b) {
+    std::printf("%s: %zu tensors, %.1f MB\n", path.c_str(), n, static_cast<double>(b) / 1e6);
+    std::fflush(stdout);
+    total += b;
+  }));
+  std::printf("wrote %s synthetic FramePack weights (seed %llu%s): %.1f MB in %.1f s\n",
+              opt.size.c_str(), static_cast<unsigned long long>(opt.seed),
+              o.fill == SynthFill::kZeros ? ", zero-filled" : "", static_cast<double>(total) / 1e6,
+              std::chrono::duration<double>(Clock::now() - start).count());
+  return ok_status();
+}
 
 Status run_sam3_synth(const SynthCliOptions& opt) {
   if (opt.mode != "all") return usage_error("--mode is for --model mg2 only");
@@ -55,6 +91,7 @@ Status run_sam3_synth(const SynthCliOptions& opt) {
 
 Status run_synth(const SynthCliOptions& opt) {
   if (opt.model == "sam3") return run_sam3_synth(opt);
+  if (opt.model == "framepack") return run_framepack_synth(opt);
   Mg2SynthOptions o;
   o.size = opt.size == "full" ? Mg2SynthSize::kFull : Mg2SynthSize::kTiny;
   o.seed = opt.seed;
@@ -95,15 +132,17 @@ void register_synth(CLI::App& app, CliContext& ctx) {
   CLI::App* cmd = app.add_subcommand(
       "synth",
       "Write a Matrix-Game 2.0 weights directory (or, with --model sam3, an EfficientSAM3 "
-      "checkpoint) with synthetic values in the exact layout of the released weights (no "
-      "download)");
+      "checkpoint; with --model framepack, a FramePack weights folder) with synthetic values in "
+      "the exact layout of the released weights (no download)");
   cmd->add_option("out", opt->out,
                   "output directory (created if missing); with --model sam3 the .pth file")
       ->required();
-  cmd->add_option("--model", opt->model,
-                  "mg2: Matrix-Game 2.0 (Skywork/Matrix-Game-2.0 layout); sam3: EfficientSAM3 "
-                  "(efficient_sam3_repvit-m0_9_mobileclip_s1.pth layout)")
-      ->check(CLI::IsMember({"mg2", "sam3"}))
+  cmd->add_option(
+         "--model", opt->model,
+         "mg2: Matrix-Game 2.0 (Skywork/Matrix-Game-2.0 layout); sam3: EfficientSAM3 "
+         "(efficient_sam3_repvit-m0_9_mobileclip_s1.pth layout); framepack: the framepack-i2v "
+         "weights folder (models/pipelines/framepack_synth.h)")
+      ->check(CLI::IsMember({"mg2", "sam3", "framepack"}))
       ->capture_default_str();
   cmd->add_option("--size", opt->size,
                   "tiny: small widths with the real head sizes (about 40 MB, for demos); full: "
@@ -120,6 +159,16 @@ void register_synth(CLI::App& app, CliContext& ctx) {
                   "(layout and loader tests)")
       ->check(CLI::IsMember({"random", "zeros"}))
       ->capture_default_str();
+  cmd->add_option("--dit-layers", opt->dit_layers,
+                  "framepack: DOUBLE,SINGLE transformer blocks (a full-width transformer with "
+                  "fewer blocks, for benchmarks that must fit in memory)");
+  cmd->add_option("--parts", opt->parts,
+                  "framepack: comma-separated parts (" + framepack_synth_part_names() +
+                      "); default all but kijai_fp8");
+  cmd->add_option("--tokenizers", opt->tokenizers,
+                  "framepack: a folder with llama_tokenizer/ and clip_tokenizer/ (the "
+                  "repository's tests/data: fixture vocabularies) copied to tokenizer/ and "
+                  "tokenizer_2/");
   cmd->callback([opt, &ctx] { ctx.finish(run_synth(*opt)); });
 }
 

@@ -13,8 +13,8 @@ Expected<DitSingleBlock> DitSingleBlock::load(const WeightView& v, const FramePa
   auto lin = [&](const char* name, int64_t n, int64_t in) {
     return load_dit_linear(v, name, n, in, run, run.precision);
   };
-  // The modulation linear runs on one row per call: kept (framepack_dit_common.h).
-  FLICK_ASSIGN_OR_RETURN(m.mod_, load_dit_linear(v, "norm.linear", 3 * d, d, run, run.kept()));
+  // The modulation linear is quantized too (framepack_dit_common.h).
+  FLICK_ASSIGN_OR_RETURN(m.mod_, lin("norm.linear", 3 * d, d));
   FLICK_ASSIGN_OR_RETURN(m.q_, lin("attn.to_q", d, d));
   FLICK_ASSIGN_OR_RETURN(m.k_, lin("attn.to_k", d, d));
   FLICK_ASSIGN_OR_RETURN(m.v_, lin("attn.to_v", d, d));

@@ -1,10 +1,13 @@
 #include "models/pipelines/framepack.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -75,6 +78,25 @@ Status require_file(const std::string& path, const std::string& what) {
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     return not_found("FramePack: " + what + ": '" + path + "' is missing");
   return ok_status();
+}
+
+// FLICK_LOG=debug: the resident memory after a stage and the process's peak
+// so far (the stages come in rising order of memory: encoders, DiT, VAE),
+// for the memory table of framepack.h.
+void log_memory(const std::string& stage) {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "FramePack: %s: %.2f GiB resident, peak so far %.2f GiB",
+                stage.c_str(), static_cast<double>(resident) * ::sysconf(_SC_PAGESIZE) / kGiB,
+                static_cast<double>(u.ru_maxrss) * 1024.0 / kGiB);
+  log_debug(buf);
 }
 
 bool is_file(const std::string& path) {
@@ -588,6 +610,7 @@ Expected<framepack::PromptEncoding> FramePackPipeline::Impl::encode_prompt(
     enc.pooled = to_host_f32(*be, out.pooled);
   }
   // The encoders and their stores are gone here, before the DiT samples.
+  log_memory("prompt encoded (LLaMA, CLIP-L freed)");
   if (!file.empty()) {
     if (Status s = framepack::write_prompt_cache(file, key, enc); !s.ok())
       log_warning("FramePack: prompt cache not written: " + s.message());
@@ -655,6 +678,7 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
     }
   } release_dit{this};
   FLICK_TRY(ensure_dit());
+  log_memory("DiT resident");
   const int64_t n_sections = framepack_section_count(in.seconds, static_cast<int>(lws));
   const int64_t total_frames = framepack_video_frames(n_sections, static_cast<int>(lws));
   const std::vector<FramePackSection> plan =
@@ -751,6 +775,11 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
     }
     FLICK_ASSIGN_OR_RETURN(std::vector<float> x,
                            hunyuan::sample_section(velocity, gen, lws, h, w, sampling, on_step));
+    log_memory("section " + std::to_string(s.index) + " sampled");
+    // Not needed again in this job: without keep_dit_loaded the DiT is freed
+    // before the last section's VAE decode, which at the released size does
+    // not fit beside it in 24 GB (bench/RESULTS.md, FramePack).
+    if (!opt.keep_dit_loaded && s.index + 1 == n_sections) dit.reset();
     if (tap) {
       tap("section" + std::to_string(s.index) + ".latents",
           Tensor::view(x.data(), DType::F32, Shape{1, kFramePackLatentChannels, lws, h, w}));
@@ -776,6 +805,7 @@ Status FramePackPipeline::Impl::run(const FramePackInput& in, FrameSink& sink,
       dec.push_back(f1 ? &history[n_hist2 - count + i] : &history[i]);
     const OwnedTensor z = stack_frames(dec, h, w);
     FLICK_ASSIGN_OR_RETURN(OwnedTensor decoded, vae->decode_latents(z.t));  // [1, 3, T, H, W]
+    log_memory("section " + std::to_string(s.index) + " decoded");
     const int64_t t_cur = decoded.t.dim(2);
     // The demo's VAE is fp16: its pixels, and the blend, are fp16 [P].
     std::vector<float> cur = to_host_f32(*be, decoded.t);
@@ -841,6 +871,7 @@ Expected<std::unique_ptr<FramePackPipeline>> FramePackPipeline::load(
        options.paths.image_encoder.empty()))
     return invalid_input("FramePack: no weights folder, and not every component's path given");
   FLICK_TRY(impl->load());
+  log_memory("loaded");
   return std::unique_ptr<FramePackPipeline>(new FramePackPipeline(std::move(impl)));
 }
 

@@ -33,12 +33,12 @@
 //
 //   precision        DiT    LLaMA 0..29   note
 //   bf16 / f32*      25.7   14.1          (*f32: twice that)
-//   int8             16.7    7.6          8-bit: the DiT's 9.06 B block-linear and
+//   int8             13.3    7.6          8-bit: the DiT's 12.46 B block-linear
+//                                         params (modulation linears included) and
 //                                         the LLaMA's 6.54 B linear params; bf16:
-//                                         the DiT's 3.40 B modulation params, the
-//                                         0.31 B refiner, embedders, proj_out, and
-//                                         the LLaMA's embedding table
-//   fp8 (a backend   16.7    7.6          as int8
+//                                         the DiT's 0.31 B refiner, embedders,
+//                                         proj_out, and the LLaMA's embedding table
+//   fp8 (a backend   13.3    7.6          as int8
 //   with fp8 GEMMs)
 //   fp8 (CPU)        25.7   14.1          the CPU backend holds E4M3 weights as
 //                                         bf16 (runtime/backend.h): fp8 saves disk
@@ -46,12 +46,15 @@
 //
 // With keep_dit_loaded = false the text encoders (only on a prompt-cache
 // miss) and the DiT are never resident together: int8 samples in
-// ~16.7 + 1.4 + 2 + 1 + <= 2 GB (~23 GB, tight under 24 GB) and encodes a
-// new prompt in ~7.6 + 0.3 + 1.4 GB; bf16 needs ~32 GB while sampling.
-// Quantizing the DiT's modulation linears too would save 3.4 GB (measured
-// on the tiny golden model: output cosine vs bf16 0.99984 -> 0.99980 int8,
-// 0.9981 -> 0.9980 fp8), but they stay bf16 until measured on the released
-// weights (framepack_dit_common.h).
+// ~13.3 + 1.4 + 2 + 1 + <= 2 GB (~20 GB) and encodes a new prompt in
+// ~7.6 + 0.3 + 1.4 GB; bf16 needs ~32 GB while sampling. The modulation
+// linears were kept in bf16 (16.7 GB) until the golden quality tests were
+// measured with them quantized (framepack_dit_common.h). Measured at the
+// released shapes (bench/RESULTS.md, FramePack; int8, 544x704): prompt stage
+// 8.4 GiB, DiT resident 14.9, one DiT call 16.4; the untiled VAE decode
+// of a section alone passed 22 GiB (the DiT freed before the last section's
+// decode without keep_dit_loaded): on a 24 GB machine vae_spatial_tiling
+// is needed at the 640 bucket.
 //
 // Deviations from the reference, each documented where it is made: the start
 // latent is the posterior mean (the reference samples from the global torch
