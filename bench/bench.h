@@ -60,4 +60,24 @@ struct BenchResult {
   std::string detail;   // e.g. the oneDNN implementation that ran
 };
 
+// A pipeline-level row: `seconds` per item, the rate in items per minute.
+inline BenchResult per_minute_row(const std::string& name, double seconds,
+                                  const std::string& detail) {
+  BenchResult r;
+  r.name = name;
+  r.seconds = seconds;
+  r.rate = seconds > 0 ? 60.0 / seconds : 0;
+  r.unit = "per min";
+  r.detail = detail;
+  return r;
+}
+
+// A row for a case that could not run, saying why.
+inline BenchResult failed_row(const std::string& name, const std::string& why) {
+  BenchResult r;
+  r.name = name;
+  r.detail = "failed: " + why;
+  return r;
+}
+
 }  // namespace flick::bench

@@ -38,23 +38,6 @@ struct PrecisionCase {
 };
 constexpr PrecisionCase kPrecisions[] = {{"bf16", Precision::BF16}, {"int8", Precision::INT8}};
 
-BenchResult row(const std::string& name, double seconds, const std::string& detail) {
-  BenchResult r;
-  r.name = name;
-  r.seconds = seconds;
-  r.rate = seconds > 0 ? 60.0 / seconds : 0;
-  r.unit = "per min";
-  r.detail = detail;
-  return r;
-}
-
-BenchResult failed(const std::string& name, const std::string& why) {
-  BenchResult r;
-  r.name = name;
-  r.detail = "failed: " + why;
-  return r;
-}
-
 double max_rss_gb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -169,11 +152,11 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   const double t0 = bench_now(options);
   Expected<hunyuan::FramePackDitModel> m =
       hunyuan::open_framepack_dit(folder, *backend, p.precision);
-  if (!m.ok()) return {failed(base + " load", m.status().message())};
+  if (!m.ok()) return {failed_row(base + " load", m.status().message())};
   const double load = bench_now(options) - t0;
   const hunyuan::FramePackDitConfig& c = m->dit.config();
   Expected<Inputs> inputs = make_inputs(fs::path(folder).parent_path().string(), c);
-  if (!inputs.ok()) return {failed(base + " call", inputs.status().message())};
+  if (!inputs.ok()) return {failed_row(base + " call", inputs.status().message())};
   const hunyuan::FramePackDitInputs in = inputs->dit();
   const int64_t h = in.latents.noisy.latents.dim(3), w = in.latents.noisy.latents.dim(4);
 
@@ -197,7 +180,7 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
       }
     };
     Expected<OwnedTensor> o = m->dit.forward(in, tap);
-    if (!o.ok()) return {failed(base + " call", o.status().message())};
+    if (!o.ok()) return {failed_row(base + " call", o.status().message())};
     ct.total = bench_now(options) - start;
     if (r == 0 || ct.total < best.total) best = ct;
     out = std::move(*o);
@@ -230,13 +213,16 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   char rss[64];
   std::snprintf(rss, sizeof rss, "peak RSS %.2f GiB", max_rss_gb());
   std::vector<BenchResult> rows;
-  rows.push_back(row(base + " load", load, rss));
-  rows.push_back(row(base + " call", best.total, shape));
-  rows.push_back(row(base + " double block", dmean, "mean of " + std::to_string(c.layers)));
-  rows.push_back(row(base + " single block", smean, "mean of " + std::to_string(c.single_layers)));
-  rows.push_back(row(base + " outside blocks", outside,
-                     "packing, RoPE, embedders, refiner, image projection, head"));
-  rows.push_back(row(base + " 20+40 call", outside + kFullDouble * dmean + kFullSingle * smean,
+  rows.push_back(per_minute_row(base + " load", load, rss));
+  rows.push_back(per_minute_row(base + " call", best.total, shape));
+  rows.push_back(
+      per_minute_row(base + " double block", dmean, "mean of " + std::to_string(c.layers)));
+  rows.push_back(
+      per_minute_row(base + " single block", smean, "mean of " + std::to_string(c.single_layers)));
+  rows.push_back(per_minute_row(base + " outside blocks", outside,
+                                "packing, RoPE, embedders, refiner, image projection, head"));
+  rows.push_back(
+      per_minute_row(base + " 20+40 call", outside + kFullDouble * dmean + kFullSingle * smean,
                      "EXTRAPOLATED: outside + 20 x double + 40 x single (the released depth)"));
   if (profiler != nullptr) std::fputs(profiler->stats().table(base + " call").c_str(), stderr);
   return rows;
@@ -265,7 +251,7 @@ std::vector<BenchResult> run_framepack_benches(const Peaks&, const BenchOptions&
     const Status s = write_framepack_synth(temp, o);
     if (!s.ok()) {
       fs::remove_all(temp);
-      return {failed("framepack synth", s.message())};
+      return {failed_row("framepack synth", s.message())};
     }
     weights = temp;
   }

@@ -53,23 +53,6 @@ Frame bench_frame() {
   return f;
 }
 
-BenchResult failed(const std::string& name, const std::string& why) {
-  BenchResult r;
-  r.name = name;
-  r.detail = "failed: " + why;
-  return r;
-}
-
-BenchResult row(const std::string& name, double seconds, const std::string& detail) {
-  BenchResult r;
-  r.name = name;
-  r.seconds = seconds;
-  r.rate = seconds > 0 ? 60.0 / seconds : 0;
-  r.unit = "per min";
-  r.detail = detail;
-  return r;
-}
-
 std::vector<BenchResult> run_precision(const std::string& weights, const PrecisionCase& p,
                                        const BenchOptions& options) {
   const std::string base = std::string("sam3.") + p.name;
@@ -82,7 +65,7 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   o.precision = p.precision;
   const double t_load = bench_now(options);
   auto model = Sam3ImageModel::load(o, *backend);
-  if (!model.ok()) return {failed(base, model.status().message())};
+  if (!model.ok()) return {failed_row(base, model.status().message())};
   const double load_s = bench_now(options) - t_load;
   Sam3ImageModel& m = **model;
 
@@ -99,7 +82,7 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
     const bool last = rep == reps - 1;
     if (profiler != nullptr && last) profiler->reset();
     double t0 = bench_now(options);
-    if (Status s = m.encode_image(frame.view()); !s.ok()) return {failed(base, s.message())};
+    if (Status s = m.encode_image(frame.view()); !s.ok()) return {failed_row(base, s.message())};
     image_s = std::min(image_s, bench_now(options) - t0);
     if (profiler != nullptr && last)
       std::fputs(profiler->stats().table(base + " image side").c_str(), stderr);
@@ -109,7 +92,7 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
       // encoding included); later ones hit the cache.
       t0 = bench_now(options);
       auto d = m.detect(prompt, threshold);
-      if (!d.ok()) return {failed(base, d.status().message())};
+      if (!d.ok()) return {failed_row(base, d.status().message())};
       const double t = bench_now(options) - t0;
       kept = std::max(kept, d->score.size());
       if (profiler != nullptr && last && prompt == kPrompts[std::size(kPrompts) - 1])
@@ -126,16 +109,17 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   std::snprintf(detail, sizeof detail, "%dx%d frame -> 1008^2, %s; load %.1f s", kWidth, kHeight,
                 m.precision_summary().c_str(), load_s);
   std::vector<BenchResult> out;
-  out.push_back(row(base + " image", image_s, detail));
+  out.push_back(per_minute_row(base + " image", image_s, detail));
   std::snprintf(detail, sizeof detail, "%s; %zu masks kept at threshold %.1f",
                 reps == 1 ? "text encoding included (--quick)" : "text cached", kept, threshold);
-  out.push_back(row(base + " prompt", prompt_s, detail));
+  out.push_back(per_minute_row(base + " prompt", prompt_s, detail));
   const char* target = p.precision == Precision::BF16   ? "target <= 2.0 s"
                        : p.precision == Precision::INT8 ? "target <= 1.2 s"
                                                         : "no target";
-  out.push_back(row(base + " frame + 1 prompt", image_s + prompt_s, target));
+  out.push_back(per_minute_row(base + " frame + 1 prompt", image_s + prompt_s, target));
   if (reps > 1)
-    out.push_back(row(base + " text", std::max(0.0, text_s - prompt_s), "first use of a prompt"));
+    out.push_back(
+        per_minute_row(base + " text", std::max(0.0, text_s - prompt_s), "first use of a prompt"));
   return out;
 }
 
@@ -157,7 +141,8 @@ std::vector<BenchResult> run_sam3_benches(const Peaks&, const BenchOptions& opti
     const char* tmp = getenv("TMPDIR");
     std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/flick-bench-sam3.XXXXXX";
     if (!mkdtemp(templ.data()))
-      return {failed("sam3", "cannot create a directory for the synthetic weights in " + templ)};
+      return {
+          failed_row("sam3", "cannot create a directory for the synthetic weights in " + templ)};
     scratch = templ;
     weights = scratch + "/efficient_sam3_repvit-m0_9_mobileclip_s1.pth";
     std::printf("writing full-size synthetic EfficientSAM3 weights to %s ...\n", weights.c_str());
@@ -167,7 +152,7 @@ std::vector<BenchResult> run_sam3_benches(const Peaks&, const BenchOptions& opti
     so.seed = kSeed;
     if (Status s = write_sam3_synth(weights, so); !s.ok()) {
       fs::remove_all(scratch);
-      return {failed("sam3", s.message())};
+      return {failed_row("sam3", s.message())};
     }
   }
   std::vector<BenchResult> results;
