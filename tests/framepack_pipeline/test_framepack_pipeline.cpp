@@ -382,9 +382,10 @@ TEST(FramePackQuant, Int8AndFp8FramesStayNearTheBf16Pipeline) {
     Expected<std::unique_ptr<FramePackPipeline>> p =
         FramePackPipeline::load(tiny_options(prec), *be);
     ASSERT_TRUE(p.ok()) << p.status().message();
-    if (prec == Precision::INT8)
+    if (prec == Precision::INT8) {
       EXPECT_EQ((*p)->precision_summary(),
                 "int8 DiT, int8 LLaMA, bf16 CLIP-L, bf16 SigLIP, bf16 VAE");
+    }
     Status s = run_tiny(**p, FramePackVariant::kOriginal, r);
     ASSERT_TRUE(s.ok()) << s.message();
   };
