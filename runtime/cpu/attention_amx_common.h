@@ -1,9 +1,10 @@
 // Pieces of the flash-attention kernels on the AMX tile unit, for
 // translation units built with AMX flags (*_amx.cpp) only: the queue that
-// interleaves tile products with the AVX-512 softmax, vector helpers, and the
-// online-softmax state and output stores of the transposed-score layout.
-// Written for attention_int8_amx.cpp after attention_amx.cpp, whose own
-// copies are the same code (tdpbf16ps only).
+// interleaves tile products with the AVX-512 softmax, vector helpers, the
+// online-softmax state and output stores of the transposed-score layout, the
+// schedule and the tile chunks of its phases. Shared by attention_amx.cpp
+// (BF16: tdpbf16ps only) and attention_int8_amx.cpp (tdpbssd for Q.K^T,
+// tdpbf16ps for P.V).
 //
 // Everything is in an anonymous namespace: each including file gets its own
 // copy, as attention_kernels.h asks of shared helpers (no inline function
@@ -29,7 +30,7 @@ namespace {
 // (byte strides; every tile is 1 KB contiguous, rows 64 bytes apart). A half
 // chunk (a[1] == nullptr) has C[0] and C[1] only. load_c: accumulate onto C in
 // memory; otherwise start from zero. int8: tdpbssd (s8 x s8 -> s32), else
-// tdpbf16ps (bf16 x bf16 -> fp32).
+// tdpbf16ps (bf16 x bf16 -> fp32); read only by a TileQueue<., true>.
 struct Chunk {
   void* c[4];
   const char* a[2];
@@ -42,8 +43,9 @@ struct Chunk {
 
 // The tile work of one pipeline iteration (at most kMaxChunks chunks),
 // executed half a k-step at a time so that the softmax can be interleaved
-// between the pieces.
-template <int kMaxChunks>
+// between the pieces. kInt8: chunks may be int8 (Chunk::int8 is checked per
+// half step); otherwise every chunk is tdpbf16ps and the check compiles away.
+template <int kMaxChunks, bool kInt8 = false>
 class TileQueue {
  public:
   void clear() { n_ = cur_ = step_ = half_ = total_ = 0; }
@@ -51,6 +53,7 @@ class TileQueue {
     chunks_[n_++] = c;
     total_ += c.a[1] ? 2 * c.steps : c.steps;
   }
+  // Spreads the queued half k-steps evenly over `ticks` calls of tick().
   void pace(int64_t ticks) {
     ticks_ = ticks;
     credit_ = 0;
@@ -67,6 +70,8 @@ class TileQueue {
   }
 
  private:
+  // Half a k-step: A row 0 against both B tiles, or A row 1 against both.
+  // C tiles are stored as soon as their last product is issued.
   void half_step() {
     const Chunk& k = chunks_[cur_];
     const bool full = k.a[1] != nullptr;
@@ -90,7 +95,7 @@ class TileQueue {
       _tile_loadd(4, k.a[0] + step_ * k.a_step, 64);
       _tile_loadd(6, k.b[0] + step_ * k.b_step, 64);
       _tile_loadd(7, k.b[1] + step_ * k.b_step, 64);
-      if (k.int8) {
+      if (kInt8 && k.int8) {
         _tile_dpbssd(0, 4, 6);
         _tile_dpbssd(1, 4, 7);
       } else {
@@ -107,7 +112,7 @@ class TileQueue {
       }
     } else {
       _tile_loadd(5, k.a[1] + step_ * k.a_step, 64);
-      if (k.int8) {
+      if (kInt8 && k.int8) {
         _tile_dpbssd(2, 5, 6);
         _tile_dpbssd(3, 5, 7);
       } else {
@@ -356,6 +361,75 @@ inline int64_t plan_steps(const attention_detail::Problem& p, int64_t b, int64_t
     }
   }
   return n;
+}
+
+// ---- the phases' tile work ----
+
+// S^T of step s into buffer `sbuf` (tiles (kt, group) of 16 keys x 16
+// queries, [kt][2]): K tiles x the pair's two Q^T tiles, `ksteps` k-steps of
+// 1 KB tiles, tiles of a key (query) row block `row_bytes` apart.
+template <class Queue>
+void push_qk(Queue& queue, const Step& s, float* sbuf, const char* k, const char* qt,
+             int64_t row_bytes, int64_t ksteps, bool int8) {
+  const int64_t ktiles = (s.nkeys + 31) / 32 * 2;
+  for (int64_t kt = 0; kt < ktiles; kt += 2) {
+    Chunk c;
+    float* st = sbuf + kt * 2 * 256;  // tiles (kt, 0), (kt, 1), (kt + 1, 0), (kt + 1, 1)
+    for (int t = 0; t < 4; ++t) c.c[t] = st + t * 256;
+    c.a[0] = k + (s.key0 / 16 + kt) * row_bytes;
+    c.a[1] = c.a[0] + row_bytes;
+    c.b[0] = qt + 2 * s.pair * row_bytes;
+    c.b[1] = c.b[0] + row_bytes;
+    c.a_step = c.b_step = 1024;
+    c.steps = ksteps;
+    c.load_c = false;
+    c.int8 = int8;
+    queue.push(c);
+  }
+}
+
+// O^T of step s's two groups += V^T P^T over the step's keys (bf16): vt the
+// V^T tiles ([kv_pad / 32][dtiles]), pbuf the step's P^T ([kBlock / 32][2]).
+template <class Queue>
+void push_pv(Queue& queue, const Step& s, const GroupState& st, const uint16_t* vt_tiles,
+             const uint16_t* pbuf_tiles) {
+  const int64_t tile_bytes = 1024, dtiles = st.dtiles;
+  const int64_t ksteps = (s.nkeys + 31) / 32;
+  const char* vt = reinterpret_cast<const char*>(vt_tiles) + (s.key0 / 32) * dtiles * tile_bytes;
+  const char* pbuf = reinterpret_cast<const char*>(pbuf_tiles);
+  float* o0 = st.o + (2 * s.pair) * dtiles * 256;  // group 2 * pair
+  float* o1 = o0 + dtiles * 256;                   // group 2 * pair + 1
+  for (int64_t dt = 0; dt < dtiles; dt += 2) {
+    const bool full = dt + 1 < dtiles;
+    Chunk c;
+    c.c[0] = o0 + dt * 256;
+    c.c[1] = o1 + dt * 256;
+    c.c[2] = full ? o0 + (dt + 1) * 256 : nullptr;
+    c.c[3] = full ? o1 + (dt + 1) * 256 : nullptr;
+    c.a[0] = vt + dt * tile_bytes;
+    c.a[1] = full ? c.a[0] + tile_bytes : nullptr;
+    c.b[0] = pbuf;
+    c.b[1] = pbuf + tile_bytes;
+    c.a_step = dtiles * tile_bytes;
+    c.b_step = 2 * tile_bytes;
+    c.steps = ksteps;
+    c.load_c = true;
+    c.int8 = false;
+    queue.push(c);
+  }
+}
+
+// O^T of step s's groups *= alpha (one vector per group) where the softmax
+// raised the max.
+inline void apply_rescale(const Step& s, const GroupState& st, const float* alpha) {
+  for (int64_t g = 2 * s.pair; g < 2 * s.pair + 2; ++g) {
+    if (!st.rescale[g]) continue;
+    st.rescale[g] = 0;
+    const __m512 a = _mm512_load_ps(alpha + g * 16);
+    float* o = st.o + g * st.dtiles * 256;
+    for (int64_t e = 0; e < st.dtiles * 256; e += 16)
+      _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), a));
+  }
 }
 
 // Runs the steps software-pipelined: while the AVX-512 units run the softmax

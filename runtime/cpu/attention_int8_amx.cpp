@@ -55,7 +55,6 @@
 namespace flick::cpu::attention_int8_detail {
 namespace {
 
-using amx::Chunk;
 using amx::exp2_poly;
 using amx::first_lanes;
 using amx::first_words;
@@ -80,7 +79,7 @@ constexpr float kLazyLog2 = kLazyBits;  // as attention_amx.cpp
 constexpr float kLazySum = float(kBlock << kLazyBits);
 // Tile chunks of one pipeline iteration: Q.K^T's key-tile pairs of a block
 // and P.V's head_dim-tile pairs.
-using TileQueue = amx::TileQueue<kBlock / kPair + kMaxHeadDim / kPair>;
+using TileQueue = amx::TileQueue<kBlock / kPair + kMaxHeadDim / kPair, true>;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -300,8 +299,7 @@ class TileRun {
     const int64_t rows = min64(kRows, p_.q_len - row0_);
     const int64_t pairs = ceil_div(rows, kPair);
     pack_qt(p_, d_, b_, h_, row0_, rows, 2 * pairs, w_);
-    const amx::GroupState state = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
-    const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state, w_.steps);
+    const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state_, w_.steps);
     amx::run_pipeline(*this, queue_, w_.steps, nsteps);
     store(rows);
   }
@@ -309,64 +307,14 @@ class TileRun {
   // The pipeline's phases (amx::run_pipeline).
   // S^T of step s into buffer `buf` (int32): key tiles x the pair's two groups.
   void push_qk(const Step& s, int buf) {
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    const char* qt = reinterpret_cast<const char*>(w_.qt);
-    const char* k = reinterpret_cast<const char*>(w_.k);
-    const int64_t row_bytes = d_.qchunks * kTileBytes;
-    for (int64_t kt = 0; kt < ktiles; kt += 2) {
-      Chunk c;
-      float* sbuf = w_.s[buf] + kt * 2 * 256;  // tiles (kt, 0), (kt, 1), (kt + 1, 0), (kt + 1, 1)
-      for (int t = 0; t < 4; ++t) c.c[t] = sbuf + t * 256;
-      c.a[0] = k + (s.key0 / 16 + kt) * row_bytes;
-      c.a[1] = c.a[0] + row_bytes;
-      c.b[0] = qt + 2 * s.pair * row_bytes;
-      c.b[1] = c.b[0] + row_bytes;
-      c.a_step = c.b_step = kTileBytes;
-      c.steps = d_.qchunks;
-      c.load_c = false;
-      c.int8 = true;
-      queue_.push(c);
-    }
+    amx::push_qk(queue_, s, w_.s[buf], reinterpret_cast<const char*>(w_.k),
+                 reinterpret_cast<const char*>(w_.qt), d_.qchunks * kTileBytes, d_.qchunks, true);
   }
 
   // O^T of the step's two groups += V^T P^T over the step's keys (bf16).
-  void push_pv(const Step& s, int buf) {
-    const int64_t ksteps = round_up(s.nkeys, kPair) / kPair;
-    const char* vt =
-        reinterpret_cast<const char*>(w_.vt) + (s.key0 / kPair) * d_.dtiles * kTileBytes;
-    const char* pbuf = reinterpret_cast<const char*>(w_.p[buf]);
-    float* o0 = w_.o + (2 * s.pair) * d_.dtiles * 256;
-    float* o1 = o0 + d_.dtiles * 256;
-    for (int64_t dt = 0; dt < d_.dtiles; dt += 2) {
-      const bool full = dt + 1 < d_.dtiles;
-      Chunk c;
-      c.c[0] = o0 + dt * 256;
-      c.c[1] = o1 + dt * 256;
-      c.c[2] = full ? o0 + (dt + 1) * 256 : nullptr;
-      c.c[3] = full ? o1 + (dt + 1) * 256 : nullptr;
-      c.a[0] = vt + dt * kTileBytes;
-      c.a[1] = full ? c.a[0] + kTileBytes : nullptr;
-      c.b[0] = pbuf;
-      c.b[1] = pbuf + kTileBytes;
-      c.a_step = d_.dtiles * kTileBytes;
-      c.b_step = 2 * kTileBytes;
-      c.steps = ksteps;
-      c.load_c = true;
-      c.int8 = false;
-      queue_.push(c);
-    }
-  }
+  void push_pv(const Step& s, int buf) { amx::push_pv(queue_, s, state_, w_.vt, w_.p[buf]); }
 
-  void apply_rescale(const Step& s) {
-    for (int64_t g = 2 * s.pair; g < 2 * s.pair + 2; ++g) {
-      if (!w_.rescale[g]) continue;
-      w_.rescale[g] = 0;
-      const __m512 alpha = _mm512_load_ps(w_.alpha + g * kGroup);
-      float* o = w_.o + g * d_.dtiles * 256;
-      for (int64_t e = 0; e < d_.dtiles * 256; e += 16)
-        _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), alpha));
-    }
-  }
+  void apply_rescale(const Step& s) { amx::apply_rescale(s, state_, w_.alpha); }
 
   __mmask16 visible(int64_t g, int64_t j) const {
     return amx::visible_lanes(p_, b_, w_.key_end + g * kGroup, j);
@@ -527,6 +475,7 @@ class TileRun {
   const Dims& d_;
   const int64_t b_, h_, row0_;
   const bool reverse_;
+  const amx::GroupState state_ = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
   TileQueue queue_;
 };
 
