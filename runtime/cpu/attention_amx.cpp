@@ -91,10 +91,8 @@ constexpr float kLazyLog2 = kLazyBits;  // see Numerics above
 constexpr float kLazySum = float(kBlock << kLazyBits);
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // Tile chunks of one pipeline iteration: Q.K^T's key-tile pairs of a block
 // and P.V's head_dim-tile pairs; tdpbf16ps only.
@@ -151,40 +149,32 @@ struct Workspace {
   Step* steps;
 };
 
-size_t scratch_bytes(const Problem& p) {
+// The workspace in `scratch`; with scratch null, only its size in *bytes.
+Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   const Dims d(p);
   const size_t groups = kRows / kGroup;
-  return align64(size_t(d.kv_pad * d.dchunks * 32) * 2) +
-         align64(size_t(d.kv_pad * d.dtiles * 16) * 2) +
-         align64(size_t(kRows * d.dchunks * 32) * 2) + 2 * align64(kBlock * kPair * 4) +
-         2 * align64(kBlock * kPair * 2) + align64(size_t(kRows * d.dtiles * 16) * 4) +
-         4 * align64(groups * 64) + align64(groups) +
-         align64(size_t(d.blocks * (kRows / kPair)) * sizeof(Step));
+  ScratchLayout sl(scratch);
+  Workspace w;
+  w.k = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dchunks * 32) * 2));
+  w.vt = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dtiles * 16) * 2));
+  w.qt = reinterpret_cast<uint16_t*>(sl.take(size_t(kRows * d.dchunks * 32) * 2));
+  for (auto& s : w.s) s = reinterpret_cast<float*>(sl.take(kBlock * kPair * 4));
+  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(sl.take(kBlock * kPair * 2));
+  w.o = reinterpret_cast<float*>(sl.take(size_t(kRows * d.dtiles * 16) * 4));
+  w.max = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.sum = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.alpha = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.key_end = reinterpret_cast<int32_t*>(sl.take(groups * 64));
+  w.rescale = reinterpret_cast<uint8_t*>(sl.take(groups));
+  w.steps = reinterpret_cast<Step*>(sl.take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
+  if (bytes != nullptr) *bytes = sl.used;
+  return w;
 }
 
-Workspace carve(const Problem& p, void* scratch) {
-  const Dims d(p);
-  const size_t groups = kRows / kGroup;
-  char* at = static_cast<char*>(scratch);
-  auto take = [&at](size_t bytes) {
-    char* r = at;
-    at += align64(bytes);
-    return r;
-  };
-  Workspace w;
-  w.k = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dchunks * 32) * 2));
-  w.vt = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dtiles * 16) * 2));
-  w.qt = reinterpret_cast<uint16_t*>(take(size_t(kRows * d.dchunks * 32) * 2));
-  for (auto& s : w.s) s = reinterpret_cast<float*>(take(kBlock * kPair * 4));
-  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(take(kBlock * kPair * 2));
-  w.o = reinterpret_cast<float*>(take(size_t(kRows * d.dtiles * 16) * 4));
-  w.max = reinterpret_cast<float*>(take(groups * 64));
-  w.sum = reinterpret_cast<float*>(take(groups * 64));
-  w.alpha = reinterpret_cast<float*>(take(groups * 64));
-  w.key_end = reinterpret_cast<int32_t*>(take(groups * 64));
-  w.rescale = reinterpret_cast<uint8_t*>(take(groups));
-  w.steps = reinterpret_cast<Step*>(take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
-  return w;
+size_t scratch_bytes(const Problem& p) {
+  size_t bytes = 0;
+  carve(p, nullptr, &bytes);
+  return bytes;
 }
 
 // ---- packing ----
@@ -463,7 +453,7 @@ class TileRun {
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   const Dims d(p);
-  const Workspace w = carve(p, scratch);
+  const Workspace w = carve(p, scratch, nullptr);
   const int64_t tiles = ceil_div(p.q_len, kRows);
   amx::configure_full_tiles();
   int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace

@@ -63,6 +63,7 @@ using amx::transpose16;
 using attention_detail::attention_key_end;
 using attention_detail::balanced_tile;
 using attention_detail::Operand;
+using attention_detail::ScratchLayout;
 
 constexpr int64_t kRows = 128;   // queries per work item (a multiple of kPair)
 constexpr int64_t kBlock = 512;  // keys per block (a multiple of kPair)
@@ -84,7 +85,6 @@ using TileQueue = amx::TileQueue<kBlock / kPair + kMaxHeadDim / kPair, true>;
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // bf16 bits of f rounded to nearest even (finite f), as round_bf16 in dtype.h.
 inline uint16_t f32_to_bf16_bits(float f) {
@@ -136,35 +136,29 @@ Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   const Dims d(p);
   const size_t groups = kRows / kGroup;
   const size_t ld = size_t(d.ld());
-  char* at = static_cast<char*>(scratch);
-  size_t used = 0;
-  auto take = [&](size_t n) {
-    char* ptr = at == nullptr ? nullptr : at + used;
-    used += align64(n);
-    return ptr;
-  };
+  ScratchLayout sl(scratch);
   Workspace w;
-  w.k = reinterpret_cast<int8_t*>(take(size_t(d.kv_pad) * ld));
-  w.kscale = reinterpret_cast<float*>(take(size_t(d.kv_pad) * 4));
-  w.kq = reinterpret_cast<int8_t*>(take(size_t(p.kv_len) * ld));
-  w.mean = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
-  w.krows = reinterpret_cast<float*>(take(size_t(p.kv_len * p.head_dim) * 4));
-  w.vt = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dtiles * 16) * 2));
-  w.vrows = reinterpret_cast<uint16_t*>(take(size_t(kPair * d.dtiles * 16) * 2));
-  w.qq = reinterpret_cast<int8_t*>(take(kRows * ld));
-  w.qscale = reinterpret_cast<float*>(take(kRows * 4));
-  w.qt = reinterpret_cast<int8_t*>(take(kRows * ld));
-  w.qs = reinterpret_cast<float*>(take(kRows * 4));
-  for (auto& s : w.s) s = reinterpret_cast<float*>(take(kBlock * kPair * 4));
-  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(take(kBlock * kPair * 2));
-  w.o = reinterpret_cast<float*>(take(size_t(kRows * d.dtiles * 16) * 4));
-  w.max = reinterpret_cast<float*>(take(groups * 64));
-  w.sum = reinterpret_cast<float*>(take(groups * 64));
-  w.alpha = reinterpret_cast<float*>(take(groups * 64));
-  w.key_end = reinterpret_cast<int32_t*>(take(groups * 64));
-  w.rescale = reinterpret_cast<uint8_t*>(take(groups));
-  w.steps = reinterpret_cast<Step*>(take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
-  if (bytes != nullptr) *bytes = used;
+  w.k = reinterpret_cast<int8_t*>(sl.take(size_t(d.kv_pad) * ld));
+  w.kscale = reinterpret_cast<float*>(sl.take(size_t(d.kv_pad) * 4));
+  w.kq = reinterpret_cast<int8_t*>(sl.take(size_t(p.kv_len) * ld));
+  w.mean = reinterpret_cast<float*>(sl.take(size_t(p.head_dim) * 4));
+  w.krows = reinterpret_cast<float*>(sl.take(size_t(p.kv_len * p.head_dim) * 4));
+  w.vt = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dtiles * 16) * 2));
+  w.vrows = reinterpret_cast<uint16_t*>(sl.take(size_t(kPair * d.dtiles * 16) * 2));
+  w.qq = reinterpret_cast<int8_t*>(sl.take(kRows * ld));
+  w.qscale = reinterpret_cast<float*>(sl.take(kRows * 4));
+  w.qt = reinterpret_cast<int8_t*>(sl.take(kRows * ld));
+  w.qs = reinterpret_cast<float*>(sl.take(kRows * 4));
+  for (auto& s : w.s) s = reinterpret_cast<float*>(sl.take(kBlock * kPair * 4));
+  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(sl.take(kBlock * kPair * 2));
+  w.o = reinterpret_cast<float*>(sl.take(size_t(kRows * d.dtiles * 16) * 4));
+  w.max = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.sum = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.alpha = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.key_end = reinterpret_cast<int32_t*>(sl.take(groups * 64));
+  w.rescale = reinterpret_cast<uint8_t*>(sl.take(groups));
+  w.steps = reinterpret_cast<Step*>(sl.take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
+  if (bytes != nullptr) *bytes = sl.used;
   return w;
 }
 

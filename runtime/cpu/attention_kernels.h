@@ -46,6 +46,23 @@ struct Problem {
   bool bf16_inputs = false;
 };
 
+// 64-byte aligned pieces of a kernel's per-thread scratch, taken one after
+// another; with scratch null only counted (used: the kernel's scratch_bytes).
+// In an anonymous namespace, as the helpers here are static: each kernel file
+// gets its own copy.
+namespace {
+struct ScratchLayout {
+  explicit ScratchLayout(void* scratch) : at(static_cast<char*>(scratch)) {}
+  char* take(size_t n) {
+    char* ptr = at == nullptr ? nullptr : at + used;
+    used += (n + 63) / 64 * 64;
+    return ptr;
+  }
+  char* at;
+  size_t used = 0;
+};
+}  // namespace
+
 // Keys [0, end) that query row i may see: Lk, or less under block-causal
 // masking, where key j is visible iff floor(j / cb) <= floor((i + Lk - Lq) / cb).
 static inline int64_t attention_key_end(const Problem& p, int64_t i) {
