@@ -250,11 +250,6 @@ void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0
 
 // ---- one work item ----
 
-// One step's weight sums per query, for the pair's two groups.
-struct StepSums {
-  __m512 g[2];
-};
-
 class TileRun {
  public:
   TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
@@ -284,150 +279,24 @@ class TileRun {
   // O^T of the step's groups *= alpha where the softmax raised the max.
   void apply_rescale(const Step& s) { amx::apply_rescale(s, state_, w_.alpha); }
 
-  // Lanes of key j (absolute) that the queries of group g may see.
-  __mmask16 visible(int64_t g, int64_t j) const {
-    return amx::visible_lanes(p_, b_, w_.key_end + g * kGroup, j);
+  // Scores for amx::softmax_step: the raw S^T (bf16 dots) times
+  // |scale| * log2(e) (the per-key factor is unused).
+  void factors(int64_t, __m512 f[2]) const {
+    f[0] = f[1] = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
+  }
+  __m512 key_factor(int64_t) const { return _mm512_setzero_ps(); }
+  __m512 raw(const float* t, int64_t) const { return _mm512_load_ps(t); }
+  __m512 arg(const float* t, __m512, __m512 f, __m512 shift) const {
+    return _mm512_fmsub_ps(_mm512_load_ps(t), f, shift);
+  }
+  __m512 scaled(const float* t, int64_t, __m512 f) const {
+    return _mm512_mul_ps(_mm512_load_ps(t), f);
   }
 
-  // bias[b, h, q, j] * log2(e) for the 16 queries of group g (lanes `m`).
-  __m512 bias_lanes(int64_t g, int64_t j, __mmask16 m) const {
-    return amx::bias_lanes(p_, b_, h_, row0_ + g * kGroup, j, m);
-  }
-
-  // The online-softmax step: S^T (buffer buf) -> P^T (buffer buf), running
-  // max / sum / alpha of the pair's two groups, with the tile queue's k-steps
-  // spread between key pairs.
-  //
-  // Unmasked steps whose queries all have a finite running max take one pass
-  // over S^T: weights against the running max. The block raises a query's max
-  // (update_max) only if one of its scores exceeds it by more than
-  // kLazyLog2, i.e. one weight exceeds 2^kLazyLog2; the block's weight sum
-  // stays within kBlock * 2^kLazyLog2 unless some weight does, and that is
-  // checked once per step instead of a max per score. Where it is exceeded
-  // (after a query's first block: almost never) the step is redone in two
-  // passes. Other steps first take the block's max in a pass of their own
-  // (masked ones also store the masked, scaled scores).
+  // The online-softmax step (amx::softmax_step): S^T (buffer buf) -> P^T
+  // (buffer buf) with the tile queue's work interleaved.
   void softmax(const Step& s, int buf, TileQueue& tq) {
-    const __m512 vc = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const int64_t g0 = 2 * s.pair;
-    TileQueue* pending = &tq;
-    if (!s.masked) {
-      const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
-                               _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
-      if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
-        const StepSums sums = weights<false>(s, buf, vc, shift, &tq);
-        // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
-        const __m512 limit = _mm512_set1_ps(kLazySum);
-        if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
-              _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
-          add_sums(s, sums);
-          return;
-        }
-        pending = nullptr;  // the tile work was issued in the first attempt
-      }
-    }
-    // Pass 1: the block's max per query. Masked steps store the scaled,
-    // biased and masked scores (-inf where invisible) back into S^T.
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    float* const sbuf = w_.s[buf];
-    __m512 shift[2];
-    for (int gi = 0; gi < 2; ++gi) {
-      const int64_t g = g0 + gi;
-      __m512 bmax;
-      if (!s.masked) {
-        __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-        for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
-          const float* t = sbuf + (kt * 2 + gi) * 256;
-          for (int m = 0; m < 16; m += 4)
-            for (int e = 0; e < 4; ++e)
-              m4[e] = _mm512_max_ps(m4[e], _mm512_load_ps(t + (m + e) * 16));
-        }
-        for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)  // keys of a last, partial tile
-          m4[0] = _mm512_max_ps(m4[0],
-                                _mm512_load_ps(sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16));
-        bmax = _mm512_mul_ps(
-            _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), vc);
-      } else {
-        bmax = masked_scores(s, g, sbuf + gi * 256, ktiles, vc);
-      }
-      shift[gi] = update_max(g, bmax);
-    }
-    add_sums(s, s.masked ? weights<true>(s, buf, vc, shift, pending)
-                         : weights<false>(s, buf, vc, shift, pending));
-  }
-
-  // Adds a step's weight sums (from weights()) to the running sums.
-  void add_sums(const Step& s, const StepSums& sums) {
-    for (int gi = 0; gi < 2; ++gi) {
-      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
-      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
-    }
-  }
-
-  // Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
-  // pair at a time, with the tile queue's k-steps (tq, unless null) in
-  // between. Unmasked S^T holds raw scores (scaled here by vc); masked S^T
-  // holds scaled scores, -inf where invisible. Returns the sums.
-  template <bool kMasked>
-  StepSums weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], TileQueue* tq) {
-    alignas(64) static constexpr uint16_t kInterleave[32] = {
-        0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_load_si512(kInterleave);
-    const __m512 floor = _mm512_set1_ps(-200.f);
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    const float* const sbuf = w_.s[buf];
-    uint16_t* const pbuf = w_.p[buf];
-    __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    if (tq) tq->pace(ktiles * 8);
-    for (int64_t kt = 0; kt < ktiles; ++kt) {
-      for (int m = 0; m < 16; m += 2) {
-        for (int gi = 0; gi < 2; ++gi) {
-          // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
-          const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
-          __m512 w[2];
-          for (int e = 0; e < 2; ++e) {
-            const __m512 x = _mm512_load_ps(sv + 16 * e);
-            w[e] = exp2_poly(kMasked ? _mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor)
-                                     : _mm512_fmsub_ps(x, vc, shift[gi]));
-          }
-          const int64_t jl = kt * 16 + m;
-          if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
-            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
-            w[1] = _mm512_setzero_ps();
-          }
-          sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
-          // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
-          _mm512_store_si512(
-              pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
-              _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-          if (tq && gi == 1) tq->tick();
-        }
-      }
-    }
-    return {{sum[0], sum[1]}};
-  }
-
-  // Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
-  // apart): scaled, biased scores with -inf where invisible, stored back;
-  // returns their max per query.
-  __m512 masked_scores(const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 vc) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    // Padding queries past Lq have no bias row to read.
-    const __mmask16 real = first_lanes(p_.q_len - (row0_ + g * kGroup));
-    __m512 bmax = neg_inf;
-    for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
-      const int64_t j = s.key0 + jl;
-      const __mmask16 m = j < p_.kv_len ? visible(g, j) : __mmask16(0);
-      float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
-      __m512 x = _mm512_mul_ps(_mm512_load_ps(t), vc);
-      if (p_.bias && (m & real)) x = _mm512_add_ps(x, bias_lanes(g, j, m & real));
-      x = _mm512_mask_blend_ps(m, neg_inf, x);
-      _mm512_store_ps(t, x);
-      bmax = _mm512_max_ps(bmax, x);
-    }
-    return bmax;
+    amx::softmax_step(*this, s, buf, tq, kLazySum);
   }
 
   // Folds a block's max into group g's running max (raised only when the block

@@ -432,6 +432,169 @@ inline void apply_rescale(const Step& s, const GroupState& st, const float* alph
   }
 }
 
+// ---- the online softmax of a step ----
+
+// One step's weight sums per query, for the pair's two groups.
+struct StepSums {
+  __m512 g[2];
+};
+
+// The online-softmax step: S^T (buffer buf) -> P^T (buffer buf), running
+// max / sum / alpha of the pair's two groups, with the tile queue's k-steps
+// spread between key pairs (attention_amx.cpp describes the numerics).
+//
+// Unmasked steps whose queries all have a finite running max take one pass
+// over S^T: weights against the running max. The block raises a query's max
+// (update_max) only if one of its scores exceeds it by more than the lazy
+// margin, i.e. one weight exceeds 2^margin; the block's weight sum stays
+// within lazy_sum (block * 2^margin) unless some weight does, and that is
+// checked once per step instead of a max per score. Where it is exceeded
+// (after a query's first block: almost never) the step is redone in two
+// passes. Other steps first take the block's max in a pass of their own
+// (masked ones also store the masked, scaled scores).
+//
+// Run holds p_, b_, h_, row0_ and w_ (s[2], p[2], max, sum, key_end) and
+// update_max(g, bmax), and says what a score is (log2 units: a raw S^T
+// entry times a per-key and a per-group factor):
+//   factors(g0, f)        the group factors of groups g0, g0 + 1;
+//   key_factor(j)         the factor of key j, for arg (may be unused);
+//   raw(t, j)             S^T row t of key j times the key's factor;
+//   arg(t, kf, f, shift)  the exponent of an unmasked weight: score - shift;
+//   scaled(t, j, f)       the score, for the masked pass.
+template <class Run>
+void add_sums(Run& r, const Step& s, const StepSums& sums) {
+  for (int gi = 0; gi < 2; ++gi) {
+    float* acc = r.w_.sum + (2 * s.pair + gi) * 16;
+    _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
+  }
+}
+
+// Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
+// apart): scaled, biased scores with -inf where invisible, stored back (as
+// fp32); returns their max per query.
+template <class Run>
+__m512 masked_scores(Run& r, const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 f) {
+  const attention_detail::Problem& p = r.p_;
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  // Padding queries past Lq have no bias row to read.
+  const __mmask16 real = first_lanes(p.q_len - (r.row0_ + g * 16));
+  __m512 bmax = neg_inf;
+  for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
+    const int64_t j = s.key0 + jl;
+    const __mmask16 m =
+        j < p.kv_len ? visible_lanes(p, r.b_, r.w_.key_end + g * 16, j) : __mmask16(0);
+    float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
+    __m512 x = r.scaled(t, j, f);
+    if (p.bias && (m & real))
+      x = _mm512_add_ps(x, bias_lanes(p, r.b_, r.h_, r.row0_ + g * 16, j, m & real));
+    x = _mm512_mask_blend_ps(m, neg_inf, x);
+    _mm512_store_ps(t, x);
+    bmax = _mm512_max_ps(bmax, x);
+  }
+  return bmax;
+}
+
+// Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
+// pair at a time, with the tile queue's k-steps (tq, unless null) in
+// between. Unmasked S^T holds raw scores (Run::arg scales them); masked S^T
+// holds scaled scores, -inf where invisible. Returns the sums.
+template <bool kMasked, class Run, class Queue>
+StepSums step_weights(Run& r, const Step& s, int buf, const __m512 f[2], const __m512 shift[2],
+                      Queue* tq) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const __m512 floor = _mm512_set1_ps(-200.f);
+  const int64_t ktiles = (s.nkeys + 31) / 32 * 2;
+  const float* const sbuf = r.w_.s[buf];
+  uint16_t* const pbuf = r.w_.p[buf];
+  __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  if (tq) tq->pace(ktiles * 8);
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    for (int m = 0; m < 16; m += 2) {
+      const int64_t jl = kt * 16 + m;
+      __m512 kf[2];
+      if (!kMasked)
+        for (int e = 0; e < 2; ++e) kf[e] = r.key_factor(s.key0 + jl + e);
+      for (int gi = 0; gi < 2; ++gi) {
+        // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
+        const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
+        __m512 w[2];
+        for (int e = 0; e < 2; ++e)
+          w[e] = exp2_poly(
+              kMasked ? _mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv + 16 * e), shift[gi]), floor)
+                      : r.arg(sv + 16 * e, kf[e], f[gi], shift[gi]));
+        if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
+          if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
+          w[1] = _mm512_setzero_ps();
+        }
+        sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
+        // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
+        _mm512_store_si512(
+            pbuf + ((kt / 2) * 2 + gi) * 512 + ((kt % 2) * 8 + m / 2) * 32,
+            _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
+        if (tq && gi == 1) tq->tick();
+      }
+    }
+  }
+  return {{sum[0], sum[1]}};
+}
+
+template <class Run, class Queue>
+void softmax_step(Run& r, const Step& s, int buf, Queue& tq, float lazy_sum) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const int64_t g0 = 2 * s.pair;
+  __m512 f[2];
+  r.factors(g0, f);
+  Queue* pending = &tq;
+  if (!s.masked) {
+    const __m512 shift[2] = {_mm512_load_ps(r.w_.max + g0 * 16),
+                             _mm512_load_ps(r.w_.max + (g0 + 1) * 16)};
+    if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
+      const StepSums sums = step_weights<false>(r, s, buf, f, shift, &tq);
+      // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
+      const __m512 limit = _mm512_set1_ps(lazy_sum);
+      if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
+            _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
+        add_sums(r, s, sums);
+        return;
+      }
+      pending = nullptr;  // the tile work was issued in the first attempt
+    }
+  }
+  // Pass 1: the block's max per query. Masked steps store the scaled,
+  // biased and masked scores (-inf where invisible) back into S^T.
+  const int64_t ktiles = (s.nkeys + 31) / 32 * 2;
+  float* const sbuf = r.w_.s[buf];
+  __m512 shift[2];
+  for (int gi = 0; gi < 2; ++gi) {
+    const int64_t g = g0 + gi;
+    __m512 bmax;
+    if (!s.masked) {
+      __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
+      for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
+        const float* t = sbuf + (kt * 2 + gi) * 256;
+        for (int m = 0; m < 16; m += 4)
+          for (int e = 0; e < 4; ++e)
+            m4[e] = _mm512_max_ps(m4[e], r.raw(t + (m + e) * 16, s.key0 + kt * 16 + m + e));
+      }
+      for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)  // keys of a last, partial tile
+        m4[0] = _mm512_max_ps(
+            m4[0], r.raw(sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16, s.key0 + jl));
+      // The group factor is >= 0: the max of the scores is the scaled max.
+      bmax = _mm512_mul_ps(_mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])),
+                           f[gi]);
+    } else {
+      bmax = masked_scores(r, s, g, sbuf + gi * 256, ktiles, f[gi]);
+    }
+    shift[gi] = r.update_max(g, bmax);
+  }
+  add_sums(r, s,
+           s.masked ? step_weights<true>(r, s, buf, f, shift, pending)
+                    : step_weights<false>(r, s, buf, f, shift, pending));
+}
+
 // Runs the steps software-pipelined: while the AVX-512 units run the softmax
 // of step i, the tile unit runs P.V of step i - 1 and Q.K^T of step i + 1
 // (S^T and P^T double-buffered by step parity). Run provides

@@ -279,10 +279,6 @@ void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0
 
 // ---- one work item ----
 
-struct StepSums {
-  __m512 g[2];
-};
-
 class TileRun {
  public:
   TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
@@ -310,151 +306,28 @@ class TileRun {
 
   void apply_rescale(const Step& s) { amx::apply_rescale(s, state_, w_.alpha); }
 
-  __mmask16 visible(int64_t g, int64_t j) const {
-    return amx::visible_lanes(p_, b_, w_.key_end + g * kGroup, j);
+  // Scores for amx::softmax_step: the int32 dots of S^T times kscale[key]
+  // (per key) and qs (per query: qscale * |scale| * log2(e)).
+  void factors(int64_t g0, __m512 f[2]) const {
+    f[0] = _mm512_load_ps(w_.qs + g0 * kGroup);
+    f[1] = _mm512_load_ps(w_.qs + (g0 + 1) * kGroup);
+  }
+  __m512 key_factor(int64_t j) const { return _mm512_set1_ps(w_.kscale[j]); }
+  __m512 raw(const float* t, int64_t j) const {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t)), _mm512_set1_ps(w_.kscale[j]));
+  }
+  __m512 arg(const float* t, __m512 kf, __m512 f, __m512 shift) const {
+    return _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t)), _mm512_mul_ps(kf, f), shift);
+  }
+  __m512 scaled(const float* t, int64_t j, __m512 f) const {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t)),
+                         _mm512_mul_ps(_mm512_set1_ps(w_.kscale[j]), f));
   }
 
-  __m512 bias_lanes(int64_t g, int64_t j, __mmask16 m) const {
-    return amx::bias_lanes(p_, b_, h_, row0_ + g * kGroup, j, m);
-  }
-
-  // Score vector of key j (row of an int32 S^T tile at t) for the lanes'
-  // queries, in log2 units: float(dot) * kscale[j] * qs.
-  __m512 score(const float* t, int64_t j, __m512 qs) const {
-    const __m512 x = _mm512_cvtepi32_ps(_mm512_load_si512(t));
-    return _mm512_mul_ps(x, _mm512_mul_ps(_mm512_set1_ps(w_.kscale[j]), qs));
-  }
-
-  // The online-softmax step (attention_amx.cpp's, see there), with scores
-  // scaled per key and per query instead of by one constant.
+  // The online-softmax step (amx::softmax_step, attention_amx.cpp's), with
+  // scores scaled per key and per query instead of by one constant.
   void softmax(const Step& s, int buf, TileQueue& tq) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const int64_t g0 = 2 * s.pair;
-    const __m512 qs[2] = {_mm512_load_ps(w_.qs + g0 * kGroup),
-                          _mm512_load_ps(w_.qs + (g0 + 1) * kGroup)};
-    TileQueue* pending = &tq;
-    if (!s.masked) {
-      const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
-                               _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
-      if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
-        const StepSums sums = weights<false>(s, buf, qs, shift, &tq);
-        const __m512 limit = _mm512_set1_ps(kLazySum);
-        if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
-              _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
-          add_sums(s, sums);
-          return;
-        }
-        pending = nullptr;
-      }
-    }
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    float* const sbuf = w_.s[buf];
-    __m512 shift[2];
-    for (int gi = 0; gi < 2; ++gi) {
-      const int64_t g = g0 + gi;
-      __m512 bmax;
-      if (!s.masked) {
-        // max_j dot * kscale[j], times the group's qs (>= 0) afterwards.
-        __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-        const float* ks = w_.kscale + s.key0;
-        for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
-          const float* t = sbuf + (kt * 2 + gi) * 256;
-          for (int m = 0; m < 16; m += 4)
-            for (int e = 0; e < 4; ++e)
-              m4[e] = _mm512_max_ps(
-                  m4[e], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t + (m + e) * 16)),
-                                       _mm512_set1_ps(ks[kt * 16 + m + e])));
-        }
-        for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)
-          m4[0] = _mm512_max_ps(
-              m4[0], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
-                                       sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16)),
-                                   _mm512_set1_ps(ks[jl])));
-        bmax = _mm512_mul_ps(
-            _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), qs[gi]);
-      } else {
-        bmax = masked_scores(s, g, sbuf + gi * 256, ktiles, qs[gi]);
-      }
-      shift[gi] = update_max(g, bmax);
-    }
-    add_sums(s, s.masked ? weights<true>(s, buf, qs, shift, pending)
-                         : weights<false>(s, buf, qs, shift, pending));
-  }
-
-  void add_sums(const Step& s, const StepSums& sums) {
-    for (int gi = 0; gi < 2; ++gi) {
-      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
-      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
-    }
-  }
-
-  // Pass 2: weights, their sums and the P^T rows, a key pair at a time, with
-  // the tile queue's k-steps in between. Unmasked S^T holds int32 dots
-  // (scaled here); masked S^T holds scaled scores, -inf where invisible.
-  template <bool kMasked>
-  StepSums weights(const Step& s, int buf, const __m512 qs[2], const __m512 shift[2],
-                   TileQueue* tq) {
-    alignas(64) static constexpr uint16_t kInterleave[32] = {
-        0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_load_si512(kInterleave);
-    const __m512 floor = _mm512_set1_ps(-200.f);
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    const float* const sbuf = w_.s[buf];
-    const float* const ks = w_.kscale + s.key0;
-    uint16_t* const pbuf = w_.p[buf];
-    __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    if (tq) tq->pace(ktiles * 8);
-    for (int64_t kt = 0; kt < ktiles; ++kt) {
-      for (int m = 0; m < 16; m += 2) {
-        const int64_t jl = kt * 16 + m;
-        __m512 kb[2];
-        if (!kMasked)
-          for (int e = 0; e < 2; ++e) kb[e] = _mm512_set1_ps(ks[jl + e]);
-        for (int gi = 0; gi < 2; ++gi) {
-          const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
-          __m512 w[2];
-          for (int e = 0; e < 2; ++e) {
-            if (kMasked) {
-              w[e] = exp2_poly(
-                  _mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv + 16 * e), shift[gi]), floor));
-            } else {
-              const __m512 x = _mm512_cvtepi32_ps(_mm512_load_si512(sv + 16 * e));
-              w[e] = exp2_poly(_mm512_fmsub_ps(x, _mm512_mul_ps(kb[e], qs[gi]), shift[gi]));
-            }
-          }
-          if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
-            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
-            w[1] = _mm512_setzero_ps();
-          }
-          sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
-          _mm512_store_si512(
-              pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
-              _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-          if (tq && gi == 1) tq->tick();
-        }
-      }
-    }
-    return {{sum[0], sum[1]}};
-  }
-
-  // Masked pass 1 of group g: scaled, biased scores with -inf where
-  // invisible, stored back over the int32 dots as fp32; returns their max.
-  __m512 masked_scores(const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 qs) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const __mmask16 real = first_lanes(p_.q_len - (row0_ + g * kGroup));
-    __m512 bmax = neg_inf;
-    for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
-      const int64_t j = s.key0 + jl;
-      const __mmask16 m = j < p_.kv_len ? visible(g, j) : __mmask16(0);
-      float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
-      __m512 x = score(t, j, qs);
-      if (p_.bias && (m & real)) x = _mm512_add_ps(x, bias_lanes(g, j, m & real));
-      x = _mm512_mask_blend_ps(m, neg_inf, x);
-      _mm512_store_ps(t, x);
-      bmax = _mm512_max_ps(bmax, x);
-    }
-    return bmax;
+    amx::softmax_step(*this, s, buf, tq, kLazySum);
   }
 
   __m512 update_max(int64_t g, __m512 bmax) {
