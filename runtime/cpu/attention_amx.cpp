@@ -261,8 +261,9 @@ class TileRun {
     const int64_t pairs = ceil_div(rows, kPair);
     pack_qt(p_, d_, b_, h_, row0_, 2 * pairs, w_.qt);
     const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state_, w_.steps);
-    amx::run_pipeline(*this, queue_, w_.steps, nsteps);
-    store(rows);
+    amx::run_pipeline(*this, w_.steps, nsteps, {kLazyLog2, kLazySum});
+    // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was visible).
+    amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows);
   }
 
   // The pipeline's phases (amx::run_pipeline).
@@ -272,12 +273,6 @@ class TileRun {
                  reinterpret_cast<const char*>(w_.qt), d_.dchunks * kTileElems * 2, d_.dchunks,
                  false);
   }
-
-  // O^T of the step's two groups += V^T P^T over the step's keys.
-  void push_pv(const Step& s, int buf) { amx::push_pv(queue_, s, state_, w_.vt, w_.p[buf]); }
-
-  // O^T of the step's groups *= alpha where the softmax raised the max.
-  void apply_rescale(const Step& s) { amx::apply_rescale(s, state_, w_.alpha); }
 
   // Scores for amx::softmax_step: the raw S^T (bf16 dots) times
   // |scale| * log2(e) (the per-key factor is unused).
@@ -293,24 +288,6 @@ class TileRun {
     return _mm512_mul_ps(_mm512_load_ps(t), f);
   }
 
-  // The online-softmax step (amx::softmax_step): S^T (buffer buf) -> P^T
-  // (buffer buf) with the tile queue's work interleaved.
-  void softmax(const Step& s, int buf, TileQueue& tq) {
-    amx::softmax_step(*this, s, buf, tq, kLazySum);
-  }
-
-  // Folds a block's max into group g's running max (raised only when the block
-  // exceeds it by more than kLazyLog2), sets alpha and the rescale flag, and
-  // returns the shift the block's weights are taken against.
-  __m512 update_max(int64_t g, __m512 bmax) {
-    return amx::update_max(w_.max + g * kGroup, w_.sum + g * kGroup, w_.alpha + g * kGroup,
-                           w_.rescale + g, bmax, kLazyLog2);
-  }
-
-  // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was
-  // visible), rounded like the AVX-512 kernel's (amx::store_output).
-  void store(int64_t rows) { amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows); }
-
   const Problem& p_;
   const Workspace& w_;
   const Dims& d_;
@@ -323,21 +300,15 @@ class TileRun {
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   const Dims d(p);
   const Workspace w = carve(p, scratch, nullptr);
-  const int64_t tiles = ceil_div(p.q_len, kRows);
-  amx::configure_full_tiles();
-  int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t bh = item / tiles;
-    const int64_t tile = balanced_tile(item % tiles, tiles);
-    const int64_t b = bh / p.heads, h = bh % p.heads;
-    if (bh != packed) {
-      pack_k(p, d, b, h, w.k);
-      pack_vt(p, d, b, h, w.vt);
-      packed = bh;
-    }
-    TileRun(p, w, d, b, h, tile * kRows, item % 2 == 1).run();
-  }
-  _tile_release();
+  amx::run_items(
+      p, kRows, begin, end,
+      [&](int64_t b, int64_t h) {
+        pack_k(p, d, b, h, w.k);
+        pack_vt(p, d, b, h, w.vt);
+      },
+      [&](int64_t b, int64_t h, int64_t row0, bool reverse) {
+        TileRun(p, w, d, b, h, row0, reverse).run();
+      });
 }
 
 bool amx_accepts(const Problem& p) { return p.bf16_inputs && p.head_dim <= kMaxHeadDim; }

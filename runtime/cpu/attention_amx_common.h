@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "runtime/cpu/amx_tiles.h"
 #include "runtime/cpu/attention_kernels.h"
 
 namespace flick::cpu::amx {
@@ -434,6 +435,13 @@ inline void apply_rescale(const Step& s, const GroupState& st, const float* alph
 
 // ---- the online softmax of a step ----
 
+// The lazy running max: raised only where a block exceeds it by more than
+// log2 (log2 units); sum: a block's weight sum per query when no weight
+// exceeds 2^log2, at most (block * 2^log2).
+struct Lazy {
+  float log2, sum;
+};
+
 // One step's weight sums per query, for the pair's two groups.
 struct StepSums {
   __m512 g[2];
@@ -447,14 +455,14 @@ struct StepSums {
 // over S^T: weights against the running max. The block raises a query's max
 // (update_max) only if one of its scores exceeds it by more than the lazy
 // margin, i.e. one weight exceeds 2^margin; the block's weight sum stays
-// within lazy_sum (block * 2^margin) unless some weight does, and that is
+// within lazy.sum (block * 2^margin) unless some weight does, and that is
 // checked once per step instead of a max per score. Where it is exceeded
 // (after a query's first block: almost never) the step is redone in two
 // passes. Other steps first take the block's max in a pass of their own
 // (masked ones also store the masked, scaled scores).
 //
-// Run holds p_, b_, h_, row0_ and w_ (s[2], p[2], max, sum, key_end) and
-// update_max(g, bmax), and says what a score is (log2 units: a raw S^T
+// Run holds p_, b_, h_, row0_ and w_ (s[2], p[2], max, sum, alpha, key_end,
+// rescale), and says what a score is (log2 units: a raw S^T
 // entry times a per-key and a per-group factor):
 //   factors(g0, f)        the group factors of groups g0, g0 + 1;
 //   key_factor(j)         the factor of key j, for arg (may be unused);
@@ -542,7 +550,7 @@ StepSums step_weights(Run& r, const Step& s, int buf, const __m512 f[2], const _
 }
 
 template <class Run, class Queue>
-void softmax_step(Run& r, const Step& s, int buf, Queue& tq, float lazy_sum) {
+void softmax_step(Run& r, const Step& s, int buf, Queue& tq, Lazy lazy) {
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   const int64_t g0 = 2 * s.pair;
   __m512 f[2];
@@ -554,7 +562,7 @@ void softmax_step(Run& r, const Step& s, int buf, Queue& tq, float lazy_sum) {
     if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
       const StepSums sums = step_weights<false>(r, s, buf, f, shift, &tq);
       // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
-      const __m512 limit = _mm512_set1_ps(lazy_sum);
+      const __m512 limit = _mm512_set1_ps(lazy.sum);
       if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
             _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
         add_sums(r, s, sums);
@@ -588,7 +596,8 @@ void softmax_step(Run& r, const Step& s, int buf, Queue& tq, float lazy_sum) {
     } else {
       bmax = masked_scores(r, s, g, sbuf + gi * 256, ktiles, f[gi]);
     }
-    shift[gi] = r.update_max(g, bmax);
+    shift[gi] = update_max(r.w_.max + g * 16, r.w_.sum + g * 16, r.w_.alpha + g * 16,
+                           r.w_.rescale + g, bmax, lazy.log2);
   }
   add_sums(r, s,
            s.masked ? step_weights<true>(r, s, buf, f, shift, pending)
@@ -597,29 +606,52 @@ void softmax_step(Run& r, const Step& s, int buf, Queue& tq, float lazy_sum) {
 
 // Runs the steps software-pipelined: while the AVX-512 units run the softmax
 // of step i, the tile unit runs P.V of step i - 1 and Q.K^T of step i + 1
-// (S^T and P^T double-buffered by step parity). Run provides
-// push_qk(step, buf), push_pv(step, buf), apply_rescale(step) and
-// softmax(step, buf, queue), which interleaves the queued tile work.
-template <class Run, class Queue>
-void run_pipeline(Run& run, Queue& tq, const Step* steps, int64_t nsteps) {
+// (S^T and P^T double-buffered by step parity). Run provides push_qk(step,
+// buf), what softmax_step asks, state_, queue_ and w_.vt / w_.p / w_.alpha.
+template <class Run>
+void run_pipeline(Run& run, const Step* steps, int64_t nsteps, Lazy lazy) {
   if (nsteps == 0) return;
+  auto& tq = run.queue_;
+  const auto pv = [&run, &tq](const Step& s, int buf) {
+    apply_rescale(s, run.state_, run.w_.alpha);
+    push_pv(tq, s, run.state_, run.w_.vt, run.w_.p[buf]);
+  };
   tq.clear();
   run.push_qk(steps[0], 0);
   tq.finish();
   for (int64_t i = 0; i < nsteps; ++i) {
     tq.clear();
-    if (i > 0) {
-      run.apply_rescale(steps[i - 1]);
-      run.push_pv(steps[i - 1], (i - 1) % 2);
-    }
+    if (i > 0) pv(steps[i - 1], (i - 1) % 2);
     if (i + 1 < nsteps) run.push_qk(steps[i + 1], (i + 1) % 2);
-    run.softmax(steps[i], i % 2, tq);
+    softmax_step(run, steps[i], i % 2, tq, lazy);
     tq.finish();
   }
   tq.clear();
-  run.apply_rescale(steps[nsteps - 1]);
-  run.push_pv(steps[nsteps - 1], (nsteps - 1) % 2);
+  pv(steps[nsteps - 1], (nsteps - 1) % 2);
   tq.finish();
+}
+
+// Runs work items [begin, end) (item = (b * H + h) * tiles + tile, tiles of
+// `rows` queries, in balanced_tile order): pack(b, h) whenever (b, h)
+// changes (K / V^T tiles stay in the workspace), then item(b, h, row0,
+// reverse). Odd items walk the keys backwards (plan_steps).
+template <class Pack, class Item>
+void run_items(const attention_detail::Problem& p, int64_t rows, int64_t begin, int64_t end,
+               Pack pack, Item item_run) {
+  const int64_t tiles = (p.q_len + rows - 1) / rows;
+  configure_full_tiles();
+  int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t bh = item / tiles;
+    const int64_t tile = attention_detail::balanced_tile(item % tiles, tiles);
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    if (bh != packed) {
+      pack(b, h);
+      packed = bh;
+    }
+    item_run(b, h, tile * rows, item % 2 == 1);
+  }
+  _tile_release();
 }
 
 }  // namespace

@@ -290,8 +290,9 @@ class TileRun {
     const int64_t pairs = ceil_div(rows, kPair);
     pack_qt(p_, d_, b_, h_, row0_, rows, 2 * pairs, w_);
     const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state_, w_.steps);
-    amx::run_pipeline(*this, queue_, w_.steps, nsteps);
-    store(rows);
+    amx::run_pipeline(*this, w_.steps, nsteps, {kLazyLog2, kLazySum});
+    // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was visible).
+    amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows);
   }
 
   // The pipeline's phases (amx::run_pipeline).
@@ -300,11 +301,6 @@ class TileRun {
     amx::push_qk(queue_, s, w_.s[buf], reinterpret_cast<const char*>(w_.k),
                  reinterpret_cast<const char*>(w_.qt), d_.qchunks * kTileBytes, d_.qchunks, true);
   }
-
-  // O^T of the step's two groups += V^T P^T over the step's keys (bf16).
-  void push_pv(const Step& s, int buf) { amx::push_pv(queue_, s, state_, w_.vt, w_.p[buf]); }
-
-  void apply_rescale(const Step& s) { amx::apply_rescale(s, state_, w_.alpha); }
 
   // Scores for amx::softmax_step: the int32 dots of S^T times kscale[key]
   // (per key) and qs (per query: qscale * |scale| * log2(e)).
@@ -324,19 +320,6 @@ class TileRun {
                          _mm512_mul_ps(_mm512_set1_ps(w_.kscale[j]), f));
   }
 
-  // The online-softmax step (amx::softmax_step, attention_amx.cpp's), with
-  // scores scaled per key and per query instead of by one constant.
-  void softmax(const Step& s, int buf, TileQueue& tq) {
-    amx::softmax_step(*this, s, buf, tq, kLazySum);
-  }
-
-  __m512 update_max(int64_t g, __m512 bmax) {
-    return amx::update_max(w_.max + g * kGroup, w_.sum + g * kGroup, w_.alpha + g * kGroup,
-                           w_.rescale + g, bmax, kLazyLog2);
-  }
-
-  void store(int64_t rows) { amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows); }
-
   const Problem& p_;
   const Workspace& w_;
   const Dims& d_;
@@ -349,21 +332,15 @@ class TileRun {
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   const Dims d(p);
   const Workspace w = carve(p, scratch, nullptr);
-  const int64_t tiles = ceil_div(p.q_len, kRows);
-  amx::configure_full_tiles();
-  int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t bh = item / tiles;
-    const int64_t tile = balanced_tile(item % tiles, tiles);
-    const int64_t b = bh / p.heads, h = bh % p.heads;
-    if (bh != packed) {
-      pack_k(p, d, b, h, w);
-      pack_vt(p, d, b, h, w);
-      packed = bh;
-    }
-    TileRun(p, w, d, b, h, tile * kRows, item % 2 == 1).run();
-  }
-  _tile_release();
+  amx::run_items(
+      p, kRows, begin, end,
+      [&](int64_t b, int64_t h) {
+        pack_k(p, d, b, h, w);
+        pack_vt(p, d, b, h, w);
+      },
+      [&](int64_t b, int64_t h, int64_t row0, bool reverse) {
+        TileRun(p, w, d, b, h, row0, reverse).run();
+      });
 }
 
 bool amx_accepts(const Problem& p) { return p.head_dim <= kMaxHeadDim; }
