@@ -72,31 +72,14 @@
 namespace flick::cpu::attention_detail {
 namespace {
 
-using amx::exp2_poly;
-using amx::first_lanes;
-using amx::first_words;
-using amx::Step;
-using amx::transpose16;
-
-constexpr int64_t kRows = 128;       // queries per work item (a multiple of kPair)
-constexpr int64_t kBlock = 512;      // keys per block (a multiple of kPair)
-constexpr int64_t kPair = 32;        // queries per pair of groups; keys per P.V k-step
-constexpr int64_t kGroup = 16;       // queries per group: the lanes of a vector
-constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
-constexpr int64_t kMaxHeadDim = 512;
-constexpr float kLog2e = 1.44269504088896340736f;
-constexpr int kLazyBits = 8;
-constexpr float kLazyLog2 = kLazyBits;  // see Numerics above
-// A block's weight sum per query when none exceeds 2^kLazyLog2, at most.
-constexpr float kLazySum = float(kBlock << kLazyBits);
+using namespace amx;  // the shared pieces and sizes (attention_amx_common.h)
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// Tile chunks of one pipeline iteration: Q.K^T's key-tile pairs of a block
-// and P.V's head_dim-tile pairs; tdpbf16ps only.
-using TileQueue = amx::TileQueue<kBlock / kPair + kMaxHeadDim / kPair>;
+// The tile queue of the pipeline: tdpbf16ps chunks only.
+using Queue = amx::TileQueue<kMaxChunks>;
 
 inline const uint16_t* row_ptr(const Operand& t, int64_t b, int64_t l, int64_t h) {
   return static_cast<const uint16_t*>(t.data) + b * t.stride[0] + l * t.stride[1] + h * t.stride[2];
@@ -152,21 +135,12 @@ struct Workspace {
 // The workspace in `scratch`; with scratch null, only its size in *bytes.
 Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   const Dims d(p);
-  const size_t groups = kRows / kGroup;
   ScratchLayout sl(scratch);
   Workspace w;
   w.k = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dchunks * 32) * 2));
   w.vt = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dtiles * 16) * 2));
   w.qt = reinterpret_cast<uint16_t*>(sl.take(size_t(kRows * d.dchunks * 32) * 2));
-  for (auto& s : w.s) s = reinterpret_cast<float*>(sl.take(kBlock * kPair * 4));
-  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(sl.take(kBlock * kPair * 2));
-  w.o = reinterpret_cast<float*>(sl.take(size_t(kRows * d.dtiles * 16) * 4));
-  w.max = reinterpret_cast<float*>(sl.take(groups * 64));
-  w.sum = reinterpret_cast<float*>(sl.take(groups * 64));
-  w.alpha = reinterpret_cast<float*>(sl.take(groups * 64));
-  w.key_end = reinterpret_cast<int32_t*>(sl.take(groups * 64));
-  w.rescale = reinterpret_cast<uint8_t*>(sl.take(groups));
-  w.steps = reinterpret_cast<Step*>(sl.take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
+  take_step_buffers(sl, w, d.dtiles, d.blocks);
   if (bytes != nullptr) *bytes = sl.used;
   return w;
 }
@@ -294,7 +268,7 @@ class TileRun {
   const int64_t b_, h_, row0_;
   const bool reverse_;
   const amx::GroupState state_ = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
-  TileQueue queue_;
+  Queue queue_;
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {

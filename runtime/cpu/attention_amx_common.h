@@ -21,6 +21,23 @@
 namespace flick::cpu::amx {
 namespace {
 
+// ---- the schedule's sizes ----
+
+constexpr int64_t kRows = 128;       // queries per work item (a multiple of kPair)
+constexpr int64_t kBlock = 512;      // keys per block (a multiple of kPair)
+constexpr int64_t kPair = 32;        // queries per pair of groups; keys per P.V k-step
+constexpr int64_t kGroup = 16;       // queries per group: the lanes of a vector
+constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
+constexpr int64_t kMaxHeadDim = 512;
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr int kLazyBits = 8;
+constexpr float kLazyLog2 = kLazyBits;  // see attention_amx.cpp's Numerics
+// A block's weight sum per query when none exceeds 2^kLazyLog2, at most.
+constexpr float kLazySum = float(kBlock << kLazyBits);
+// Tile chunks of one pipeline iteration, at most: Q.K^T's key-tile pairs of
+// a block and P.V's head_dim-tile pairs.
+constexpr int kMaxChunks = kBlock / kPair + kMaxHeadDim / kPair;
+
 // ---- tiles ----
 
 // All eight tiles 16 x 64 bytes (configure_full_tiles): C tiles 0-3, A tiles
@@ -313,6 +330,24 @@ struct GroupState {
   float* o;          // O^T: [group][dtiles] tiles of 16 head_dim x 16 queries
   int64_t dtiles;
 };
+
+// The workspace's per-item buffers, taken in this order after the kernel's
+// own: S^T and P^T of two steps, O^T, the group state and the schedule of
+// `blocks` key blocks.
+template <class Workspace>
+void take_step_buffers(attention_detail::ScratchLayout& sl, Workspace& w, int64_t dtiles,
+                       int64_t blocks) {
+  const size_t groups = kRows / kGroup;
+  for (auto& s : w.s) s = reinterpret_cast<float*>(sl.take(kBlock * kPair * 4));
+  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(sl.take(kBlock * kPair * 2));
+  w.o = reinterpret_cast<float*>(sl.take(size_t(kRows * dtiles * 16) * 4));
+  w.max = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.sum = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.alpha = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.key_end = reinterpret_cast<int32_t*>(sl.take(groups * 64));
+  w.rescale = reinterpret_cast<uint8_t*>(sl.take(groups));
+  w.steps = reinterpret_cast<Step*>(sl.take(size_t(blocks * (kRows / kPair)) * sizeof(Step)));
+}
 
 // Resets the state of queries [row0, row0 + rows) of (b, .) and writes their
 // schedule: per block of `block` keys, one step per pair of 16-query groups

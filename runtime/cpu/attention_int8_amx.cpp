@@ -55,32 +55,17 @@
 namespace flick::cpu::attention_int8_detail {
 namespace {
 
-using amx::exp2_poly;
-using amx::first_lanes;
-using amx::first_words;
-using amx::Step;
-using amx::transpose16;
+using namespace amx;  // the shared pieces and sizes (attention_amx_common.h)
 using attention_detail::attention_key_end;
 using attention_detail::balanced_tile;
 using attention_detail::Operand;
 using attention_detail::ScratchLayout;
 
-constexpr int64_t kRows = 128;   // queries per work item (a multiple of kPair)
-constexpr int64_t kBlock = 512;  // keys per block (a multiple of kPair)
-constexpr int64_t kPair = 32;    // queries per pair of groups; keys per P.V k-step
-constexpr int64_t kGroup = 16;   // queries per group: the lanes of a vector
-constexpr int64_t kQuadK = 64;   // head_dim per Q.K^T k-step (16 units of 4 s8)
+constexpr int64_t kQuadK = 64;  // head_dim per Q.K^T k-step (16 units of 4 s8)
 constexpr int64_t kTileBytes = 1024;
-constexpr int64_t kTileElems = 512;  // bf16 elements of a tile
-constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kAhead = 8;  // rows of V prefetched ahead
-constexpr float kLog2e = 1.44269504088896340736f;
-constexpr int kLazyBits = 8;
-constexpr float kLazyLog2 = kLazyBits;  // as attention_amx.cpp
-constexpr float kLazySum = float(kBlock << kLazyBits);
-// Tile chunks of one pipeline iteration: Q.K^T's key-tile pairs of a block
-// and P.V's head_dim-tile pairs.
-using TileQueue = amx::TileQueue<kBlock / kPair + kMaxHeadDim / kPair, true>;
+// The tile queue of the pipeline: tdpbssd (Q.K^T) and tdpbf16ps (P.V) chunks.
+using Queue = amx::TileQueue<kMaxChunks, true>;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -134,7 +119,6 @@ struct Workspace {
 
 Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   const Dims d(p);
-  const size_t groups = kRows / kGroup;
   const size_t ld = size_t(d.ld());
   ScratchLayout sl(scratch);
   Workspace w;
@@ -149,15 +133,7 @@ Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   w.qscale = reinterpret_cast<float*>(sl.take(kRows * 4));
   w.qt = reinterpret_cast<int8_t*>(sl.take(kRows * ld));
   w.qs = reinterpret_cast<float*>(sl.take(kRows * 4));
-  for (auto& s : w.s) s = reinterpret_cast<float*>(sl.take(kBlock * kPair * 4));
-  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(sl.take(kBlock * kPair * 2));
-  w.o = reinterpret_cast<float*>(sl.take(size_t(kRows * d.dtiles * 16) * 4));
-  w.max = reinterpret_cast<float*>(sl.take(groups * 64));
-  w.sum = reinterpret_cast<float*>(sl.take(groups * 64));
-  w.alpha = reinterpret_cast<float*>(sl.take(groups * 64));
-  w.key_end = reinterpret_cast<int32_t*>(sl.take(groups * 64));
-  w.rescale = reinterpret_cast<uint8_t*>(sl.take(groups));
-  w.steps = reinterpret_cast<Step*>(sl.take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
+  take_step_buffers(sl, w, d.dtiles, d.blocks);
   if (bytes != nullptr) *bytes = sl.used;
   return w;
 }
@@ -326,7 +302,7 @@ class TileRun {
   const int64_t b_, h_, row0_;
   const bool reverse_;
   const amx::GroupState state_ = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
-  TileQueue queue_;
+  Queue queue_;
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
