@@ -224,21 +224,12 @@ void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0
 
 // ---- one work item ----
 
-class TileRun {
+class TileRun : public amx::WorkItem<TileRun, Workspace, Dims, Queue> {
  public:
-  TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
-          bool reverse)
-      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0), reverse_(reverse) {}
+  using WorkItem::WorkItem;
 
-  void run() {
-    const int64_t rows = min64(kRows, p_.q_len - row0_);
-    const int64_t pairs = ceil_div(rows, kPair);
-    pack_qt(p_, d_, b_, h_, row0_, 2 * pairs, w_.qt);
-    const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state_, w_.steps);
-    amx::run_pipeline(*this, w_.steps, nsteps, {kLazyLog2, kLazySum});
-    // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was visible).
-    amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows);
-  }
+  // Q^T tiles of the item's queries (amx::WorkItem).
+  void pack_queries(int64_t, int64_t groups) { pack_qt(p_, d_, b_, h_, row0_, groups, w_.qt); }
 
   // The pipeline's phases (amx::run_pipeline).
   // S^T of step s into buffer `buf`: key tiles x the pair's two groups.
@@ -261,14 +252,6 @@ class TileRun {
   __m512 scaled(const float* t, int64_t, __m512 f) const {
     return _mm512_mul_ps(_mm512_load_ps(t), f);
   }
-
-  const Problem& p_;
-  const Workspace& w_;
-  const Dims& d_;
-  const int64_t b_, h_, row0_;
-  const bool reverse_;
-  const amx::GroupState state_ = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
-  Queue queue_;
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {

@@ -666,6 +666,35 @@ void run_pipeline(Run& run, const Step* steps, int64_t nsteps, Lazy lazy) {
   tq.finish();
 }
 
+// One work item: kRows queries from row0 of (b, h). Run derives from
+// WorkItem<Run, ...> and provides pack_queries(rows, groups) (the Q^T tiles
+// of the item's queries), push_qk and the score hooks of softmax_step.
+template <class Run, class Workspace, class Dims, class Queue>
+class WorkItem {
+ public:
+  WorkItem(const attention_detail::Problem& p, const Workspace& w, const Dims& d, int64_t b,
+           int64_t h, int64_t row0, bool reverse)
+      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0), reverse_(reverse) {}
+
+  void run() {
+    Run& self = static_cast<Run&>(*this);
+    const int64_t rows = p_.q_len - row0_ < kRows ? p_.q_len - row0_ : kRows;
+    self.pack_queries(rows, 2 * ((rows + kPair - 1) / kPair));
+    const int64_t nsteps = plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state_, w_.steps);
+    run_pipeline(self, w_.steps, nsteps, {kLazyLog2, kLazySum});
+    // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was visible).
+    store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows);
+  }
+
+  const attention_detail::Problem& p_;
+  const Workspace& w_;
+  const Dims& d_;
+  const int64_t b_, h_, row0_;
+  const bool reverse_;
+  const GroupState state_ = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
+  Queue queue_;
+};
+
 // Runs work items [begin, end) (item = (b * H + h) * tiles + tile, tiles of
 // `rows` queries, in balanced_tile order): pack(b, h) whenever (b, h)
 // changes (K / V^T tiles stay in the workspace), then item(b, h, row0,
