@@ -193,10 +193,7 @@ Workspace layout(const Problem& p, int64_t rows, int64_t kvecs, void* scratch, s
   w.s = reinterpret_cast<float*>(sl.take(r * kCols * 4));
   w.p = reinterpret_cast<uint32_t*>(sl.take(r * (kCols / M::kPerUnit) * 4));
   w.o = reinterpret_cast<float*>(sl.take(r * size_t(d.dv) * 4));
-  w.row_max = reinterpret_cast<float*>(sl.take(r * 4));
-  w.row_sum = reinterpret_cast<float*>(sl.take(r * 64));
-  w.alpha = reinterpret_cast<float*>(sl.take(r * 4));
-  w.key_end = reinterpret_cast<int64_t*>(sl.take(r * 8));
+  take_row_state(sl, w, r);
   if (bytes != nullptr) *bytes = sl.used;
   return w;
 }

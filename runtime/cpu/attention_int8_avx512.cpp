@@ -32,6 +32,7 @@ using attention_detail::attention_key_end;
 using attention_detail::balanced_tile;
 using attention_detail::Operand;
 using attention_detail::ScratchLayout;
+using attention_detail::take_row_state;
 
 constexpr int64_t kRows = 192;     // queries per tile (a multiple of kRowAlign)
 constexpr int64_t kCols = 64;      // keys per block (4 vectors of 16)
@@ -214,10 +215,7 @@ Workspace layout(const Problem& p, void* scratch, size_t* bytes) {
   w.s = reinterpret_cast<float*>(sl.take(r * kCols * 4));
   w.p = reinterpret_cast<uint32_t*>(sl.take(r * (kCols / 2) * 4));
   w.o = reinterpret_cast<float*>(sl.take(r * size_t(d.dv) * 4));
-  w.row_max = reinterpret_cast<float*>(sl.take(r * 4));
-  w.row_sum = reinterpret_cast<float*>(sl.take(r * 64));
-  w.alpha = reinterpret_cast<float*>(sl.take(r * 4));
-  w.key_end = reinterpret_cast<int64_t*>(sl.take(r * 8));
+  take_row_state(sl, w, r);
   if (bytes != nullptr) *bytes = sl.used;
   return w;
 }

@@ -61,6 +61,16 @@ struct ScratchLayout {
   char* at;
   size_t used = 0;
 };
+
+// The row state that ends an AVX-512 kernel's workspace W, for r rows:
+// row_max [r], row_sum [r][16], alpha [r], key_end [r].
+template <class W>
+void take_row_state(ScratchLayout& sl, W& w, size_t r) {
+  w.row_max = reinterpret_cast<float*>(sl.take(r * 4));
+  w.row_sum = reinterpret_cast<float*>(sl.take(r * 64));
+  w.alpha = reinterpret_cast<float*>(sl.take(r * 4));
+  w.key_end = reinterpret_cast<int64_t*>(sl.take(r * 8));
+}
 }  // namespace
 
 // Keys [0, end) that query row i may see: Lk, or less under block-causal
