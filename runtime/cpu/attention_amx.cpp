@@ -65,183 +65,21 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "runtime/cpu/amx_tiles.h"
+#include "runtime/cpu/attention_amx_common.h"
 #include "runtime/cpu/attention_kernels.h"
 
 namespace flick::cpu::attention_detail {
 namespace {
 
-constexpr int64_t kRows = 128;       // queries per work item (a multiple of kPair)
-constexpr int64_t kBlock = 512;      // keys per block (a multiple of kPair)
-constexpr int64_t kPair = 32;        // queries per pair of groups; keys per P.V k-step
-constexpr int64_t kGroup = 16;       // queries per group: the lanes of a vector
-constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
-constexpr int64_t kMaxHeadDim = 512;
-constexpr float kLog2e = 1.44269504088896340736f;
-constexpr int kLazyBits = 8;
-constexpr float kLazyLog2 = kLazyBits;  // see Numerics above
-// A block's weight sum per query when none exceeds 2^kLazyLog2, at most.
-constexpr float kLazySum = float(kBlock << kLazyBits);
+using namespace amx;  // the shared pieces and sizes (attention_amx_common.h)
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
-// ---- tiles ----
-
-// All eight tiles 16 x 64 bytes (configure_full_tiles): C tiles 0-3, A tiles
-// 4-5, B tiles 6-7.
-
-// A 2 x 2 block of C tiles accumulated over `steps` k-steps:
-//   C[2a + b] (+)= A[a] . B[b]   (a: A tile, b: B tile)
-// with A[a] at a[a] + s * a_step and B[b] at b[b] + s * b_step on step s
-// (byte strides; every tile is 1 KB contiguous, rows 64 bytes apart). A half
-// chunk (a[1] == nullptr) has C[0] and C[1] only. load_c: accumulate onto C in
-// memory (O^T); otherwise start from zero (S^T).
-struct Chunk {
-  void* c[4];
-  const char* a[2];
-  const char* b[2];
-  int64_t a_step, b_step;
-  int64_t steps;
-  bool load_c;
-};
-
-// The tile work of one pipeline iteration, executed half a k-step at a time
-// so that the softmax can be interleaved between the pieces.
-class TileQueue {
- public:
-  void clear() { n_ = cur_ = step_ = half_ = total_ = 0; }
-  void push(const Chunk& c) {
-    chunks_[n_++] = c;
-    total_ += c.a[1] ? 2 * c.steps : c.steps;
-  }
-  // Spreads the queued half k-steps evenly over `ticks` calls of tick().
-  void pace(int64_t ticks) {
-    ticks_ = ticks;
-    credit_ = 0;
-  }
-  void tick() {
-    credit_ += total_;
-    while (credit_ >= ticks_) {
-      credit_ -= ticks_;
-      half_step();
-    }
-  }
-  void finish() {
-    while (cur_ < n_) half_step();
-  }
-
- private:
-  // Half a k-step: A row 0 against both B tiles, or A row 1 against both.
-  // C tiles are stored as soon as their last product is issued.
-  void half_step() {
-    const Chunk& k = chunks_[cur_];
-    const bool full = k.a[1] != nullptr;
-    const bool last = step_ + 1 == k.steps;
-    if (half_ == 0) {
-      if (step_ == 0) {
-        if (k.load_c) {
-          _tile_loadd(0, k.c[0], 64);
-          _tile_loadd(1, k.c[1], 64);
-          if (full) {
-            _tile_loadd(2, k.c[2], 64);
-            _tile_loadd(3, k.c[3], 64);
-          }
-        } else {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        }
-      }
-      _tile_loadd(4, k.a[0] + step_ * k.a_step, 64);
-      _tile_loadd(6, k.b[0] + step_ * k.b_step, 64);
-      _tile_loadd(7, k.b[1] + step_ * k.b_step, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      if (last) {
-        _tile_stored(0, k.c[0], 64);
-        _tile_stored(1, k.c[1], 64);
-      }
-      if (full) {
-        half_ = 1;
-        return;
-      }
-    } else {
-      _tile_loadd(5, k.a[1] + step_ * k.a_step, 64);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-      if (last) {
-        _tile_stored(2, k.c[2], 64);
-        _tile_stored(3, k.c[3], 64);
-      }
-      half_ = 0;
-    }
-    if (!last) {
-      ++step_;
-      return;
-    }
-    step_ = 0;
-    ++cur_;
-  }
-
-  static constexpr int kMaxChunks = kBlock / kPair + kMaxHeadDim / kPair;
-  Chunk chunks_[kMaxChunks];
-  int n_ = 0, cur_ = 0;
-  int64_t step_ = 0, total_ = 0, ticks_ = 1, credit_ = 0;
-  int half_ = 0;
-};
-
-// ---- vector helpers ----
-
-// Transposes a 16 x 16 matrix of 32-bit elements held as 16 row vectors.
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 16; i += 8)
-    for (int j = 0; j < 4; ++j) {
-      t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0x88);
-      t[i + j + 4] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0xdd);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
-  }
-}
-
-// 2^x for finite x: a degree-4 minimax polynomial of the fraction
-// f = x - floor(x) in [0, 1) (vreduceps; relative error 2.7e-6), scaled by
-// 2^floor(x) (vscalefps floors its exponent operand itself).
-inline __m512 exp2_poly(__m512 x) {
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
-  return _mm512_scalef_ps(p, x);
-}
-
-inline __mmask32 first_words(int64_t n) {
-  return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : (__mmask32(1) << n) - 1;
-}
-inline __mmask16 first_lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
+// The tile queue of the pipeline: tdpbf16ps chunks only.
+using Queue = amx::TileQueue<kMaxChunks>;
 
 inline const uint16_t* row_ptr(const Operand& t, int64_t b, int64_t l, int64_t h) {
   return static_cast<const uint16_t*>(t.data) + b * t.stride[0] + l * t.stride[1] + h * t.stride[2];
@@ -278,15 +116,6 @@ struct Dims {
         blocks(ceil_div(p.kv_len, kBlock)) {}
 };
 
-// One step of the schedule: keys [key0, key0 + nkeys) for the queries of
-// pair `pair` (computed up to a multiple of 32 keys; the keys past nkeys get
-// weight 0); masked: some query of the pair cannot see some of those keys, or
-// there is a bias.
-struct Step {
-  int32_t key0, nkeys, pair;
-  bool masked;
-};
-
 struct Workspace {
   uint16_t* k;     // [kv_pad / 16][dchunks] tiles: 16 keys x 32 head_dim
   uint16_t* vt;    // [kv_pad / 32][dtiles] tiles: 16 head_dim x 32 keys (16 key pairs)
@@ -303,40 +132,23 @@ struct Workspace {
   Step* steps;
 };
 
-size_t scratch_bytes(const Problem& p) {
+// The workspace in `scratch`; with scratch null, only its size in *bytes.
+Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   const Dims d(p);
-  const size_t groups = kRows / kGroup;
-  return align64(size_t(d.kv_pad * d.dchunks * 32) * 2) +
-         align64(size_t(d.kv_pad * d.dtiles * 16) * 2) +
-         align64(size_t(kRows * d.dchunks * 32) * 2) + 2 * align64(kBlock * kPair * 4) +
-         2 * align64(kBlock * kPair * 2) + align64(size_t(kRows * d.dtiles * 16) * 4) +
-         4 * align64(groups * 64) + align64(groups) +
-         align64(size_t(d.blocks * (kRows / kPair)) * sizeof(Step));
+  ScratchLayout sl(scratch);
+  Workspace w;
+  w.k = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dchunks * 32) * 2));
+  w.vt = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dtiles * 16) * 2));
+  w.qt = reinterpret_cast<uint16_t*>(sl.take(size_t(kRows * d.dchunks * 32) * 2));
+  take_step_buffers(sl, w, d.dtiles, d.blocks);
+  if (bytes != nullptr) *bytes = sl.used;
+  return w;
 }
 
-Workspace carve(const Problem& p, void* scratch) {
-  const Dims d(p);
-  const size_t groups = kRows / kGroup;
-  char* at = static_cast<char*>(scratch);
-  auto take = [&at](size_t bytes) {
-    char* r = at;
-    at += align64(bytes);
-    return r;
-  };
-  Workspace w;
-  w.k = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dchunks * 32) * 2));
-  w.vt = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dtiles * 16) * 2));
-  w.qt = reinterpret_cast<uint16_t*>(take(size_t(kRows * d.dchunks * 32) * 2));
-  for (auto& s : w.s) s = reinterpret_cast<float*>(take(kBlock * kPair * 4));
-  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(take(kBlock * kPair * 2));
-  w.o = reinterpret_cast<float*>(take(size_t(kRows * d.dtiles * 16) * 4));
-  w.max = reinterpret_cast<float*>(take(groups * 64));
-  w.sum = reinterpret_cast<float*>(take(groups * 64));
-  w.alpha = reinterpret_cast<float*>(take(groups * 64));
-  w.key_end = reinterpret_cast<int32_t*>(take(groups * 64));
-  w.rescale = reinterpret_cast<uint8_t*>(take(groups));
-  w.steps = reinterpret_cast<Step*>(take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
-  return w;
+size_t scratch_bytes(const Problem& p) {
+  size_t bytes = 0;
+  carve(p, nullptr, &bytes);
+  return bytes;
 }
 
 // ---- packing ----
@@ -412,423 +224,48 @@ void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0
 
 // ---- one work item ----
 
-// One step's weight sums per query, for the pair's two groups.
-struct StepSums {
-  __m512 g[2];
-};
-
-class TileRun {
+class TileRun : public amx::WorkItem<TileRun, Workspace, Dims, Queue> {
  public:
-  TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
-          bool reverse)
-      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0), reverse_(reverse) {}
+  using WorkItem::WorkItem;
 
-  void run() {
-    const int64_t rows = min64(kRows, p_.q_len - row0_);
-    const int64_t pairs = ceil_div(rows, kPair);
-    pack_qt(p_, d_, b_, h_, row0_, 2 * pairs, w_.qt);
-    const int64_t nsteps = plan(rows, pairs);
+  // Q^T tiles of the item's queries (amx::WorkItem).
+  void pack_queries(int64_t, int64_t groups) { pack_qt(p_, d_, b_, h_, row0_, groups, w_.qt); }
 
-    TileQueue& tq = queue_;
-    if (nsteps > 0) {
-      tq.clear();
-      push_qk(w_.steps[0], 0);
-      tq.finish();
-    }
-    for (int64_t i = 0; i < nsteps; ++i) {
-      tq.clear();
-      if (i > 0) {
-        apply_rescale(w_.steps[i - 1]);
-        push_pv(w_.steps[i - 1], (i - 1) % 2);
-      }
-      if (i + 1 < nsteps) push_qk(w_.steps[i + 1], (i + 1) % 2);
-      softmax(w_.steps[i], i % 2, tq);
-      tq.finish();
-    }
-    if (nsteps > 0) {
-      tq.clear();
-      apply_rescale(w_.steps[nsteps - 1]);
-      push_pv(w_.steps[nsteps - 1], (nsteps - 1) % 2);
-      tq.finish();
-    }
-    store(rows);
-  }
-
- private:
-  // Per-query state and the schedule; returns the number of steps.
-  int64_t plan(int64_t rows, int64_t pairs) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    int32_t pair_min[kRows / kPair], pair_max[kRows / kPair];
-    for (int64_t g = 0; g < 2 * pairs; ++g) {
-      int32_t* ke = w_.key_end + g * kGroup;
-      for (int64_t n = 0; n < kGroup; ++n) {
-        // Padding queries copy the last real one: they never widen the schedule.
-        const int64_t i = row0_ + min64(g * kGroup + n, rows - 1);
-        ke[n] = static_cast<int32_t>(attention_key_end(p_, i));
-      }
-      _mm512_store_ps(w_.max + g * kGroup, neg_inf);
-      _mm512_store_ps(w_.sum + g * kGroup, _mm512_setzero_ps());
-      w_.rescale[g] = 0;
-    }
-    for (int64_t pr = 0; pr < pairs; ++pr) {
-      const __m512i a = _mm512_load_si512(w_.key_end + 2 * pr * kGroup);
-      const __m512i b = _mm512_load_si512(w_.key_end + (2 * pr + 1) * kGroup);
-      pair_min[pr] = _mm512_reduce_min_epi32(_mm512_min_epi32(a, b));
-      pair_max[pr] = _mm512_reduce_max_epi32(_mm512_max_epi32(a, b));
-    }
-    std::memset(w_.o, 0, size_t(2 * pairs * d_.dtiles * 256) * 4);
-
-    int64_t n = 0;
-    const int64_t blocks = ceil_div(p_.kv_len, kBlock);
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      // Odd work items walk the keys backwards: they start on the blocks the
-      // previous item touched last, which are still in L2.
-      const int64_t key0 = (reverse_ ? blocks - 1 - blk : blk) * kBlock;
-      const bool padded = has_padding(key0, min64(key0 + kBlock, p_.kv_len));
-      for (int64_t pr = 0; pr < pairs; ++pr) {
-        if (pair_max[pr] <= key0) continue;
-        const int64_t nkeys = min64(kBlock, pair_max[pr] - key0);
-        Step& s = w_.steps[n++];
-        s.key0 = static_cast<int32_t>(key0);
-        s.nkeys = static_cast<int32_t>(nkeys);
-        s.pair = static_cast<int32_t>(pr);
-        s.masked = p_.bias != nullptr || padded || pair_min[pr] < key0 + nkeys;
-      }
-    }
-    return n;
-  }
-
-  bool has_padding(int64_t begin, int64_t end) const {
-    if (!p_.key_padding) return false;
-    const uint8_t* pad = p_.key_padding + b_ * p_.key_padding_stride[0];
-    for (int64_t j = begin; j < end; ++j)
-      if (pad[j * p_.key_padding_stride[1]] == 0) return true;
-    return false;
-  }
-
+  // The pipeline's phases (amx::run_pipeline).
   // S^T of step s into buffer `buf`: key tiles x the pair's two groups.
   void push_qk(const Step& s, int buf) {
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    const char* qt = reinterpret_cast<const char*>(w_.qt);
-    const char* k = reinterpret_cast<const char*>(w_.k);
-    const int64_t tile_bytes = kTileElems * 2, row_bytes = d_.dchunks * tile_bytes;
-    for (int64_t kt = 0; kt < ktiles; kt += 2) {
-      Chunk c;
-      float* sbuf = w_.s[buf] + kt * 2 * 256;  // tiles (kt, 0), (kt, 1), (kt + 1, 0), (kt + 1, 1)
-      for (int t = 0; t < 4; ++t) c.c[t] = sbuf + t * 256;
-      c.a[0] = k + (s.key0 / 16 + kt) * row_bytes;
-      c.a[1] = c.a[0] + row_bytes;
-      c.b[0] = qt + 2 * s.pair * row_bytes;
-      c.b[1] = c.b[0] + row_bytes;
-      c.a_step = c.b_step = tile_bytes;
-      c.steps = d_.dchunks;
-      c.load_c = false;
-      queue_.push(c);
-    }
+    amx::push_qk(queue_, s, w_.s[buf], reinterpret_cast<const char*>(w_.k),
+                 reinterpret_cast<const char*>(w_.qt), d_.dchunks * kTileElems * 2, d_.dchunks,
+                 false);
   }
 
-  // O^T of the step's two groups += V^T P^T over the step's keys.
-  void push_pv(const Step& s, int buf) {
-    const int64_t ksteps = round_up(s.nkeys, kPair) / kPair;
-    const int64_t tile_bytes = kTileElems * 2;
-    const char* vt =
-        reinterpret_cast<const char*>(w_.vt) + (s.key0 / kPair) * d_.dtiles * tile_bytes;
-    const char* pbuf = reinterpret_cast<const char*>(w_.p[buf]);
-    float* o0 = w_.o + (2 * s.pair) * d_.dtiles * 256;  // group 2 * pair
-    float* o1 = o0 + d_.dtiles * 256;                   // group 2 * pair + 1
-    for (int64_t dt = 0; dt < d_.dtiles; dt += 2) {
-      const bool full = dt + 1 < d_.dtiles;
-      Chunk c;
-      c.c[0] = o0 + dt * 256;
-      c.c[1] = o1 + dt * 256;
-      c.c[2] = full ? o0 + (dt + 1) * 256 : nullptr;
-      c.c[3] = full ? o1 + (dt + 1) * 256 : nullptr;
-      c.a[0] = vt + dt * tile_bytes;
-      c.a[1] = full ? c.a[0] + tile_bytes : nullptr;
-      c.b[0] = pbuf;
-      c.b[1] = pbuf + tile_bytes;
-      c.a_step = d_.dtiles * tile_bytes;
-      c.b_step = 2 * tile_bytes;
-      c.steps = ksteps;
-      c.load_c = true;
-      queue_.push(c);
-    }
+  // Scores for amx::softmax_step: the raw S^T (bf16 dots) times
+  // |scale| * log2(e) (the per-key factor is unused).
+  void factors(int64_t, __m512 f[2]) const {
+    f[0] = f[1] = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
   }
-
-  // O^T of the step's groups *= alpha where the softmax raised the max.
-  void apply_rescale(const Step& s) {
-    for (int64_t g = 2 * s.pair; g < 2 * s.pair + 2; ++g) {
-      if (!w_.rescale[g]) continue;
-      w_.rescale[g] = 0;
-      const __m512 alpha = _mm512_load_ps(w_.alpha + g * kGroup);
-      float* o = w_.o + g * d_.dtiles * 256;
-      for (int64_t e = 0; e < d_.dtiles * 256; e += 16)
-        _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), alpha));
-    }
+  __m512 key_factor(int64_t) const { return _mm512_setzero_ps(); }
+  __m512 raw(const float* t, int64_t) const { return _mm512_load_ps(t); }
+  __m512 arg(const float* t, __m512, __m512 f, __m512 shift) const {
+    return _mm512_fmsub_ps(_mm512_load_ps(t), f, shift);
   }
-
-  // Lanes of key j (absolute) that the queries of group g may see.
-  __mmask16 visible(int64_t g, int64_t j) const {
-    if (p_.key_padding &&
-        p_.key_padding[b_ * p_.key_padding_stride[0] + j * p_.key_padding_stride[1]] == 0)
-      return 0;
-    return _mm512_cmplt_epi32_mask(_mm512_set1_epi32(static_cast<int32_t>(j)),
-                                   _mm512_load_si512(w_.key_end + g * kGroup));
+  __m512 scaled(const float* t, int64_t, __m512 f) const {
+    return _mm512_mul_ps(_mm512_load_ps(t), f);
   }
-
-  // bias[b, h, q, j] * log2(e) for the 16 queries of group g (lanes `m`).
-  __m512 bias_lanes(int64_t g, int64_t j, __mmask16 m) const {
-    const int64_t q0 = row0_ + g * kGroup;
-    const float* base = p_.bias + b_ * p_.bias_stride[0] + h_ * p_.bias_stride[1] +
-                        q0 * p_.bias_stride[2] + j * p_.bias_stride[3];
-    const __m512i idx_lo = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi64(p_.bias_stride[2]));
-    const __m512i idx_hi = _mm512_add_epi64(idx_lo, _mm512_set1_epi64(8 * p_.bias_stride[2]));
-    const __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m), idx_lo, base, 4);
-    const __m256 hi =
-        _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m >> 8), idx_hi, base, 4);
-    const __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-    return _mm512_mul_ps(v, _mm512_set1_ps(kLog2e));
-  }
-
-  // The online-softmax step: S^T (buffer buf) -> P^T (buffer buf), running
-  // max / sum / alpha of the pair's two groups, with the tile queue's k-steps
-  // spread between key pairs.
-  //
-  // Unmasked steps whose queries all have a finite running max take one pass
-  // over S^T: weights against the running max. The block raises a query's max
-  // (update_max) only if one of its scores exceeds it by more than
-  // kLazyLog2, i.e. one weight exceeds 2^kLazyLog2; the block's weight sum
-  // stays within kBlock * 2^kLazyLog2 unless some weight does, and that is
-  // checked once per step instead of a max per score. Where it is exceeded
-  // (after a query's first block: almost never) the step is redone in two
-  // passes. Other steps first take the block's max in a pass of their own
-  // (masked ones also store the masked, scaled scores).
-  void softmax(const Step& s, int buf, TileQueue& tq) {
-    const __m512 vc = _mm512_set1_ps((p_.scale < 0 ? -p_.scale : p_.scale) * kLog2e);
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const int64_t g0 = 2 * s.pair;
-    TileQueue* pending = &tq;
-    if (!s.masked) {
-      const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
-                               _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
-      if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
-        const StepSums sums = weights<false>(s, buf, vc, shift, &tq);
-        // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
-        const __m512 limit = _mm512_set1_ps(kLazySum);
-        if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
-              _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
-          add_sums(s, sums);
-          return;
-        }
-        pending = nullptr;  // the tile work was issued in the first attempt
-      }
-    }
-    // Pass 1: the block's max per query. Masked steps store the scaled,
-    // biased and masked scores (-inf where invisible) back into S^T.
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    float* const sbuf = w_.s[buf];
-    __m512 shift[2];
-    for (int gi = 0; gi < 2; ++gi) {
-      const int64_t g = g0 + gi;
-      __m512 bmax;
-      if (!s.masked) {
-        __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-        for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
-          const float* t = sbuf + (kt * 2 + gi) * 256;
-          for (int m = 0; m < 16; m += 4)
-            for (int e = 0; e < 4; ++e)
-              m4[e] = _mm512_max_ps(m4[e], _mm512_load_ps(t + (m + e) * 16));
-        }
-        for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)  // keys of a last, partial tile
-          m4[0] = _mm512_max_ps(m4[0],
-                                _mm512_load_ps(sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16));
-        bmax = _mm512_mul_ps(
-            _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), vc);
-      } else {
-        bmax = masked_scores(s, g, sbuf + gi * 256, ktiles, vc);
-      }
-      shift[gi] = update_max(g, bmax);
-    }
-    add_sums(s, s.masked ? weights<true>(s, buf, vc, shift, pending)
-                         : weights<false>(s, buf, vc, shift, pending));
-  }
-
-  // Adds a step's weight sums (from weights()) to the running sums.
-  void add_sums(const Step& s, const StepSums& sums) {
-    for (int gi = 0; gi < 2; ++gi) {
-      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
-      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
-    }
-  }
-
-  // Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
-  // pair at a time, with the tile queue's k-steps (tq, unless null) in
-  // between. Unmasked S^T holds raw scores (scaled here by vc); masked S^T
-  // holds scaled scores, -inf where invisible. Returns the sums.
-  template <bool kMasked>
-  StepSums weights(const Step& s, int buf, __m512 vc, const __m512 shift[2], TileQueue* tq) {
-    alignas(64) static constexpr uint16_t kInterleave[32] = {
-        0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_load_si512(kInterleave);
-    const __m512 floor = _mm512_set1_ps(-200.f);
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    const float* const sbuf = w_.s[buf];
-    uint16_t* const pbuf = w_.p[buf];
-    __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    if (tq) tq->pace(ktiles * 8);
-    for (int64_t kt = 0; kt < ktiles; ++kt) {
-      for (int m = 0; m < 16; m += 2) {
-        for (int gi = 0; gi < 2; ++gi) {
-          // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
-          const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
-          __m512 w[2];
-          for (int e = 0; e < 2; ++e) {
-            const __m512 x = _mm512_load_ps(sv + 16 * e);
-            w[e] = exp2_poly(kMasked ? _mm512_max_ps(_mm512_sub_ps(x, shift[gi]), floor)
-                                     : _mm512_fmsub_ps(x, vc, shift[gi]));
-          }
-          const int64_t jl = kt * 16 + m;
-          if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
-            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
-            w[1] = _mm512_setzero_ps();
-          }
-          sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
-          // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
-          _mm512_store_si512(
-              pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
-              _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-          if (tq && gi == 1) tq->tick();
-        }
-      }
-    }
-    return {{sum[0], sum[1]}};
-  }
-
-  // Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
-  // apart): scaled, biased scores with -inf where invisible, stored back;
-  // returns their max per query.
-  __m512 masked_scores(const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 vc) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    // Padding queries past Lq have no bias row to read.
-    const __mmask16 real = first_lanes(p_.q_len - (row0_ + g * kGroup));
-    __m512 bmax = neg_inf;
-    for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
-      const int64_t j = s.key0 + jl;
-      const __mmask16 m = j < p_.kv_len ? visible(g, j) : __mmask16(0);
-      float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
-      __m512 x = _mm512_mul_ps(_mm512_load_ps(t), vc);
-      if (p_.bias && (m & real)) x = _mm512_add_ps(x, bias_lanes(g, j, m & real));
-      x = _mm512_mask_blend_ps(m, neg_inf, x);
-      _mm512_store_ps(t, x);
-      bmax = _mm512_max_ps(bmax, x);
-    }
-    return bmax;
-  }
-
-  // Folds a block's max into group g's running max (raised only when the block
-  // exceeds it by more than kLazyLog2), sets alpha and the rescale flag, and
-  // returns the shift the block's weights are taken against.
-  __m512 update_max(int64_t g, __m512 bmax) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const __m512 old_max = _mm512_load_ps(w_.max + g * kGroup);
-    const __mmask16 raise =
-        _mm512_cmp_ps_mask(bmax, _mm512_add_ps(old_max, _mm512_set1_ps(kLazyLog2)), _CMP_GT_OQ);
-    const __m512 new_max = _mm512_mask_blend_ps(raise, old_max, bmax);
-    // alpha = 2^(old - new): 1 where kept, 0 where the old max was -inf.
-    const __m512 alpha = _mm512_mask_blend_ps(
-        raise, _mm512_set1_ps(1.f),
-        exp2_poly(_mm512_max_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(-200.f))));
-    _mm512_store_ps(w_.max + g * kGroup, new_max);
-    _mm512_store_ps(w_.alpha + g * kGroup, alpha);
-    _mm512_store_ps(w_.sum + g * kGroup, _mm512_mul_ps(_mm512_load_ps(w_.sum + g * kGroup), alpha));
-    // O^T needs rescaling where the old max was finite (else it is zero).
-    w_.rescale[g] |= (raise & _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ)) != 0;
-    // While a query sees nothing its max is -inf; shifting by 0 keeps its weights 0.
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ), new_max,
-                                _mm512_setzero_ps());
-  }
-
-  // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was
-  // visible). BF16 stores use vcvtneps2bf16 (round to nearest even; flushes
-  // denormals to zero), like the AVX-512 kernel.
-  void store(int64_t rows) {
-    const int64_t D = p_.head_dim;
-    const int64_t esize = p_.out_dtype == DType::F32 ? 4 : 2;
-    for (int64_t g = 0; g < ceil_div(rows, kGroup); ++g) {
-      const __m512 sum = _mm512_load_ps(w_.sum + g * kGroup);
-      alignas(64) float inv[16];
-      _mm512_store_ps(inv,
-                      _mm512_maskz_div_ps(_mm512_cmp_ps_mask(sum, _mm512_setzero_ps(), _CMP_GT_OQ),
-                                          _mm512_set1_ps(1.f), sum));
-      const int64_t n_rows = min64(kGroup, rows - g * kGroup);
-      for (int64_t dt = 0; dt < d_.dtiles; ++dt) {
-        __m512i r[16];
-        const float* tile = w_.o + (g * d_.dtiles + dt) * 256;
-        for (int m = 0; m < 16; ++m) r[m] = _mm512_load_si512(tile + m * 16);
-        transpose16(r);
-        const __mmask16 lanes = first_lanes(D - 16 * dt);
-        for (int64_t n = 0; n < n_rows; ++n) {
-          const __m512 y = _mm512_mul_ps(_mm512_castsi512_ps(r[n]), _mm512_set1_ps(inv[n]));
-          char* dst = static_cast<char*>(p_.out) +
-                      (b_ * p_.out_stride[0] + (row0_ + g * kGroup + n) * p_.out_stride[1] +
-                       h_ * p_.out_stride[2] + 16 * dt * p_.out_stride[3]) *
-                          esize;
-          store_lanes(dst, y, lanes);
-        }
-      }
-    }
-  }
-
-  void store_lanes(char* dst, __m512 y, __mmask16 lanes) const {
-    const int64_t stride = p_.out_stride[3];
-    if (stride == 1) {
-      if (p_.out_dtype == DType::F32)
-        _mm512_mask_storeu_ps(dst, lanes, y);
-      else
-        _mm256_mask_storeu_epi16(dst, lanes, (__m256i)_mm512_cvtneps_pbh(y));
-      return;
-    }
-    alignas(64) float f[16];
-    alignas(32) uint16_t bf[16];
-    _mm512_store_ps(f, y);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(bf), (__m256i)_mm512_cvtneps_pbh(y));
-    for (int l = 0; l < 16; ++l) {
-      if (!(lanes >> l & 1)) break;
-      if (p_.out_dtype == DType::F32)
-        reinterpret_cast<float*>(dst)[l * stride] = f[l];
-      else
-        reinterpret_cast<uint16_t*>(dst)[l * stride] = bf[l];
-    }
-  }
-
-  const Problem& p_;
-  const Workspace& w_;
-  const Dims& d_;
-  const int64_t b_, h_, row0_;
-  const bool reverse_;
-  TileQueue queue_;
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   const Dims d(p);
-  const Workspace w = carve(p, scratch);
-  const int64_t tiles = ceil_div(p.q_len, kRows);
-  amx::configure_full_tiles();
-  int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t bh = item / tiles;
-    const int64_t tile = balanced_tile(item % tiles, tiles);
-    const int64_t b = bh / p.heads, h = bh % p.heads;
-    if (bh != packed) {
-      pack_k(p, d, b, h, w.k);
-      pack_vt(p, d, b, h, w.vt);
-      packed = bh;
-    }
-    TileRun(p, w, d, b, h, tile * kRows, item % 2 == 1).run();
-  }
-  _tile_release();
+  const Workspace w = carve(p, scratch, nullptr);
+  amx::run_items(
+      p, kRows, begin, end,
+      [&](int64_t b, int64_t h) {
+        pack_k(p, d, b, h, w.k);
+        pack_vt(p, d, b, h, w.vt);
+      },
+      [&](int64_t b, int64_t h, int64_t row0, bool reverse) {
+        TileRun(p, w, d, b, h, row0, reverse).run();
+      });
 }
 
 bool amx_accepts(const Problem& p) { return p.bf16_inputs && p.head_dim <= kMaxHeadDim; }

@@ -1,9 +1,10 @@
 // Pieces of the flash-attention kernels on the AMX tile unit, for
 // translation units built with AMX flags (*_amx.cpp) only: the queue that
-// interleaves tile products with the AVX-512 softmax, vector helpers, and the
-// online-softmax state and output stores of the transposed-score layout.
-// Written for attention_int8_amx.cpp after attention_amx.cpp, whose own
-// copies are the same code (tdpbf16ps only).
+// interleaves tile products with the AVX-512 softmax, vector helpers, the
+// online-softmax state and output stores of the transposed-score layout, the
+// schedule and the tile chunks of its phases. Shared by attention_amx.cpp
+// (BF16: tdpbf16ps only) and attention_int8_amx.cpp (tdpbssd for Q.K^T,
+// tdpbf16ps for P.V).
 //
 // Everything is in an anonymous namespace: each including file gets its own
 // copy, as attention_kernels.h asks of shared helpers (no inline function
@@ -14,10 +15,28 @@
 
 #include <cstdint>
 
+#include "runtime/cpu/amx_tiles.h"
 #include "runtime/cpu/attention_kernels.h"
 
 namespace flick::cpu::amx {
 namespace {
+
+// ---- the schedule's sizes ----
+
+constexpr int64_t kRows = 128;       // queries per work item (a multiple of kPair)
+constexpr int64_t kBlock = 512;      // keys per block (a multiple of kPair)
+constexpr int64_t kPair = 32;        // queries per pair of groups; keys per P.V k-step
+constexpr int64_t kGroup = 16;       // queries per group: the lanes of a vector
+constexpr int64_t kTileElems = 512;  // bf16 elements of a 16 x 64-byte tile
+constexpr int64_t kMaxHeadDim = 512;
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr int kLazyBits = 8;
+constexpr float kLazyLog2 = kLazyBits;  // see attention_amx.cpp's Numerics
+// A block's weight sum per query when none exceeds 2^kLazyLog2, at most.
+constexpr float kLazySum = float(kBlock << kLazyBits);
+// Tile chunks of one pipeline iteration, at most: Q.K^T's key-tile pairs of
+// a block and P.V's head_dim-tile pairs.
+constexpr int kMaxChunks = kBlock / kPair + kMaxHeadDim / kPair;
 
 // ---- tiles ----
 
@@ -29,7 +48,7 @@ namespace {
 // (byte strides; every tile is 1 KB contiguous, rows 64 bytes apart). A half
 // chunk (a[1] == nullptr) has C[0] and C[1] only. load_c: accumulate onto C in
 // memory; otherwise start from zero. int8: tdpbssd (s8 x s8 -> s32), else
-// tdpbf16ps (bf16 x bf16 -> fp32).
+// tdpbf16ps (bf16 x bf16 -> fp32); read only by a TileQueue<., true>.
 struct Chunk {
   void* c[4];
   const char* a[2];
@@ -42,8 +61,9 @@ struct Chunk {
 
 // The tile work of one pipeline iteration (at most kMaxChunks chunks),
 // executed half a k-step at a time so that the softmax can be interleaved
-// between the pieces.
-template <int kMaxChunks>
+// between the pieces. kInt8: chunks may be int8 (Chunk::int8 is checked per
+// half step); otherwise every chunk is tdpbf16ps and the check compiles away.
+template <int kMaxChunks, bool kInt8 = false>
 class TileQueue {
  public:
   void clear() { n_ = cur_ = step_ = half_ = total_ = 0; }
@@ -51,6 +71,7 @@ class TileQueue {
     chunks_[n_++] = c;
     total_ += c.a[1] ? 2 * c.steps : c.steps;
   }
+  // Spreads the queued half k-steps evenly over `ticks` calls of tick().
   void pace(int64_t ticks) {
     ticks_ = ticks;
     credit_ = 0;
@@ -67,6 +88,8 @@ class TileQueue {
   }
 
  private:
+  // Half a k-step: A row 0 against both B tiles, or A row 1 against both.
+  // C tiles are stored as soon as their last product is issued.
   void half_step() {
     const Chunk& k = chunks_[cur_];
     const bool full = k.a[1] != nullptr;
@@ -90,7 +113,7 @@ class TileQueue {
       _tile_loadd(4, k.a[0] + step_ * k.a_step, 64);
       _tile_loadd(6, k.b[0] + step_ * k.b_step, 64);
       _tile_loadd(7, k.b[1] + step_ * k.b_step, 64);
-      if (k.int8) {
+      if (kInt8 && k.int8) {
         _tile_dpbssd(0, 4, 6);
         _tile_dpbssd(1, 4, 7);
       } else {
@@ -107,7 +130,7 @@ class TileQueue {
       }
     } else {
       _tile_loadd(5, k.a[1] + step_ * k.a_step, 64);
-      if (k.int8) {
+      if (kInt8 && k.int8) {
         _tile_dpbssd(2, 5, 6);
         _tile_dpbssd(3, 5, 7);
       } else {
@@ -308,6 +331,24 @@ struct GroupState {
   int64_t dtiles;
 };
 
+// The workspace's per-item buffers, taken in this order after the kernel's
+// own: S^T and P^T of two steps, O^T, the group state and the schedule of
+// `blocks` key blocks.
+template <class Workspace>
+void take_step_buffers(attention_detail::ScratchLayout& sl, Workspace& w, int64_t dtiles,
+                       int64_t blocks) {
+  const size_t groups = kRows / kGroup;
+  for (auto& s : w.s) s = reinterpret_cast<float*>(sl.take(kBlock * kPair * 4));
+  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(sl.take(kBlock * kPair * 2));
+  w.o = reinterpret_cast<float*>(sl.take(size_t(kRows * dtiles * 16) * 4));
+  w.max = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.sum = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.alpha = reinterpret_cast<float*>(sl.take(groups * 64));
+  w.key_end = reinterpret_cast<int32_t*>(sl.take(groups * 64));
+  w.rescale = reinterpret_cast<uint8_t*>(sl.take(groups));
+  w.steps = reinterpret_cast<Step*>(sl.take(size_t(blocks * (kRows / kPair)) * sizeof(Step)));
+}
+
 // Resets the state of queries [row0, row0 + rows) of (b, .) and writes their
 // schedule: per block of `block` keys, one step per pair of 16-query groups
 // that sees any key of it. Padding queries copy the last real one, so they
@@ -358,31 +399,323 @@ inline int64_t plan_steps(const attention_detail::Problem& p, int64_t b, int64_t
   return n;
 }
 
+// ---- the phases' tile work ----
+
+// S^T of step s into buffer `sbuf` (tiles (kt, group) of 16 keys x 16
+// queries, [kt][2]): K tiles x the pair's two Q^T tiles, `ksteps` k-steps of
+// 1 KB tiles, tiles of a key (query) row block `row_bytes` apart.
+template <class Queue>
+void push_qk(Queue& queue, const Step& s, float* sbuf, const char* k, const char* qt,
+             int64_t row_bytes, int64_t ksteps, bool int8) {
+  const int64_t ktiles = (s.nkeys + 31) / 32 * 2;
+  for (int64_t kt = 0; kt < ktiles; kt += 2) {
+    Chunk c;
+    float* st = sbuf + kt * 2 * 256;  // tiles (kt, 0), (kt, 1), (kt + 1, 0), (kt + 1, 1)
+    for (int t = 0; t < 4; ++t) c.c[t] = st + t * 256;
+    c.a[0] = k + (s.key0 / 16 + kt) * row_bytes;
+    c.a[1] = c.a[0] + row_bytes;
+    c.b[0] = qt + 2 * s.pair * row_bytes;
+    c.b[1] = c.b[0] + row_bytes;
+    c.a_step = c.b_step = 1024;
+    c.steps = ksteps;
+    c.load_c = false;
+    c.int8 = int8;
+    queue.push(c);
+  }
+}
+
+// O^T of step s's two groups += V^T P^T over the step's keys (bf16): vt the
+// V^T tiles ([kv_pad / 32][dtiles]), pbuf the step's P^T ([kBlock / 32][2]).
+template <class Queue>
+void push_pv(Queue& queue, const Step& s, const GroupState& st, const uint16_t* vt_tiles,
+             const uint16_t* pbuf_tiles) {
+  const int64_t tile_bytes = 1024, dtiles = st.dtiles;
+  const int64_t ksteps = (s.nkeys + 31) / 32;
+  const char* vt = reinterpret_cast<const char*>(vt_tiles) + (s.key0 / 32) * dtiles * tile_bytes;
+  const char* pbuf = reinterpret_cast<const char*>(pbuf_tiles);
+  float* o0 = st.o + (2 * s.pair) * dtiles * 256;  // group 2 * pair
+  float* o1 = o0 + dtiles * 256;                   // group 2 * pair + 1
+  for (int64_t dt = 0; dt < dtiles; dt += 2) {
+    const bool full = dt + 1 < dtiles;
+    Chunk c;
+    c.c[0] = o0 + dt * 256;
+    c.c[1] = o1 + dt * 256;
+    c.c[2] = full ? o0 + (dt + 1) * 256 : nullptr;
+    c.c[3] = full ? o1 + (dt + 1) * 256 : nullptr;
+    c.a[0] = vt + dt * tile_bytes;
+    c.a[1] = full ? c.a[0] + tile_bytes : nullptr;
+    c.b[0] = pbuf;
+    c.b[1] = pbuf + tile_bytes;
+    c.a_step = dtiles * tile_bytes;
+    c.b_step = 2 * tile_bytes;
+    c.steps = ksteps;
+    c.load_c = true;
+    c.int8 = false;
+    queue.push(c);
+  }
+}
+
+// O^T of step s's groups *= alpha (one vector per group) where the softmax
+// raised the max.
+inline void apply_rescale(const Step& s, const GroupState& st, const float* alpha) {
+  for (int64_t g = 2 * s.pair; g < 2 * s.pair + 2; ++g) {
+    if (!st.rescale[g]) continue;
+    st.rescale[g] = 0;
+    const __m512 a = _mm512_load_ps(alpha + g * 16);
+    float* o = st.o + g * st.dtiles * 256;
+    for (int64_t e = 0; e < st.dtiles * 256; e += 16)
+      _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), a));
+  }
+}
+
+// ---- the online softmax of a step ----
+
+// The lazy running max: raised only where a block exceeds it by more than
+// log2 (log2 units); sum: a block's weight sum per query when no weight
+// exceeds 2^log2, at most (block * 2^log2).
+struct Lazy {
+  float log2, sum;
+};
+
+// One step's weight sums per query, for the pair's two groups.
+struct StepSums {
+  __m512 g[2];
+};
+
+// The online-softmax step: S^T (buffer buf) -> P^T (buffer buf), running
+// max / sum / alpha of the pair's two groups, with the tile queue's k-steps
+// spread between key pairs (attention_amx.cpp describes the numerics).
+//
+// Unmasked steps whose queries all have a finite running max take one pass
+// over S^T: weights against the running max. The block raises a query's max
+// (update_max) only if one of its scores exceeds it by more than the lazy
+// margin, i.e. one weight exceeds 2^margin; the block's weight sum stays
+// within lazy.sum (block * 2^margin) unless some weight does, and that is
+// checked once per step instead of a max per score. Where it is exceeded
+// (after a query's first block: almost never) the step is redone in two
+// passes. Other steps first take the block's max in a pass of their own
+// (masked ones also store the masked, scaled scores).
+//
+// Run holds p_, b_, h_, row0_ and w_ (s[2], p[2], max, sum, alpha, key_end,
+// rescale), and says what a score is (log2 units: a raw S^T
+// entry times a per-key and a per-group factor):
+//   factors(g0, f)        the group factors of groups g0, g0 + 1;
+//   key_factor(j)         the factor of key j, for arg (may be unused);
+//   raw(t, j)             S^T row t of key j times the key's factor;
+//   arg(t, kf, f, shift)  the exponent of an unmasked weight: score - shift;
+//   scaled(t, j, f)       the score, for the masked pass.
+template <class Run>
+void add_sums(Run& r, const Step& s, const StepSums& sums) {
+  for (int gi = 0; gi < 2; ++gi) {
+    float* acc = r.w_.sum + (2 * s.pair + gi) * 16;
+    _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
+  }
+}
+
+// Masked pass 1 of group g, whose S^T tiles start at `scores` (512 floats
+// apart): scaled, biased scores with -inf where invisible, stored back (as
+// fp32); returns their max per query.
+template <class Run>
+__m512 masked_scores(Run& r, const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 f) {
+  const attention_detail::Problem& p = r.p_;
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  // Padding queries past Lq have no bias row to read.
+  const __mmask16 real = first_lanes(p.q_len - (r.row0_ + g * 16));
+  __m512 bmax = neg_inf;
+  for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
+    const int64_t j = s.key0 + jl;
+    const __mmask16 m =
+        j < p.kv_len ? visible_lanes(p, r.b_, r.w_.key_end + g * 16, j) : __mmask16(0);
+    float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
+    __m512 x = r.scaled(t, j, f);
+    if (p.bias && (m & real))
+      x = _mm512_add_ps(x, bias_lanes(p, r.b_, r.h_, r.row0_ + g * 16, j, m & real));
+    x = _mm512_mask_blend_ps(m, neg_inf, x);
+    _mm512_store_ps(t, x);
+    bmax = _mm512_max_ps(bmax, x);
+  }
+  return bmax;
+}
+
+// Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
+// pair at a time, with the tile queue's k-steps (tq, unless null) in
+// between. Unmasked S^T holds raw scores (Run::arg scales them); masked S^T
+// holds scaled scores, -inf where invisible. Returns the sums.
+template <bool kMasked, class Run, class Queue>
+StepSums step_weights(Run& r, const Step& s, int buf, const __m512 f[2], const __m512 shift[2],
+                      Queue* tq) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const __m512 floor = _mm512_set1_ps(-200.f);
+  const int64_t ktiles = (s.nkeys + 31) / 32 * 2;
+  const float* const sbuf = r.w_.s[buf];
+  uint16_t* const pbuf = r.w_.p[buf];
+  __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  if (tq) tq->pace(ktiles * 8);
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    for (int m = 0; m < 16; m += 2) {
+      const int64_t jl = kt * 16 + m;
+      __m512 kf[2];
+      if (!kMasked)
+        for (int e = 0; e < 2; ++e) kf[e] = r.key_factor(s.key0 + jl + e);
+      for (int gi = 0; gi < 2; ++gi) {
+        // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
+        const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
+        __m512 w[2];
+        for (int e = 0; e < 2; ++e)
+          w[e] = exp2_poly(
+              kMasked ? _mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv + 16 * e), shift[gi]), floor)
+                      : r.arg(sv + 16 * e, kf[e], f[gi], shift[gi]));
+        if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
+          if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
+          w[1] = _mm512_setzero_ps();
+        }
+        sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
+        // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
+        _mm512_store_si512(
+            pbuf + ((kt / 2) * 2 + gi) * 512 + ((kt % 2) * 8 + m / 2) * 32,
+            _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
+        if (tq && gi == 1) tq->tick();
+      }
+    }
+  }
+  return {{sum[0], sum[1]}};
+}
+
+template <class Run, class Queue>
+void softmax_step(Run& r, const Step& s, int buf, Queue& tq, Lazy lazy) {
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  const int64_t g0 = 2 * s.pair;
+  __m512 f[2];
+  r.factors(g0, f);
+  Queue* pending = &tq;
+  if (!s.masked) {
+    const __m512 shift[2] = {_mm512_load_ps(r.w_.max + g0 * 16),
+                             _mm512_load_ps(r.w_.max + (g0 + 1) * 16)};
+    if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
+      const StepSums sums = step_weights<false>(r, s, buf, f, shift, &tq);
+      // Not "> limit": NaN or +inf sums (overflowed weights) redo the step too.
+      const __m512 limit = _mm512_set1_ps(lazy.sum);
+      if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
+            _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
+        add_sums(r, s, sums);
+        return;
+      }
+      pending = nullptr;  // the tile work was issued in the first attempt
+    }
+  }
+  // Pass 1: the block's max per query. Masked steps store the scaled,
+  // biased and masked scores (-inf where invisible) back into S^T.
+  const int64_t ktiles = (s.nkeys + 31) / 32 * 2;
+  float* const sbuf = r.w_.s[buf];
+  __m512 shift[2];
+  for (int gi = 0; gi < 2; ++gi) {
+    const int64_t g = g0 + gi;
+    __m512 bmax;
+    if (!s.masked) {
+      __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
+      for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
+        const float* t = sbuf + (kt * 2 + gi) * 256;
+        for (int m = 0; m < 16; m += 4)
+          for (int e = 0; e < 4; ++e)
+            m4[e] = _mm512_max_ps(m4[e], r.raw(t + (m + e) * 16, s.key0 + kt * 16 + m + e));
+      }
+      for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)  // keys of a last, partial tile
+        m4[0] = _mm512_max_ps(
+            m4[0], r.raw(sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16, s.key0 + jl));
+      // The group factor is >= 0: the max of the scores is the scaled max.
+      bmax = _mm512_mul_ps(_mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])),
+                           f[gi]);
+    } else {
+      bmax = masked_scores(r, s, g, sbuf + gi * 256, ktiles, f[gi]);
+    }
+    shift[gi] = update_max(r.w_.max + g * 16, r.w_.sum + g * 16, r.w_.alpha + g * 16,
+                           r.w_.rescale + g, bmax, lazy.log2);
+  }
+  add_sums(r, s,
+           s.masked ? step_weights<true>(r, s, buf, f, shift, pending)
+                    : step_weights<false>(r, s, buf, f, shift, pending));
+}
+
 // Runs the steps software-pipelined: while the AVX-512 units run the softmax
 // of step i, the tile unit runs P.V of step i - 1 and Q.K^T of step i + 1
-// (S^T and P^T double-buffered by step parity). Run provides
-// push_qk(step, buf), push_pv(step, buf), apply_rescale(step) and
-// softmax(step, buf, queue), which interleaves the queued tile work.
-template <class Run, class Queue>
-void run_pipeline(Run& run, Queue& tq, const Step* steps, int64_t nsteps) {
+// (S^T and P^T double-buffered by step parity). Run provides push_qk(step,
+// buf), what softmax_step asks, state_, queue_ and w_.vt / w_.p / w_.alpha.
+template <class Run>
+void run_pipeline(Run& run, const Step* steps, int64_t nsteps, Lazy lazy) {
   if (nsteps == 0) return;
+  auto& tq = run.queue_;
+  const auto pv = [&run, &tq](const Step& s, int buf) {
+    apply_rescale(s, run.state_, run.w_.alpha);
+    push_pv(tq, s, run.state_, run.w_.vt, run.w_.p[buf]);
+  };
   tq.clear();
   run.push_qk(steps[0], 0);
   tq.finish();
   for (int64_t i = 0; i < nsteps; ++i) {
     tq.clear();
-    if (i > 0) {
-      run.apply_rescale(steps[i - 1]);
-      run.push_pv(steps[i - 1], (i - 1) % 2);
-    }
+    if (i > 0) pv(steps[i - 1], (i - 1) % 2);
     if (i + 1 < nsteps) run.push_qk(steps[i + 1], (i + 1) % 2);
-    run.softmax(steps[i], i % 2, tq);
+    softmax_step(run, steps[i], i % 2, tq, lazy);
     tq.finish();
   }
   tq.clear();
-  run.apply_rescale(steps[nsteps - 1]);
-  run.push_pv(steps[nsteps - 1], (nsteps - 1) % 2);
+  pv(steps[nsteps - 1], (nsteps - 1) % 2);
   tq.finish();
+}
+
+// One work item: kRows queries from row0 of (b, h). Run derives from
+// WorkItem<Run, ...> and provides pack_queries(rows, groups) (the Q^T tiles
+// of the item's queries), push_qk and the score hooks of softmax_step.
+template <class Run, class Workspace, class Dims, class Queue>
+class WorkItem {
+ public:
+  WorkItem(const attention_detail::Problem& p, const Workspace& w, const Dims& d, int64_t b,
+           int64_t h, int64_t row0, bool reverse)
+      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0), reverse_(reverse) {}
+
+  void run() {
+    Run& self = static_cast<Run&>(*this);
+    const int64_t rows = p_.q_len - row0_ < kRows ? p_.q_len - row0_ : kRows;
+    self.pack_queries(rows, 2 * ((rows + kPair - 1) / kPair));
+    const int64_t nsteps = plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state_, w_.steps);
+    run_pipeline(self, w_.steps, nsteps, {kLazyLog2, kLazySum});
+    // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was visible).
+    store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows);
+  }
+
+  const attention_detail::Problem& p_;
+  const Workspace& w_;
+  const Dims& d_;
+  const int64_t b_, h_, row0_;
+  const bool reverse_;
+  const GroupState state_ = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
+  Queue queue_;
+};
+
+// Runs work items [begin, end) (item = (b * H + h) * tiles + tile, tiles of
+// `rows` queries, in balanced_tile order): pack(b, h) whenever (b, h)
+// changes (K / V^T tiles stay in the workspace), then item(b, h, row0,
+// reverse). Odd items walk the keys backwards (plan_steps).
+template <class Pack, class Item>
+void run_items(const attention_detail::Problem& p, int64_t rows, int64_t begin, int64_t end,
+               Pack pack, Item item_run) {
+  const int64_t tiles = (p.q_len + rows - 1) / rows;
+  configure_full_tiles();
+  int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t bh = item / tiles;
+    const int64_t tile = attention_detail::balanced_tile(item % tiles, tiles);
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    if (bh != packed) {
+      pack(b, h);
+      packed = bh;
+    }
+    item_run(b, h, tile * rows, item % 2 == 1);
+  }
+  _tile_release();
 }
 
 }  // namespace

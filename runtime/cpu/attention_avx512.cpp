@@ -48,7 +48,6 @@ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // ---- element access (local copies; see the header comment) ----
 
@@ -186,25 +185,16 @@ template <class M>
 Workspace layout(const Problem& p, int64_t rows, int64_t kvecs, void* scratch, size_t* bytes) {
   const Dims<M> d(p);
   const auto r = static_cast<size_t>(rows);
-  char* at = static_cast<char*>(scratch);
-  size_t used = 0;
-  auto take = [&](size_t n) {
-    char* ptr = at == nullptr ? nullptr : at + used;
-    used += align64(n);
-    return ptr;
-  };
+  ScratchLayout sl(scratch);
   Workspace w;
-  w.k = reinterpret_cast<uint32_t*>(take(size_t(kvecs * 16 * d.units) * 4));
-  w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
-  w.q = reinterpret_cast<uint32_t*>(take(r * size_t(d.units) * 4));
-  w.s = reinterpret_cast<float*>(take(r * kCols * 4));
-  w.p = reinterpret_cast<uint32_t*>(take(r * (kCols / M::kPerUnit) * 4));
-  w.o = reinterpret_cast<float*>(take(r * size_t(d.dv) * 4));
-  w.row_max = reinterpret_cast<float*>(take(r * 4));
-  w.row_sum = reinterpret_cast<float*>(take(r * 64));
-  w.alpha = reinterpret_cast<float*>(take(r * 4));
-  w.key_end = reinterpret_cast<int64_t*>(take(r * 8));
-  if (bytes != nullptr) *bytes = used;
+  w.k = reinterpret_cast<uint32_t*>(sl.take(size_t(kvecs * 16 * d.units) * 4));
+  w.v = reinterpret_cast<uint32_t*>(sl.take(size_t(d.vunits * d.dv) * 4));
+  w.q = reinterpret_cast<uint32_t*>(sl.take(r * size_t(d.units) * 4));
+  w.s = reinterpret_cast<float*>(sl.take(r * kCols * 4));
+  w.p = reinterpret_cast<uint32_t*>(sl.take(r * (kCols / M::kPerUnit) * 4));
+  w.o = reinterpret_cast<float*>(sl.take(r * size_t(d.dv) * 4));
+  take_row_state(sl, w, r);
+  if (bytes != nullptr) *bytes = sl.used;
   return w;
 }
 

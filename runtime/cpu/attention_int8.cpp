@@ -21,10 +21,9 @@ namespace {
 
 using attention_detail::attention_key_end;
 using attention_detail::Operand;
+using attention_detail::ScratchLayout;
 
 constexpr float kLog2e = 1.44269504088896340736f;
-
-size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 float element(const Operand& t, int64_t b, int64_t l, int64_t h, int64_t e) {
   return load_as_f32(t.dtype, t.data,
@@ -120,24 +119,18 @@ struct PortableWorkspace {
 
 PortableWorkspace layout(const Problem& p, void* scratch, size_t* bytes) {
   const size_t D = size_t(p.head_dim), Lk = size_t(p.kv_len);
-  char* at = static_cast<char*>(scratch);
-  size_t used = 0;
-  auto take = [&](size_t n) {
-    char* ptr = at == nullptr ? nullptr : at + used;
-    used += align64(n);
-    return ptr;
-  };
+  ScratchLayout sl(scratch);
   PortableWorkspace w;
-  w.kq = reinterpret_cast<int8_t*>(take(Lk * D));
-  w.kscale = reinterpret_cast<float*>(take(Lk * 4));
-  w.mean = reinterpret_cast<float*>(take(D * 4));
-  w.v = reinterpret_cast<float*>(take(Lk * D * 4));
-  w.qq = reinterpret_cast<int8_t*>(take(kRows * D));
-  w.qscale = reinterpret_cast<float*>(take(kRows * 4));
-  w.row = reinterpret_cast<float*>(take(D * 4));
-  w.s = reinterpret_cast<float*>(take(Lk * 4));
-  w.o = reinterpret_cast<float*>(take(D * 4));
-  if (bytes) *bytes = used;
+  w.kq = reinterpret_cast<int8_t*>(sl.take(Lk * D));
+  w.kscale = reinterpret_cast<float*>(sl.take(Lk * 4));
+  w.mean = reinterpret_cast<float*>(sl.take(D * 4));
+  w.v = reinterpret_cast<float*>(sl.take(Lk * D * 4));
+  w.qq = reinterpret_cast<int8_t*>(sl.take(kRows * D));
+  w.qscale = reinterpret_cast<float*>(sl.take(kRows * 4));
+  w.row = reinterpret_cast<float*>(sl.take(D * 4));
+  w.s = reinterpret_cast<float*>(sl.take(Lk * 4));
+  w.o = reinterpret_cast<float*>(sl.take(D * 4));
+  if (bytes) *bytes = sl.used;
   return w;
 }
 

@@ -55,37 +55,21 @@
 namespace flick::cpu::attention_int8_detail {
 namespace {
 
-using amx::Chunk;
-using amx::exp2_poly;
-using amx::first_lanes;
-using amx::first_words;
-using amx::Step;
-using amx::transpose16;
+using namespace amx;  // the shared pieces and sizes (attention_amx_common.h)
 using attention_detail::attention_key_end;
 using attention_detail::balanced_tile;
 using attention_detail::Operand;
+using attention_detail::ScratchLayout;
 
-constexpr int64_t kRows = 128;   // queries per work item (a multiple of kPair)
-constexpr int64_t kBlock = 512;  // keys per block (a multiple of kPair)
-constexpr int64_t kPair = 32;    // queries per pair of groups; keys per P.V k-step
-constexpr int64_t kGroup = 16;   // queries per group: the lanes of a vector
-constexpr int64_t kQuadK = 64;   // head_dim per Q.K^T k-step (16 units of 4 s8)
+constexpr int64_t kQuadK = 64;  // head_dim per Q.K^T k-step (16 units of 4 s8)
 constexpr int64_t kTileBytes = 1024;
-constexpr int64_t kTileElems = 512;  // bf16 elements of a tile
-constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kAhead = 8;  // rows of V prefetched ahead
-constexpr float kLog2e = 1.44269504088896340736f;
-constexpr int kLazyBits = 8;
-constexpr float kLazyLog2 = kLazyBits;  // as attention_amx.cpp
-constexpr float kLazySum = float(kBlock << kLazyBits);
-// Tile chunks of one pipeline iteration: Q.K^T's key-tile pairs of a block
-// and P.V's head_dim-tile pairs.
-using TileQueue = amx::TileQueue<kBlock / kPair + kMaxHeadDim / kPair>;
+// The tile queue of the pipeline: tdpbssd (Q.K^T) and tdpbf16ps (P.V) chunks.
+using Queue = amx::TileQueue<kMaxChunks, true>;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // bf16 bits of f rounded to nearest even (finite f), as round_bf16 in dtype.h.
 inline uint16_t f32_to_bf16_bits(float f) {
@@ -135,37 +119,22 @@ struct Workspace {
 
 Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   const Dims d(p);
-  const size_t groups = kRows / kGroup;
   const size_t ld = size_t(d.ld());
-  char* at = static_cast<char*>(scratch);
-  size_t used = 0;
-  auto take = [&](size_t n) {
-    char* ptr = at == nullptr ? nullptr : at + used;
-    used += align64(n);
-    return ptr;
-  };
+  ScratchLayout sl(scratch);
   Workspace w;
-  w.k = reinterpret_cast<int8_t*>(take(size_t(d.kv_pad) * ld));
-  w.kscale = reinterpret_cast<float*>(take(size_t(d.kv_pad) * 4));
-  w.kq = reinterpret_cast<int8_t*>(take(size_t(p.kv_len) * ld));
-  w.mean = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
-  w.krows = reinterpret_cast<float*>(take(size_t(p.kv_len * p.head_dim) * 4));
-  w.vt = reinterpret_cast<uint16_t*>(take(size_t(d.kv_pad * d.dtiles * 16) * 2));
-  w.vrows = reinterpret_cast<uint16_t*>(take(size_t(kPair * d.dtiles * 16) * 2));
-  w.qq = reinterpret_cast<int8_t*>(take(kRows * ld));
-  w.qscale = reinterpret_cast<float*>(take(kRows * 4));
-  w.qt = reinterpret_cast<int8_t*>(take(kRows * ld));
-  w.qs = reinterpret_cast<float*>(take(kRows * 4));
-  for (auto& s : w.s) s = reinterpret_cast<float*>(take(kBlock * kPair * 4));
-  for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(take(kBlock * kPair * 2));
-  w.o = reinterpret_cast<float*>(take(size_t(kRows * d.dtiles * 16) * 4));
-  w.max = reinterpret_cast<float*>(take(groups * 64));
-  w.sum = reinterpret_cast<float*>(take(groups * 64));
-  w.alpha = reinterpret_cast<float*>(take(groups * 64));
-  w.key_end = reinterpret_cast<int32_t*>(take(groups * 64));
-  w.rescale = reinterpret_cast<uint8_t*>(take(groups));
-  w.steps = reinterpret_cast<Step*>(take(size_t(d.blocks * (kRows / kPair)) * sizeof(Step)));
-  if (bytes != nullptr) *bytes = used;
+  w.k = reinterpret_cast<int8_t*>(sl.take(size_t(d.kv_pad) * ld));
+  w.kscale = reinterpret_cast<float*>(sl.take(size_t(d.kv_pad) * 4));
+  w.kq = reinterpret_cast<int8_t*>(sl.take(size_t(p.kv_len) * ld));
+  w.mean = reinterpret_cast<float*>(sl.take(size_t(p.head_dim) * 4));
+  w.krows = reinterpret_cast<float*>(sl.take(size_t(p.kv_len * p.head_dim) * 4));
+  w.vt = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dtiles * 16) * 2));
+  w.vrows = reinterpret_cast<uint16_t*>(sl.take(size_t(kPair * d.dtiles * 16) * 2));
+  w.qq = reinterpret_cast<int8_t*>(sl.take(kRows * ld));
+  w.qscale = reinterpret_cast<float*>(sl.take(kRows * 4));
+  w.qt = reinterpret_cast<int8_t*>(sl.take(kRows * ld));
+  w.qs = reinterpret_cast<float*>(sl.take(kRows * 4));
+  take_step_buffers(sl, w, d.dtiles, d.blocks);
+  if (bytes != nullptr) *bytes = sl.used;
   return w;
 }
 
@@ -286,268 +255,53 @@ void pack_qt(const Problem& p, const Dims& d, int64_t b, int64_t h, int64_t row0
 
 // ---- one work item ----
 
-struct StepSums {
-  __m512 g[2];
-};
-
-class TileRun {
+class TileRun : public amx::WorkItem<TileRun, Workspace, Dims, Queue> {
  public:
-  TileRun(const Problem& p, const Workspace& w, const Dims& d, int64_t b, int64_t h, int64_t row0,
-          bool reverse)
-      : p_(p), w_(w), d_(d), b_(b), h_(h), row0_(row0), reverse_(reverse) {}
+  using WorkItem::WorkItem;
 
-  void run() {
-    const int64_t rows = min64(kRows, p_.q_len - row0_);
-    const int64_t pairs = ceil_div(rows, kPair);
-    pack_qt(p_, d_, b_, h_, row0_, rows, 2 * pairs, w_);
-    const amx::GroupState state = {w_.key_end, w_.max, w_.sum, w_.rescale, w_.o, d_.dtiles};
-    const int64_t nsteps = amx::plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state, w_.steps);
-    amx::run_pipeline(*this, queue_, w_.steps, nsteps);
-    store(rows);
+  // Q^T tiles of the item's queries, quantized (amx::WorkItem).
+  void pack_queries(int64_t rows, int64_t groups) {
+    pack_qt(p_, d_, b_, h_, row0_, rows, groups, w_);
   }
 
   // The pipeline's phases (amx::run_pipeline).
   // S^T of step s into buffer `buf` (int32): key tiles x the pair's two groups.
   void push_qk(const Step& s, int buf) {
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    const char* qt = reinterpret_cast<const char*>(w_.qt);
-    const char* k = reinterpret_cast<const char*>(w_.k);
-    const int64_t row_bytes = d_.qchunks * kTileBytes;
-    for (int64_t kt = 0; kt < ktiles; kt += 2) {
-      Chunk c;
-      float* sbuf = w_.s[buf] + kt * 2 * 256;  // tiles (kt, 0), (kt, 1), (kt + 1, 0), (kt + 1, 1)
-      for (int t = 0; t < 4; ++t) c.c[t] = sbuf + t * 256;
-      c.a[0] = k + (s.key0 / 16 + kt) * row_bytes;
-      c.a[1] = c.a[0] + row_bytes;
-      c.b[0] = qt + 2 * s.pair * row_bytes;
-      c.b[1] = c.b[0] + row_bytes;
-      c.a_step = c.b_step = kTileBytes;
-      c.steps = d_.qchunks;
-      c.load_c = false;
-      c.int8 = true;
-      queue_.push(c);
-    }
+    amx::push_qk(queue_, s, w_.s[buf], reinterpret_cast<const char*>(w_.k),
+                 reinterpret_cast<const char*>(w_.qt), d_.qchunks * kTileBytes, d_.qchunks, true);
   }
 
-  // O^T of the step's two groups += V^T P^T over the step's keys (bf16).
-  void push_pv(const Step& s, int buf) {
-    const int64_t ksteps = round_up(s.nkeys, kPair) / kPair;
-    const char* vt =
-        reinterpret_cast<const char*>(w_.vt) + (s.key0 / kPair) * d_.dtiles * kTileBytes;
-    const char* pbuf = reinterpret_cast<const char*>(w_.p[buf]);
-    float* o0 = w_.o + (2 * s.pair) * d_.dtiles * 256;
-    float* o1 = o0 + d_.dtiles * 256;
-    for (int64_t dt = 0; dt < d_.dtiles; dt += 2) {
-      const bool full = dt + 1 < d_.dtiles;
-      Chunk c;
-      c.c[0] = o0 + dt * 256;
-      c.c[1] = o1 + dt * 256;
-      c.c[2] = full ? o0 + (dt + 1) * 256 : nullptr;
-      c.c[3] = full ? o1 + (dt + 1) * 256 : nullptr;
-      c.a[0] = vt + dt * kTileBytes;
-      c.a[1] = full ? c.a[0] + kTileBytes : nullptr;
-      c.b[0] = pbuf;
-      c.b[1] = pbuf + kTileBytes;
-      c.a_step = d_.dtiles * kTileBytes;
-      c.b_step = 2 * kTileBytes;
-      c.steps = ksteps;
-      c.load_c = true;
-      c.int8 = false;
-      queue_.push(c);
-    }
+  // Scores for amx::softmax_step: the int32 dots of S^T times kscale[key]
+  // (per key) and qs (per query: qscale * |scale| * log2(e)).
+  void factors(int64_t g0, __m512 f[2]) const {
+    f[0] = _mm512_load_ps(w_.qs + g0 * kGroup);
+    f[1] = _mm512_load_ps(w_.qs + (g0 + 1) * kGroup);
   }
-
-  void apply_rescale(const Step& s) {
-    for (int64_t g = 2 * s.pair; g < 2 * s.pair + 2; ++g) {
-      if (!w_.rescale[g]) continue;
-      w_.rescale[g] = 0;
-      const __m512 alpha = _mm512_load_ps(w_.alpha + g * kGroup);
-      float* o = w_.o + g * d_.dtiles * 256;
-      for (int64_t e = 0; e < d_.dtiles * 256; e += 16)
-        _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), alpha));
-    }
+  __m512 key_factor(int64_t j) const { return _mm512_set1_ps(w_.kscale[j]); }
+  __m512 raw(const float* t, int64_t j) const {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t)), _mm512_set1_ps(w_.kscale[j]));
   }
-
-  __mmask16 visible(int64_t g, int64_t j) const {
-    return amx::visible_lanes(p_, b_, w_.key_end + g * kGroup, j);
+  __m512 arg(const float* t, __m512 kf, __m512 f, __m512 shift) const {
+    return _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t)), _mm512_mul_ps(kf, f), shift);
   }
-
-  __m512 bias_lanes(int64_t g, int64_t j, __mmask16 m) const {
-    return amx::bias_lanes(p_, b_, h_, row0_ + g * kGroup, j, m);
+  __m512 scaled(const float* t, int64_t j, __m512 f) const {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t)),
+                         _mm512_mul_ps(_mm512_set1_ps(w_.kscale[j]), f));
   }
-
-  // Score vector of key j (row of an int32 S^T tile at t) for the lanes'
-  // queries, in log2 units: float(dot) * kscale[j] * qs.
-  __m512 score(const float* t, int64_t j, __m512 qs) const {
-    const __m512 x = _mm512_cvtepi32_ps(_mm512_load_si512(t));
-    return _mm512_mul_ps(x, _mm512_mul_ps(_mm512_set1_ps(w_.kscale[j]), qs));
-  }
-
-  // The online-softmax step (attention_amx.cpp's, see there), with scores
-  // scaled per key and per query instead of by one constant.
-  void softmax(const Step& s, int buf, TileQueue& tq) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const int64_t g0 = 2 * s.pair;
-    const __m512 qs[2] = {_mm512_load_ps(w_.qs + g0 * kGroup),
-                          _mm512_load_ps(w_.qs + (g0 + 1) * kGroup)};
-    TileQueue* pending = &tq;
-    if (!s.masked) {
-      const __m512 shift[2] = {_mm512_load_ps(w_.max + g0 * kGroup),
-                               _mm512_load_ps(w_.max + (g0 + 1) * kGroup)};
-      if (!_mm512_cmp_ps_mask(_mm512_min_ps(shift[0], shift[1]), neg_inf, _CMP_EQ_OQ)) {
-        const StepSums sums = weights<false>(s, buf, qs, shift, &tq);
-        const __m512 limit = _mm512_set1_ps(kLazySum);
-        if (!(_mm512_cmp_ps_mask(sums.g[0], limit, _CMP_NLE_UQ) |
-              _mm512_cmp_ps_mask(sums.g[1], limit, _CMP_NLE_UQ))) {
-          add_sums(s, sums);
-          return;
-        }
-        pending = nullptr;
-      }
-    }
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    float* const sbuf = w_.s[buf];
-    __m512 shift[2];
-    for (int gi = 0; gi < 2; ++gi) {
-      const int64_t g = g0 + gi;
-      __m512 bmax;
-      if (!s.masked) {
-        // max_j dot * kscale[j], times the group's qs (>= 0) afterwards.
-        __m512 m4[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-        const float* ks = w_.kscale + s.key0;
-        for (int64_t kt = 0; kt < s.nkeys / 16; ++kt) {
-          const float* t = sbuf + (kt * 2 + gi) * 256;
-          for (int m = 0; m < 16; m += 4)
-            for (int e = 0; e < 4; ++e)
-              m4[e] = _mm512_max_ps(
-                  m4[e], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(t + (m + e) * 16)),
-                                       _mm512_set1_ps(ks[kt * 16 + m + e])));
-        }
-        for (int64_t jl = s.nkeys / 16 * 16; jl < s.nkeys; ++jl)
-          m4[0] = _mm512_max_ps(
-              m4[0], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(
-                                       sbuf + ((jl / 16) * 2 + gi) * 256 + (jl % 16) * 16)),
-                                   _mm512_set1_ps(ks[jl])));
-        bmax = _mm512_mul_ps(
-            _mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), qs[gi]);
-      } else {
-        bmax = masked_scores(s, g, sbuf + gi * 256, ktiles, qs[gi]);
-      }
-      shift[gi] = update_max(g, bmax);
-    }
-    add_sums(s, s.masked ? weights<true>(s, buf, qs, shift, pending)
-                         : weights<false>(s, buf, qs, shift, pending));
-  }
-
-  void add_sums(const Step& s, const StepSums& sums) {
-    for (int gi = 0; gi < 2; ++gi) {
-      float* acc = w_.sum + (2 * s.pair + gi) * kGroup;
-      _mm512_store_ps(acc, _mm512_add_ps(_mm512_load_ps(acc), sums.g[gi]));
-    }
-  }
-
-  // Pass 2: weights, their sums and the P^T rows, a key pair at a time, with
-  // the tile queue's k-steps in between. Unmasked S^T holds int32 dots
-  // (scaled here); masked S^T holds scaled scores, -inf where invisible.
-  template <bool kMasked>
-  StepSums weights(const Step& s, int buf, const __m512 qs[2], const __m512 shift[2],
-                   TileQueue* tq) {
-    alignas(64) static constexpr uint16_t kInterleave[32] = {
-        0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_load_si512(kInterleave);
-    const __m512 floor = _mm512_set1_ps(-200.f);
-    const int64_t ktiles = round_up(s.nkeys, kPair) / 16;
-    const float* const sbuf = w_.s[buf];
-    const float* const ks = w_.kscale + s.key0;
-    uint16_t* const pbuf = w_.p[buf];
-    __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    if (tq) tq->pace(ktiles * 8);
-    for (int64_t kt = 0; kt < ktiles; ++kt) {
-      for (int m = 0; m < 16; m += 2) {
-        const int64_t jl = kt * 16 + m;
-        __m512 kb[2];
-        if (!kMasked)
-          for (int e = 0; e < 2; ++e) kb[e] = _mm512_set1_ps(ks[jl + e]);
-        for (int gi = 0; gi < 2; ++gi) {
-          const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
-          __m512 w[2];
-          for (int e = 0; e < 2; ++e) {
-            if (kMasked) {
-              w[e] = exp2_poly(
-                  _mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv + 16 * e), shift[gi]), floor));
-            } else {
-              const __m512 x = _mm512_cvtepi32_ps(_mm512_load_si512(sv + 16 * e));
-              w[e] = exp2_poly(_mm512_fmsub_ps(x, _mm512_mul_ps(kb[e], qs[gi]), shift[gi]));
-            }
-          }
-          if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
-            if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
-            w[1] = _mm512_setzero_ps();
-          }
-          sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
-          _mm512_store_si512(
-              pbuf + ((kt / 2) * 2 + gi) * kTileElems + ((kt % 2) * 8 + m / 2) * 32,
-              _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-          if (tq && gi == 1) tq->tick();
-        }
-      }
-    }
-    return {{sum[0], sum[1]}};
-  }
-
-  // Masked pass 1 of group g: scaled, biased scores with -inf where
-  // invisible, stored back over the int32 dots as fp32; returns their max.
-  __m512 masked_scores(const Step& s, int64_t g, float* scores, int64_t ktiles, __m512 qs) {
-    const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-    const __mmask16 real = first_lanes(p_.q_len - (row0_ + g * kGroup));
-    __m512 bmax = neg_inf;
-    for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
-      const int64_t j = s.key0 + jl;
-      const __mmask16 m = j < p_.kv_len ? visible(g, j) : __mmask16(0);
-      float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
-      __m512 x = score(t, j, qs);
-      if (p_.bias && (m & real)) x = _mm512_add_ps(x, bias_lanes(g, j, m & real));
-      x = _mm512_mask_blend_ps(m, neg_inf, x);
-      _mm512_store_ps(t, x);
-      bmax = _mm512_max_ps(bmax, x);
-    }
-    return bmax;
-  }
-
-  __m512 update_max(int64_t g, __m512 bmax) {
-    return amx::update_max(w_.max + g * kGroup, w_.sum + g * kGroup, w_.alpha + g * kGroup,
-                           w_.rescale + g, bmax, kLazyLog2);
-  }
-
-  void store(int64_t rows) { amx::store_output(p_, w_.o, w_.sum, d_.dtiles, b_, h_, row0_, rows); }
-
-  const Problem& p_;
-  const Workspace& w_;
-  const Dims& d_;
-  const int64_t b_, h_, row0_;
-  const bool reverse_;
-  TileQueue queue_;
 };
 
 void amx_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   const Dims d(p);
   const Workspace w = carve(p, scratch, nullptr);
-  const int64_t tiles = ceil_div(p.q_len, kRows);
-  amx::configure_full_tiles();
-  int64_t packed = -1;  // (b, h) whose K / V^T tiles are in the workspace
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t bh = item / tiles;
-    const int64_t tile = balanced_tile(item % tiles, tiles);
-    const int64_t b = bh / p.heads, h = bh % p.heads;
-    if (bh != packed) {
-      pack_k(p, d, b, h, w);
-      pack_vt(p, d, b, h, w);
-      packed = bh;
-    }
-    TileRun(p, w, d, b, h, tile * kRows, item % 2 == 1).run();
-  }
-  _tile_release();
+  amx::run_items(
+      p, kRows, begin, end,
+      [&](int64_t b, int64_t h) {
+        pack_k(p, d, b, h, w);
+        pack_vt(p, d, b, h, w);
+      },
+      [&](int64_t b, int64_t h, int64_t row0, bool reverse) {
+        TileRun(p, w, d, b, h, row0, reverse).run();
+      });
 }
 
 bool amx_accepts(const Problem& p) { return p.head_dim <= kMaxHeadDim; }

@@ -31,6 +31,8 @@ namespace {
 using attention_detail::attention_key_end;
 using attention_detail::balanced_tile;
 using attention_detail::Operand;
+using attention_detail::ScratchLayout;
+using attention_detail::take_row_state;
 
 constexpr int64_t kRows = 192;     // queries per tile (a multiple of kRowAlign)
 constexpr int64_t kCols = 64;      // keys per block (4 vectors of 16)
@@ -42,7 +44,6 @@ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 inline float bf16_bits_to_f32(uint16_t h) {
   const uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -199,32 +200,23 @@ Workspace layout(const Problem& p, void* scratch, size_t* bytes) {
   const Dims d(p);
   const auto r = static_cast<size_t>(kRows);
   const auto kv = static_cast<size_t>(d.kvecs * 16), u = static_cast<size_t>(d.units);
-  char* at = static_cast<char*>(scratch);
-  size_t used = 0;
-  auto take = [&](size_t n) {
-    char* ptr = at == nullptr ? nullptr : at + used;
-    used += align64(n);
-    return ptr;
-  };
+  ScratchLayout sl(scratch);
   Workspace w;
-  w.k = reinterpret_cast<uint32_t*>(take(kv * u * 4));
-  w.kcomp = reinterpret_cast<int32_t*>(take(kv * 4));
-  w.kscale = reinterpret_cast<float*>(take(kv * 4));
-  w.kq = reinterpret_cast<int8_t*>(take(size_t(p.kv_len) * u * 4));
-  w.mean = reinterpret_cast<float*>(take(size_t(p.head_dim) * 4));
-  w.krows = reinterpret_cast<float*>(take(size_t(p.kv_len * p.head_dim) * 4));
-  w.v = reinterpret_cast<uint32_t*>(take(size_t(d.vunits * d.dv) * 4));
-  w.q = reinterpret_cast<uint32_t*>(take(r * u * 4));
-  w.qq = reinterpret_cast<int8_t*>(take(r * u * 4));
-  w.qscale = reinterpret_cast<float*>(take(r * 4));
-  w.s = reinterpret_cast<float*>(take(r * kCols * 4));
-  w.p = reinterpret_cast<uint32_t*>(take(r * (kCols / 2) * 4));
-  w.o = reinterpret_cast<float*>(take(r * size_t(d.dv) * 4));
-  w.row_max = reinterpret_cast<float*>(take(r * 4));
-  w.row_sum = reinterpret_cast<float*>(take(r * 64));
-  w.alpha = reinterpret_cast<float*>(take(r * 4));
-  w.key_end = reinterpret_cast<int64_t*>(take(r * 8));
-  if (bytes != nullptr) *bytes = used;
+  w.k = reinterpret_cast<uint32_t*>(sl.take(kv * u * 4));
+  w.kcomp = reinterpret_cast<int32_t*>(sl.take(kv * 4));
+  w.kscale = reinterpret_cast<float*>(sl.take(kv * 4));
+  w.kq = reinterpret_cast<int8_t*>(sl.take(size_t(p.kv_len) * u * 4));
+  w.mean = reinterpret_cast<float*>(sl.take(size_t(p.head_dim) * 4));
+  w.krows = reinterpret_cast<float*>(sl.take(size_t(p.kv_len * p.head_dim) * 4));
+  w.v = reinterpret_cast<uint32_t*>(sl.take(size_t(d.vunits * d.dv) * 4));
+  w.q = reinterpret_cast<uint32_t*>(sl.take(r * u * 4));
+  w.qq = reinterpret_cast<int8_t*>(sl.take(r * u * 4));
+  w.qscale = reinterpret_cast<float*>(sl.take(r * 4));
+  w.s = reinterpret_cast<float*>(sl.take(r * kCols * 4));
+  w.p = reinterpret_cast<uint32_t*>(sl.take(r * (kCols / 2) * 4));
+  w.o = reinterpret_cast<float*>(sl.take(r * size_t(d.dv) * 4));
+  take_row_state(sl, w, r);
+  if (bytes != nullptr) *bytes = sl.used;
   return w;
 }
 

@@ -46,6 +46,33 @@ struct Problem {
   bool bf16_inputs = false;
 };
 
+// 64-byte aligned pieces of a kernel's per-thread scratch, taken one after
+// another; with scratch null only counted (used: the kernel's scratch_bytes).
+// In an anonymous namespace, as the helpers here are static: each kernel file
+// gets its own copy.
+namespace {
+struct ScratchLayout {
+  explicit ScratchLayout(void* scratch) : at(static_cast<char*>(scratch)) {}
+  char* take(size_t n) {
+    char* ptr = at == nullptr ? nullptr : at + used;
+    used += (n + 63) / 64 * 64;
+    return ptr;
+  }
+  char* at;
+  size_t used = 0;
+};
+
+// The row state that ends an AVX-512 kernel's workspace W, for r rows:
+// row_max [r], row_sum [r][16], alpha [r], key_end [r].
+template <class W>
+void take_row_state(ScratchLayout& sl, W& w, size_t r) {
+  w.row_max = reinterpret_cast<float*>(sl.take(r * 4));
+  w.row_sum = reinterpret_cast<float*>(sl.take(r * 64));
+  w.alpha = reinterpret_cast<float*>(sl.take(r * 4));
+  w.key_end = reinterpret_cast<int64_t*>(sl.take(r * 8));
+}
+}  // namespace
+
 // Keys [0, end) that query row i may see: Lk, or less under block-causal
 // masking, where key j is visible iff floor(j / cb) <= floor((i + Lk - Lq) / cb).
 static inline int64_t attention_key_end(const Problem& p, int64_t i) {
