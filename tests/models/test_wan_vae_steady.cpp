@@ -11,15 +11,16 @@
 // backend, at the tiny checkpoint's widths and at the real ones (96-384
 // channels, the real oneDNN kernels for those channel counts).
 //
-// At 352x640 (FLICK_MG2_FULL_SIZE=1, minutes): the same comparison on the
-// released sizes, where the CPU backend picks other convolution kernels
-// (direct AMX for frames of 2^15 pixels and up).
+// At 352x640, where the CPU backend picks other convolution kernels (direct
+// AMX for frames of 2^15 pixels and up), the comparison takes half an hour on
+// two cores, too long for the suite: `flick bench --filter mg2.cond` encodes
+// the released sizes both ways and reports whether the latents are
+// bit-identical (bench/RESULTS.md has the runs).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -252,14 +253,6 @@ void check_real_widths(int64_t frames, int64_t h, int64_t w) {
 }
 
 TEST(WanVaeSteadyRealWidths, ReuseIsBitExact) { check_real_widths(21, 32, 48); }
-
-TEST(WanVaeSteadyRealWidths, ReuseIsBitExactAtFullSize) {
-  // 21 frames at 352x640 as Matrix-Game encodes them: 4.2 GiB peak, 36 min
-  // on 2 busy cores (f32 most of it), so opt-in.
-  if (std::getenv("FLICK_MG2_FULL_SIZE") == nullptr)
-    GTEST_SKIP() << "set FLICK_MG2_FULL_SIZE=1 to run at 352x640";
-  check_real_widths(21, 352, 640);
-}
 
 }  // namespace
 }  // namespace flick
