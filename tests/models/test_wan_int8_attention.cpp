@@ -95,7 +95,8 @@ class WanInt8Attention : public ::testing::TestWithParam<Mg2ModeSpec> {
 // what breaks it (without K smoothing the error grows 4x on offset keys).
 // The flows then stay within the INT8 DiT's threshold of
 // tests/models/test_wan_quant.cpp (0.999 per call): observed 0.99977 /
-// 0.99988 / 0.99989, as with BF16 attention.
+// 0.99988 / 0.99989, as with BF16 attention (the same worst-block cosines on
+// the VNNI and the AMX-INT8 kernels).
 TEST_P(WanInt8Attention, PerBlockAttentionCosineAndFlows) {
   const Mg2ModeSpec& mode = GetParam();
   const std::string ckpt = bench::mg2_golden_checkpoint(kData, mode);
@@ -125,8 +126,10 @@ TEST_P(WanInt8Attention, PerBlockAttentionCosineAndFlows) {
 }
 
 // Video PSNR of the whole INT8 pipeline with INT8 self-attention against the
-// BF16 pipeline. Observed (universal / gta_drive / templerun): 30.81 / 32.70
-// / 35.58 dB, against 30.78 / 32.33 / 35.01 dB for the INT8 pipeline with
+// BF16 pipeline. Observed (universal / gta_drive / templerun) with the VNNI
+// kernel: 30.81 / 32.70 / 35.58 dB; with the AMX-INT8 kernel (what an AMX
+// host runs here): 31.11 / 32.36 / 35.16 dB; against 30.78 / 32.33 /
+// 35.01 dB for the INT8 pipeline with
 // BF16 attention - the attention's quantization is lost in the linears'
 // (the differences are noise of the tiny random VAE, which turns a 1 % flow
 // change into visible pixels: see test_wan_quant.cpp). Asserted: the INT8
