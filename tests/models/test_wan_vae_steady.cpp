@@ -19,7 +19,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -107,18 +106,10 @@ int64_t steady_from(const std::vector<Frame>& f) {
 // tap equal. Returns the reusing run's frames.
 LayerFrames expect_reuse_exact(Backend& be, WanVaeEncoder& enc, const Tensor& video,
                                const std::string& what) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
   enc.set_reuse_steady_frames(false);
   const LayerFrames full = encode_frames(be, enc, video);
-  const auto t1 = clock::now();
   enc.set_reuse_steady_frames(true);
   const LayerFrames reused = encode_frames(be, enc, video);
-  const auto t2 = clock::now();
-  // For the record (never asserted): the taps' copies are in both.
-  std::printf("  %s: every frame %.2f s, reusing constant tails %.2f s\n", what.c_str(),
-              std::chrono::duration<double>(t1 - t0).count(),
-              std::chrono::duration<double>(t2 - t1).count());
   EXPECT_FALSE(full.latents.empty()) << what;
   EXPECT_TRUE(reused.latents == full.latents) << what << ": the latents differ";
   EXPECT_EQ(full.taps.size(), reused.taps.size()) << what;

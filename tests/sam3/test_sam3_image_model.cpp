@@ -25,7 +25,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -289,13 +288,7 @@ void run_model(const std::string& weights, const WeightView& g, Precision p, int
   o.vocab = vocab_path();
   o.precision = p;
   o.image_size = size;
-  using Clock = std::chrono::steady_clock;
-  auto secs = [](Clock::time_point a) {
-    return std::chrono::duration<double>(Clock::now() - a).count();
-  };
-  auto t0 = Clock::now();
   auto model = Sam3ImageModel::load(o, *be);
-  const double t_load = secs(t0);
   ASSERT_TRUE(model.ok()) << model.status().message();
   auto frame = g.get("frame", DType::U8);
   ASSERT_TRUE(frame.ok());
@@ -304,16 +297,9 @@ void run_model(const std::string& weights, const WeightView& g, Precision p, int
     out.shapes[n] = t.shape;
     out.taps[n] = as_stored(n, t, g);
   };
-  t0 = Clock::now();
   ASSERT_TRUE((*model)->encode_image(frame_of(*frame), tap).ok());
-  const double t_image = secs(t0);
-  t0 = Clock::now();
   auto det = (*model)->detect(prompt_of(g), 0.0f, tap);
   ASSERT_TRUE(det.ok()) << det.status().message();
-  const double t_detect = secs(t0);
-  if (std::getenv("FLICK_SAM3_PRINT_ERRORS"))
-    std::printf("  %s %lld: load %.2f s, encode_image %.2f s, detect %.2f s (with taps)\n",
-                precision_name(p), static_cast<long long>(size), t_load, t_image, t_detect);
   out.det = std::move(*det);
 }
 
