@@ -360,10 +360,15 @@ bool host_runs(const Kernel& kernel) {
 }
 
 void run_kernel(const Kernel& kernel, const Problem& p) {
-  FLICK_CHECK(host_runs(kernel),
-              std::string("attention: this CPU cannot run kernel ") + kernel.name);
+  run_kernel_items("attention", kernel, p, host_runs(kernel));
+}
+
+}  // namespace
+
+void run_kernel_items(const char* op, const Kernel& kernel, const Problem& p, bool host_runs) {
+  FLICK_CHECK(host_runs, std::string(op) + ": this CPU cannot run kernel " + kernel.name);
   FLICK_CHECK(kernel_accepts(kernel, p),
-              std::string("attention: kernel ") + kernel.name + " does not take this problem");
+              std::string(op) + ": kernel " + kernel.name + " does not take this problem");
   const int64_t tiles = (p.q_len + kernel.tile_rows - 1) / kernel.tile_rows;
   const int64_t items = p.batch * p.heads * tiles;
   const size_t bytes = kernel.scratch_bytes(p);
@@ -371,8 +376,6 @@ void run_kernel(const Kernel& kernel, const Problem& p) {
     kernel.run(p, begin, end, thread_scratch(bytes).data());
   });
 }
-
-}  // namespace
 
 const Kernel kPortableKernel = {"portable", kRows, portable_scratch_bytes, portable_run, nullptr};
 

@@ -204,12 +204,6 @@ void portable_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
   }
 }
 
-HostBuffer& thread_scratch(size_t bytes) {
-  thread_local HostBuffer buffer;
-  if (buffer.size() < bytes) buffer = HostBuffer(bytes);
-  return buffer;
-}
-
 bool host_runs(const Kernel& kernel) {
   if (&kernel == &kInt8AmxKernel) return amx_int8_supported();  // also asks for the tile state
   if (&kernel == &kInt8Avx512Kernel) return avx512_vnni_supported();
@@ -217,16 +211,7 @@ bool host_runs(const Kernel& kernel) {
 }
 
 void run_kernel(const Kernel& kernel, const Problem& p) {
-  FLICK_CHECK(host_runs(kernel),
-              std::string("attention_int8: this CPU cannot run kernel ") + kernel.name);
-  FLICK_CHECK(attention_detail::kernel_accepts(kernel, p),
-              std::string("attention_int8: kernel ") + kernel.name + " does not take this problem");
-  const int64_t tiles = (p.q_len + kernel.tile_rows - 1) / kernel.tile_rows;
-  const int64_t items = p.batch * p.heads * tiles;
-  const size_t bytes = kernel.scratch_bytes(p);
-  parallel_for(items, [&](int64_t begin, int64_t end) {
-    kernel.run(p, begin, end, thread_scratch(bytes).data());
-  });
+  attention_detail::run_kernel_items("attention_int8", kernel, p, host_runs(kernel));
 }
 
 }  // namespace

@@ -129,6 +129,10 @@ Problem resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, Tenso
 static inline bool kernel_accepts(const Kernel& kernel, const Problem& p) {
   return kernel.accepts == nullptr || kernel.accepts(p);
 }
+// Runs `kernel` over every (batch, head, query tile) work item of p on the
+// thread pool, each thread with its scratch, after checking that the host
+// runs it (`host_runs`) and that it takes p; `op` names the op in errors.
+void run_kernel_items(const char* op, const Kernel& kernel, const Problem& p, bool host_runs);
 // The kernel cpu::attention runs for p on this host: AMX where the host has
 // it, the kernel accepts p and p is not tiny (under 8 queries and under 64
 // keys), else the short-key AVX-512 one for Lk <= kShortKeys, else the
