@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "runtime/ref/ops.h"
@@ -16,8 +17,33 @@ int64_t offset4(const Tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3)
   return i0 * t.stride(0) + i1 * t.stride(1) + i2 * t.stride(2) + i3 * t.stride(3);
 }
 
-// Number of keys query row i may see under block-causal masking: key j is
-// visible iff floor(j / cb) <= floor((i + Lk - Lq) / cb).
+}  // namespace
+
+void check_attention_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const AttentionParams& p) {
+  FLICK_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4 && out.ndim() == 4,
+              std::string(op) + ": q, k, v, out must be [B, L, H, D]");
+  const int64_t B = q.dim(0), Lq = q.dim(1), H = q.dim(2), D = q.dim(3);
+  const int64_t Lk = k.dim(1);
+  FLICK_CHECK(
+      k.shape == Shape({B, Lk, H, D}) && v.shape == k.shape,
+      std::string(op) + ": k/v " + k.shape.str() + "/" + v.shape.str() + " vs q " + q.shape.str());
+  FLICK_CHECK(out.shape == q.shape,
+              std::string(op) + ": out " + out.shape.str() + " vs q " + q.shape.str());
+  if (!p.bias.empty()) {
+    FLICK_CHECK(p.bias.dtype == DType::F32 && p.bias.ndim() == 4 &&
+                    (p.bias.dim(0) == 1 || p.bias.dim(0) == B) &&
+                    (p.bias.dim(1) == 1 || p.bias.dim(1) == H) && p.bias.dim(2) == Lq &&
+                    p.bias.dim(3) == Lk,
+                std::string(op) + ": bias must be F32 [B|1, H|1, Lq, Lk], got " + p.bias.str());
+  }
+  if (!p.key_padding.empty()) {
+    FLICK_CHECK(p.key_padding.dtype == DType::U8 && p.key_padding.shape == Shape({B, Lk}),
+                std::string(op) + ": key_padding must be U8 [B, Lk], got " + p.key_padding.str());
+  }
+  FLICK_CHECK(p.causal_block >= 0, std::string(op) + ": negative causal_block");
+}
+
 int64_t causal_key_end(int64_t i, int64_t lq, int64_t lk, int64_t cb) {
   if (cb <= 0) return lk;
   const int64_t pos = i + lk - lq;
@@ -26,31 +52,12 @@ int64_t causal_key_end(int64_t i, int64_t lq, int64_t lk, int64_t cb) {
   return end < 0 ? 0 : (end > lk ? lk : end);
 }
 
-}  // namespace
-
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                const AttentionParams& p) {
-  FLICK_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4 && out.ndim() == 4,
-              "attention: q, k, v, out must be [B, L, H, D]");
+  check_attention_args("attention", q, k, v, out, p);
   const int64_t B = q.dim(0), Lq = q.dim(1), H = q.dim(2), D = q.dim(3);
   const int64_t Lk = k.dim(1);
-  FLICK_CHECK(k.shape == Shape({B, Lk, H, D}) && v.shape == k.shape,
-              "attention: k/v " + k.shape.str() + "/" + v.shape.str() + " vs q " + q.shape.str());
-  FLICK_CHECK(out.shape == q.shape, "attention: out " + out.shape.str() + " vs q " + q.shape.str());
-  const bool has_bias = !p.bias.empty();
-  if (has_bias) {
-    FLICK_CHECK(p.bias.dtype == DType::F32 && p.bias.ndim() == 4 &&
-                    (p.bias.dim(0) == 1 || p.bias.dim(0) == B) &&
-                    (p.bias.dim(1) == 1 || p.bias.dim(1) == H) && p.bias.dim(2) == Lq &&
-                    p.bias.dim(3) == Lk,
-                "attention: bias must be F32 [B|1, H|1, Lq, Lk], got " + p.bias.str());
-  }
-  const bool has_padding = !p.key_padding.empty();
-  if (has_padding) {
-    FLICK_CHECK(p.key_padding.dtype == DType::U8 && p.key_padding.shape == Shape({B, Lk}),
-                "attention: key_padding must be U8 [B, Lk], got " + p.key_padding.str());
-  }
-  FLICK_CHECK(p.causal_block >= 0, "attention: negative causal_block");
+  const bool has_bias = !p.bias.empty(), has_padding = !p.key_padding.empty();
   const double scale =
       p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();

@@ -38,26 +38,10 @@ float quantize_row_int8(const std::vector<float>& x, std::vector<int8_t>& q) {
 
 void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                     const AttentionParams& p) {
-  FLICK_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4 && out.ndim() == 4,
-              "attention_int8: q, k, v, out must be [B, L, H, D]");
+  check_attention_args("attention_int8", q, k, v, out, p);
   const int64_t B = q.dim(0), Lq = q.dim(1), H = q.dim(2), D = q.dim(3);
   const int64_t Lk = k.dim(1);
-  FLICK_CHECK(
-      k.shape == Shape({B, Lk, H, D}) && v.shape == k.shape,
-      "attention_int8: k/v " + k.shape.str() + "/" + v.shape.str() + " vs q " + q.shape.str());
-  FLICK_CHECK(out.shape == q.shape,
-              "attention_int8: out " + out.shape.str() + " vs q " + q.shape.str());
   const bool has_bias = !p.bias.empty(), has_padding = !p.key_padding.empty();
-  if (has_bias)
-    FLICK_CHECK(p.bias.dtype == DType::F32 && p.bias.ndim() == 4 &&
-                    (p.bias.dim(0) == 1 || p.bias.dim(0) == B) &&
-                    (p.bias.dim(1) == 1 || p.bias.dim(1) == H) && p.bias.dim(2) == Lq &&
-                    p.bias.dim(3) == Lk,
-                "attention_int8: bias must be F32 [B|1, H|1, Lq, Lk], got " + p.bias.str());
-  if (has_padding)
-    FLICK_CHECK(p.key_padding.dtype == DType::U8 && p.key_padding.shape == Shape({B, Lk}),
-                "attention_int8: key_padding must be U8 [B, Lk], got " + p.key_padding.str());
-  FLICK_CHECK(p.causal_block >= 0, "attention_int8: negative causal_block");
   const double scale =
       p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -85,13 +69,7 @@ void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o
         for (int64_t d = 0; d < D; ++d)
           row[static_cast<size_t>(d)] = load_as_f32(q.dtype, q.data, at4(q, b, i, h, d));
         const double qs = quantize_row_int8(row, qrow);
-        // Visible keys under block-causal masking, as in ref::attention.
-        int64_t key_end = Lk;
-        if (p.causal_block > 0) {
-          const int64_t cb = p.causal_block, pos = i + Lk - Lq;
-          const int64_t blk = pos >= 0 ? pos / cb : -((-pos + cb - 1) / cb);
-          key_end = std::clamp<int64_t>((blk + 1) * cb, 0, Lk);
-        }
+        const int64_t key_end = causal_key_end(i, Lq, Lk, p.causal_block);
         double max_score = kNegInf;
         for (int64_t j = 0; j < Lk; ++j) {
           double s = kNegInf;

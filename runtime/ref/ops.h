@@ -7,6 +7,16 @@
 namespace flick::ref {
 FLICK_OP_LIST(FLICK_DECLARE_OP)
 
+// attention / attention_int8's argument checks (`op` names the op in the
+// errors): q, k, v, out [B, L, H, D], k and v alike, out like q, the masks'
+// shapes and dtypes.
+void check_attention_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const AttentionParams& p);
+// Number of keys query row i may see under block-causal masking (cb > 0):
+// key j is visible iff floor(j / cb) <= floor((i + Lk - Lq) / cb); lk when
+// cb <= 0.
+int64_t causal_key_end(int64_t i, int64_t lq, int64_t lk, int64_t cb);
+
 // concat's checks and walk over the parts of y, each part written by
 // copy_part: the CPU backend passes its fast copy.
 void concat_with(std::span<const Tensor> xs, int dim, Tensor& y,
