@@ -84,13 +84,13 @@ struct Plan {
   std::string impl;
   dnnl::convolution_forward prim;
   std::unordered_map<int, memory> args;
-  memory src, dst;
-  memory weights_copy;  // only when this shape wants another weight layout
-  memory scratchpad;    // data handles of scratchpad, src and dst (when not
-  size_t scratch_bytes = 0, src_bytes = 0, dst_bytes = 0;  // direct) set per call
-  bool x_direct = false, y_direct = false;
-  std::optional<ReorderChain> x_in, y_out;
-  memory y_mem;  // y as the caller laid it out; data handle set per call
+  memory src;
+  memory weights_copy;                      // only when this shape wants another weight layout
+  memory scratchpad;                        // data handles of scratchpad and src (when not
+  size_t scratch_bytes = 0, src_bytes = 0;  // direct) set per call
+  bool x_direct = false;
+  std::optional<ReorderChain> x_in;
+  ConvDst out;
 };
 
 class OnednnConv final : public PackedConv {
@@ -264,13 +264,7 @@ std::optional<dnnl::convolution_forward::primitive_desc> OnednnConv::try_winogra
 }
 
 Plan& OnednnConv::plan(const PlanKey& key, const Tensor& x, const Tensor& y) const {
-  for (auto& p : plans_)
-    if (p->key == key) return *p;
-  auto p = std::make_unique<Plan>();
-  p->key = key;
-  build(*p, x, y);
-  plans_.push_back(std::move(p));
-  return *plans_.back();
+  return find_or_build_plan(plans_, key, [&](Plan& p) { build(p, x, y); });
 }
 
 void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
@@ -297,13 +291,9 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   } else if (prefer_direct_amx(y)) {
     if (auto direct = find_impl(src_md, any_weights, dst_md, p.key.act, kDirectAmx)) best = *direct;
   }
-  std::optional<dnnl::convolution_forward::primitive_desc> pd;
-  if (best.weights_desc() == weights_.get_desc()) {
-    pd = best;
-  } else if (auto fixed = try_primitive_desc(src_md, weights_.get_desc(), dst_md, p.key.act);
-             fixed && std::string(fixed->impl_info_str()) == best.impl_info_str()) {
-    pd = fixed;
-  }
+  auto pd = pd_on_packed_weights(best, weights_.get_desc(), [&](const memory::desc& packed) {
+    return try_primitive_desc(src_md, packed, dst_md, p.key.act);
+  });
   memory weights = weights_;
   if (!pd) {
     pd = best;
@@ -328,17 +318,11 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   if (!p.x_direct) p.src_bytes = pd->src_desc().get_size();
   p.src = memory(pd->src_desc(), eng, DNNL_MEMORY_NONE);
   if (!p.x_direct) p.x_in.emplace(x_md, p.src, emulate_bf16_);
-  p.y_direct = pd->dst_desc() == y_md;
-  if (!p.y_direct) p.dst_bytes = pd->dst_desc().get_size();
-  p.dst = memory(pd->dst_desc(), eng, DNNL_MEMORY_NONE);
-  if (!p.y_direct) {
-    p.y_mem = memory(y_md, eng, DNNL_MEMORY_NONE);
-    p.y_out.emplace(p.dst.get_desc(), p.y_mem, false);
-  }
+  p.out = ConvDst(pd->dst_desc(), y_md);
 
   p.args = {{DNNL_ARG_SRC, p.src},
             {DNNL_ARG_WEIGHTS, weights},
-            {DNNL_ARG_DST, p.dst},
+            {DNNL_ARG_DST, p.out.arg()},
             {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
   if (scale_) {
     p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = scale_;
@@ -366,18 +350,9 @@ void OnednnConv::run(const Tensor& x, const Tensor& y, Activation act) const {
     p.src.set_data_handle(buf.get(CallBuffers::kSrc, p.src_bytes));
     p.x_in->run(s, x.data);
   }
-  void* dst_staging = nullptr;
-  if (p.y_direct) {
-    p.dst.set_data_handle(y.data);
-  } else {
-    dst_staging = buf.get(CallBuffers::kDst, p.dst_bytes);
-    p.dst.set_data_handle(dst_staging);
-  }
+  p.out.bind(buf, y.data);
   p.prim.execute(s, p.args);
-  if (!p.y_direct) {
-    p.y_mem.set_data_handle(y.data);
-    p.y_out->run(s, dst_staging);
-  }
+  p.out.finish(s);
   s.wait();
 }
 

@@ -63,12 +63,10 @@ struct Plan {
   std::string impl;
   dnnl::convolution_forward prim;
   std::unordered_map<int, memory> args;
-  memory src, dst, scratchpad;
+  memory src, scratchpad;
   memory weights_copy;  // only when this shape wants another weight layout
-  size_t scratch_bytes = 0, dst_bytes = 0;
-  bool y_direct = false;
-  std::optional<ReorderChain> y_out;
-  memory y_mem;
+  size_t scratch_bytes = 0;
+  ConvDst out;
 };
 
 class Int8Conv final : public PackedConv {
@@ -178,13 +176,7 @@ std::optional<dnnl::convolution_forward::primitive_desc> Int8Conv::try_primitive
 }
 
 Plan& Int8Conv::plan(const PlanKey& key, const Tensor& x, const Tensor& y) const {
-  for (auto& p : plans_)
-    if (p->key == key) return *p;
-  auto p = std::make_unique<Plan>();
-  p->key = key;
-  build(*p, x, y);
-  plans_.push_back(std::move(p));
-  return *plans_.back();
+  return find_or_build_plan(plans_, key, [&](Plan& p) { build(p, x, y); });
 }
 
 void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
@@ -198,13 +190,9 @@ void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   auto best = try_primitive_desc(src_md, any_weights, dst_md, p.key.act);
   FLICK_CHECK(best.has_value(), "oneDNN has no INT8 convolution for weight " + desc_.w.str() +
                                     " on " + x.str() + " -> " + y.str());
-  std::optional<dnnl::convolution_forward::primitive_desc> pd;
-  if (best->weights_desc() == weights_.get_desc()) {
-    pd = best;
-  } else if (auto fixed = try_primitive_desc(src_md, weights_.get_desc(), dst_md, p.key.act);
-             fixed && std::string(fixed->impl_info_str()) == best->impl_info_str()) {
-    pd = fixed;
-  }
+  auto pd = pd_on_packed_weights(*best, weights_.get_desc(), [&](const memory::desc& packed) {
+    return try_primitive_desc(src_md, packed, dst_md, p.key.act);
+  });
   memory weights = weights_;
   if (!pd) {
     pd = best;
@@ -220,16 +208,10 @@ void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   p.scratch_bytes = pd->scratchpad_desc().get_size();
   p.scratchpad = memory(pd->scratchpad_desc(), eng, DNNL_MEMORY_NONE);
   p.src = memory(pd->src_desc(), eng, DNNL_MEMORY_NONE);
-  p.y_direct = pd->dst_desc() == y_md;
-  if (!p.y_direct) p.dst_bytes = pd->dst_desc().get_size();
-  p.dst = memory(pd->dst_desc(), eng, DNNL_MEMORY_NONE);
-  if (!p.y_direct) {
-    p.y_mem = memory(y_md, eng, DNNL_MEMORY_NONE);
-    p.y_out.emplace(p.dst.get_desc(), p.y_mem, false);
-  }
+  p.out = ConvDst(pd->dst_desc(), y_md);
   p.args = {{DNNL_ARG_SRC, p.src},
             {DNNL_ARG_WEIGHTS, weights},
-            {DNNL_ARG_DST, p.dst},
+            {DNNL_ARG_DST, p.out.arg()},
             {DNNL_ARG_SCRATCHPAD, p.scratchpad},
             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale_mem_}};
   if (bias_mem_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] = bias_mem_;
@@ -290,18 +272,9 @@ void Int8Conv::run(const Tensor& x, const Tensor& y, Activation act) const {
   auto* q = static_cast<uint8_t*>(buf.get(CallBuffers::kSrc, static_cast<size_t>(x.numel())));
   quantize(x, q);
   p.src.set_data_handle(q);
-  void* dst_staging = nullptr;
-  if (p.y_direct) {
-    p.dst.set_data_handle(y.data);
-  } else {
-    dst_staging = buf.get(CallBuffers::kDst, p.dst_bytes);
-    p.dst.set_data_handle(dst_staging);
-  }
+  p.out.bind(buf, y.data);
   p.prim.execute(s, p.args);
-  if (!p.y_direct) {
-    p.y_mem.set_data_handle(y.data);
-    p.y_out->run(s, dst_staging);
-  }
+  p.out.finish(s);
   s.wait();
 }
 

@@ -64,4 +64,28 @@ ConvGeometry conv_geometry(const ConvDesc& d) {
   return g;
 }
 
+ConvDst::ConvDst(const memory::desc& pd_dst, const memory::desc& y) : direct_(pd_dst == y) {
+  const auto& eng = onednn_engine();
+  dst_ = memory(pd_dst, eng, DNNL_MEMORY_NONE);
+  if (!direct_) {
+    staging_bytes_ = pd_dst.get_size();
+    y_mem_ = memory(y, eng, DNNL_MEMORY_NONE);
+    to_y_.emplace(pd_dst, y_mem_, false);
+  }
+}
+
+void ConvDst::bind(CallBuffers& buf, void* y) {
+  if (direct_) {
+    dst_.set_data_handle(y);
+    return;
+  }
+  staging_ = buf.get(CallBuffers::kDst, staging_bytes_);
+  dst_.set_data_handle(staging_);
+  y_mem_.set_data_handle(y);
+}
+
+void ConvDst::finish(dnnl::stream& s) {
+  if (!direct_) to_y_->run(s, staging_);
+}
+
 }  // namespace flick::cpu

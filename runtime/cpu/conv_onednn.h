@@ -5,9 +5,14 @@
 // padding vectors of a ConvDesc.
 #pragma once
 
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cpu/onednn_util.h"
 #include "runtime/tensor.h"
 
 namespace flick::cpu {
@@ -38,5 +43,56 @@ struct ConvGeometry {
   dnnl::memory::dims strides, dilation, padding;
 };
 ConvGeometry conv_geometry(const ConvDesc& d);
+
+// A convolution's plans, one per call signature (input shape, layouts,
+// dtypes, activation): the plan whose key equals `key`, built by
+// build(plan) on first use. Plan has a `key` member.
+template <class Plan, class Key, class Build>
+Plan& find_or_build_plan(std::vector<std::unique_ptr<Plan>>& plans, const Key& key, Build&& build) {
+  for (auto& p : plans)
+    if (p->key == key) return *p;
+  auto p = std::make_unique<Plan>();
+  p->key = key;
+  build(*p);
+  plans.push_back(std::move(p));
+  return *plans.back();
+}
+
+// The primitive a call runs on the weights packed at load (layout `packed`):
+// `best` itself when it takes that layout, else the same implementation
+// built for it (`for_packed(packed)`, empty when oneDNN has none); empty
+// when the call's best implementation needs its own copy of the weights.
+template <class ForPacked>
+std::optional<dnnl::convolution_forward::primitive_desc> pd_on_packed_weights(
+    const dnnl::convolution_forward::primitive_desc& best, const dnnl::memory::desc& packed,
+    ForPacked&& for_packed) {
+  if (best.weights_desc() == packed) return best;
+  std::optional<dnnl::convolution_forward::primitive_desc> fixed = for_packed(packed);
+  if (fixed && std::string(fixed->impl_info_str()) == best.impl_info_str()) return fixed;
+  return std::nullopt;
+}
+
+// The output side of a planned call: the primitive writes y in place when
+// its dst layout is y's, else into a CallBuffers staging buffer that is
+// reordered into y after it ran.
+class ConvDst {
+ public:
+  ConvDst() = default;
+  // pd_dst: the primitive's dst; y: the caller's output as laid out.
+  ConvDst(const dnnl::memory::desc& pd_dst, const dnnl::memory::desc& y);
+  // The primitive's DNNL_ARG_DST.
+  const dnnl::memory& arg() const { return dst_; }
+  // Before the primitive runs: points its dst at y or at the staging buffer.
+  void bind(CallBuffers& buf, void* y);
+  // After it ran: the staged output into y (nothing when direct).
+  void finish(dnnl::stream& s);
+
+ private:
+  dnnl::memory dst_, y_mem_;
+  bool direct_ = false;
+  size_t staging_bytes_ = 0;
+  void* staging_ = nullptr;
+  std::optional<ReorderChain> to_y_;
+};
 
 }  // namespace flick::cpu
