@@ -11,6 +11,7 @@
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/ref/ops.h"
+#include "tests/ops/conv_test_util.h"
 #include "tests/ops/matmul_test_util.h"
 
 namespace flick {
@@ -18,85 +19,22 @@ namespace {
 
 using test::act_name;
 using test::BoundCheck;
+using test::ChannelsLast;
+using test::ConvCase;
+using test::flat;
 using test::get;
+using test::make_desc;
+using test::nc_shape;
+using test::out_size;
 using test::random_tensor;
-
-struct ConvCase {
-  int sd;                                          // spatial dims
-  int64_t n, c, o;                                 // batch, in and out channels
-  std::array<int64_t, 3> in, k, stride, pad, dil;  // per spatial dim, first sd used
-  int64_t groups = 1;
-  std::string name;
-};
-
-Shape nc_shape(int64_t n, int64_t c, const std::array<int64_t, 3>& sp, int sd) {
-  std::vector<int64_t> d{n, c};
-  for (int i = 0; i < sd; ++i) d.push_back(sp[static_cast<size_t>(i)]);
-  return Shape::from_vector(d);
-}
-
-std::array<int64_t, 3> out_size(const ConvCase& c) {
-  std::array<int64_t, 3> o{1, 1, 1};
-  for (size_t i = 0; i < static_cast<size_t>(c.sd); ++i)
-    o[i] = (c.in[i] + 2 * c.pad[i] - c.dil[i] * (c.k[i] - 1) - 1) / c.stride[i] + 1;
-  return o;
-}
-
-ConvDesc make_desc(const ConvCase& c, const Tensor& w, const Tensor& bias, Precision p) {
-  ConvDesc d;
-  d.w = w;
-  d.bias = bias;
-  d.spatial_dims = c.sd;
-  d.stride = c.stride;
-  d.padding = c.pad;
-  d.dilation = c.dil;
-  d.groups = c.groups;
-  d.precision = p;
-  return d;
-}
 
 // Elementwise |t| as F32 (same shape, contiguous).
 OwnedTensor abs_f32(const Tensor& t) {
   OwnedTensor a(DType::F32, t.shape);
   const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, off = 0;
-    for (int d = t.ndim() - 1; d >= 0; --d) {
-      off += (rem % t.dim(d)) * t.stride(d);
-      rem /= t.dim(d);
-    }
-    a.t.ptr<float>()[i] = std::fabs(load_as_f32(t.dtype, t.data, off));
-  }
+  for (int64_t i = 0; i < n; ++i) a.t.ptr<float>()[i] = std::fabs(flat(t, i));
   return a;
 }
-
-// y viewed flat in logical (row-major) order, whatever its strides.
-float flat(const Tensor& t, int64_t i) {
-  int64_t rem = i, off = 0;
-  for (int d = t.ndim() - 1; d >= 0; --d) {
-    off += (rem % t.dim(d)) * t.stride(d);
-    rem /= t.dim(d);
-  }
-  return load_as_f32(t.dtype, t.data, off);
-}
-
-// A channels-last buffer viewed as [N, C, spatial...].
-struct ChannelsLast {
-  OwnedTensor buf;
-  Tensor view;
-  ChannelsLast(DType dt, const Shape& nc) {
-    std::vector<int64_t> d{nc[0]};
-    for (int i = 2; i < nc.ndim; ++i) d.push_back(nc[i]);
-    d.push_back(nc[1]);
-    buf = OwnedTensor(dt, Shape::from_vector(d));
-    view = buf.t;
-    view.shape = nc;
-    // dims of buf: [N, sp..., C] -> view dims [N, C, sp...]
-    view.strides[0] = buf.t.stride(0);
-    view.strides[1] = 1;
-    for (int i = 2; i < nc.ndim; ++i) view.strides[static_cast<size_t>(i)] = buf.t.stride(i - 1);
-  }
-};
 
 // y (fast) against yr (reference) for conv c of x with float weight w.
 void expect_conv_close(const ConvCase& c, const Tensor& x, const Tensor& w, const Tensor& bias,

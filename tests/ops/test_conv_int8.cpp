@@ -16,6 +16,7 @@
 #include "runtime/ref/conv_int8.h"
 #include "runtime/ref/matmul_common.h"
 #include "runtime/ref/ops.h"
+#include "tests/ops/conv_test_util.h"
 #include "tests/ops/matmul_test_util.h"
 
 namespace flick {
@@ -23,14 +24,13 @@ namespace {
 
 using test::act_name;
 using test::BoundCheck;
-
-struct Case {
-  int sd;
-  int64_t n, c, o;
-  std::array<int64_t, 3> in, k, stride, pad, dil;
-  int64_t groups = 1;
-  std::string name;
-};
+using test::ChannelsLast;
+using test::flat;
+using test::make_desc;
+using test::nc_shape;
+using test::offset;
+using test::out_size;
+using Case = test::ConvCase;
 
 std::vector<Case> cases() {
   return {
@@ -46,59 +46,6 @@ std::vector<Case> cases() {
       {2, 1, 16, 8, {9, 9, 1}, {3, 3, 1}, {1, 1, 1}, {2, 2, 0}, {2, 2, 1}, 1, "dilated"},
   };
 }
-
-Shape nc_shape(int64_t n, int64_t c, const std::array<int64_t, 3>& sp, int sd) {
-  std::vector<int64_t> d{n, c};
-  for (int i = 0; i < sd; ++i) d.push_back(sp[static_cast<size_t>(i)]);
-  return Shape::from_vector(d);
-}
-
-std::array<int64_t, 3> out_size(const Case& c) {
-  std::array<int64_t, 3> o{1, 1, 1};
-  for (size_t i = 0; i < static_cast<size_t>(c.sd); ++i)
-    o[i] = (c.in[i] + 2 * c.pad[i] - c.dil[i] * (c.k[i] - 1) - 1) / c.stride[i] + 1;
-  return o;
-}
-
-ConvDesc make_desc(const Case& c, const Tensor& w, const Tensor& bias, Precision p) {
-  ConvDesc d;
-  d.w = w;
-  d.bias = bias;
-  d.spatial_dims = c.sd;
-  d.stride = c.stride;
-  d.padding = c.pad;
-  d.dilation = c.dil;
-  d.groups = c.groups;
-  d.precision = p;
-  return d;
-}
-
-int64_t offset(const Tensor& t, int64_t i) {
-  int64_t off = 0;
-  for (int d = t.ndim() - 1; d >= 0; --d) {
-    off += (i % t.dim(d)) * t.stride(d);
-    i /= t.dim(d);
-  }
-  return off;
-}
-float flat(const Tensor& t, int64_t i) { return load_as_f32(t.dtype, t.data, offset(t, i)); }
-
-// A channels-last buffer viewed as [N, C, spatial...].
-struct ChannelsLast {
-  OwnedTensor buf;
-  Tensor view;
-  ChannelsLast(DType dt, const Shape& nc) {
-    std::vector<int64_t> d{nc[0]};
-    for (int i = 2; i < nc.ndim; ++i) d.push_back(nc[i]);
-    d.push_back(nc[1]);
-    buf = OwnedTensor(dt, Shape::from_vector(d));
-    view = buf.t;
-    view.shape = nc;
-    view.strides[0] = buf.t.stride(0);
-    view.strides[1] = 1;
-    for (int i = 2; i < nc.ndim; ++i) view.strides[static_cast<size_t>(i)] = buf.t.stride(i - 1);
-  }
-};
 
 // x as the Wan decoder feeds its convs: SiLU of N(0, 1.5) (min -0.28,
 // asymmetric), or plain N(0, 1).
