@@ -44,20 +44,6 @@ struct ConvGeometry {
 };
 ConvGeometry conv_geometry(const ConvDesc& d);
 
-// A convolution's plans, one per call signature (input shape, layouts,
-// dtypes, activation): the plan whose key equals `key`, built by
-// build(plan) on first use. Plan has a `key` member.
-template <class Plan, class Key, class Build>
-Plan& find_or_build_plan(std::vector<std::unique_ptr<Plan>>& plans, const Key& key, Build&& build) {
-  for (auto& p : plans)
-    if (p->key == key) return *p;
-  auto p = std::make_unique<Plan>();
-  p->key = key;
-  build(*p);
-  plans.push_back(std::move(p));
-  return *plans.back();
-}
-
 // The primitive a call runs on the weights packed at load (layout `packed`):
 // `best` itself when it takes that layout, else the same implementation
 // built for it (`for_packed(packed)`, empty when oneDNN has none); empty

@@ -238,7 +238,7 @@ Expected<std::unique_ptr<OnednnLinear>> OnednnLinear::adopt(Precision p, int64_t
   if (!(got == want))
     return invalid_input(
         "holds weights in another oneDNN layout than this process's primitive wants");
-  if (weights.nbytes() != static_cast<int64_t>(want.get_size()))
+  if (weights.nbytes() != want.get_size())
     return invalid_input("holds " + std::to_string(weights.nbytes()) +
                          " bytes of weights, the layout needs " + std::to_string(want.get_size()));
   // oneDNN only reads weights: the read-only mapping is fine.
@@ -285,13 +285,7 @@ std::optional<dnnl::matmul::primitive_desc> OnednnLinear::try_primitive_desc(
 }
 
 Plan& OnednnLinear::plan(const PlanKey& key) const {
-  for (auto& p : plans_)
-    if (p->key == key) return *p;
-  auto p = std::make_unique<Plan>();
-  p->key = key;
-  build(*p);
-  plans_.push_back(std::move(p));
-  return *plans_.back();
+  return find_or_build_plan(plans_, key, [&](Plan& p) { build(p); });
 }
 
 void OnednnLinear::build(Plan& p) const {
@@ -694,7 +688,7 @@ Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tens
     const AmxType type = amx_type_for(precision);
     if (m[5] != static_cast<int32_t>(type) + 1) return invalid_input("holds another AMX type");
     AmxWeights w = amx_adopt_weights(type, n, k, t[1].data, storage);
-    if (t[1].dtype != DType::U8 || t[1].nbytes() != static_cast<int64_t>(w.bytes()))
+    if (t[1].dtype != DType::U8 || t[1].nbytes() != static_cast<size_t>(w.bytes()))
       return invalid_input("holds " + std::to_string(t[1].nbytes()) +
                            " bytes of AMX weights, not " + std::to_string(w.bytes()));
     std::unique_ptr<PackedLinear> l = std::make_unique<AmxLinear>(

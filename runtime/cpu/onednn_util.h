@@ -2,6 +2,7 @@
 // calling thread, dtype and activation mapping.
 #pragma once
 
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -59,5 +60,19 @@ class ReorderChain {
   dnnl::memory from_, mid_;
   std::vector<std::pair<dnnl::reorder, std::unordered_map<int, dnnl::memory>>> steps_;
 };
+
+// A primitive's plans, one per call signature (shapes, layouts, dtypes,
+// activation): the plan whose key equals `key`, built by build(plan) on
+// first use. Plan has a `key` member.
+template <class Plan, class Key, class Build>
+Plan& find_or_build_plan(std::vector<std::unique_ptr<Plan>>& plans, const Key& key, Build&& build) {
+  for (auto& p : plans)
+    if (p->key == key) return *p;
+  auto p = std::make_unique<Plan>();
+  p->key = key;
+  build(*p);
+  plans.push_back(std::move(p));
+  return *plans.back();
+}
 
 }  // namespace flick::cpu
