@@ -72,20 +72,31 @@ FLICK_HD float from_e4m3(uint8_t v) {
 // Products and sums that must not fuse into an FMA (the stepwise ops round
 // each op as PyTorch does): nvcc contracts a * b + c by default, and so does
 // g++ for C++ (-ffp-contract=fast) with -mfma; the volatile store rounds the
-// host's value to fp32 whatever the flags (host code is for the tests).
-FLICK_HD float mul_rn(float a, float b) {
+// host's value to fp32 / fp64 whatever the flags (host code is for the
+// tests). Float for the stepwise ops, double for rope_3d's complex128 product.
+template <class T>
+FLICK_HD T mul_rn(T a, T b) {
 #if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
+  if constexpr (sizeof(T) == 8) {
+    return __dmul_rn(a, b);
+  } else {
+    return __fmul_rn(a, b);
+  }
 #else
-  volatile float p = a * b;
+  volatile T p = a * b;
   return p;
 #endif
 }
-FLICK_HD float add_rn(float a, float b) {
+template <class T>
+FLICK_HD T add_rn(T a, T b) {
 #if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
+  if constexpr (sizeof(T) == 8) {
+    return __dadd_rn(a, b);
+  } else {
+    return __fadd_rn(a, b);
+  }
 #else
-  volatile float s = a + b;
+  volatile T s = a + b;
   return s;
 #endif
 }
@@ -464,25 +475,6 @@ struct RopePairs {
   }
 };
 
-// Double-precision product and sum without FMA (rope_3d's complex128
-// multiply): as mul_rn / add_rn.
-FLICK_HD double dmul_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  volatile double p = a * b;
-  return p;
-#endif
-}
-FLICK_HD double dadd_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  volatile double s = a + b;
-  return s;
-#endif
-}
-
 // Wan's 3-D RoPE (rope_3d, Rope3dParams): x, y [tokens, H, D]; index i runs
 // over tokens * H * D/2 pairs. Angles, cos/sin and the complex product in
 // f64, rounded once. Bit-exact with the reference on the host; the GPU's f64
@@ -507,8 +499,8 @@ struct Rope3d {
     const double c = cos(ang), s = sin(ang);
     const int64_t ox = tok * x.s[0] + h * x.s[1], oy = tok * y.s[0] + h * y.s[1];
     const double a = x.load(ox + 2 * pair * x.s[2]), b = x.load(ox + (2 * pair + 1) * x.s[2]);
-    const double re = dadd_rn(dmul_rn(a, c), -dmul_rn(b, s));
-    const double im = dadd_rn(dmul_rn(b, c), dmul_rn(a, s));
+    const double re = add_rn(mul_rn(a, c), -mul_rn(b, s));
+    const double im = add_rn(mul_rn(b, c), mul_rn(a, s));
     y.store(oy + 2 * pair * y.s[2], static_cast<float>(re));
     y.store(oy + (2 * pair + 1) * y.s[2], static_cast<float>(im));
   }
