@@ -146,6 +146,23 @@ inline __m512 exp2_neg(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// P's 2^x for x <= 0 when P is rounded to bf16 next (BF16 inputs): a
+// degree-4 minimax polynomial of f = x - floor(x) in [0, 1) (vreduceps;
+// relative error 2.7e-6, far below bf16's 2^-9 step; the AMX kernel's
+// exp2_poly), scaled by 2^floor(x) (vscalefps floors its exponent itself).
+// Two FMAs fewer than exp2_neg per score vector. kFinite as there.
+template <bool kFinite = false>
+inline __m512 exp2_neg_bf16(__m512 x) {
+  if (!kFinite) x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
+  return _mm512_scalef_ps(p, x);
+}
+
 inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
@@ -404,12 +421,16 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
     t[c] = kMasked ? _mm512_mask_blend_ps(valid[c], neg_inf, x) : x;
     vmax = _mm512_max_ps(vmax, t[c]);
   }
-  const __m512 old_max = _mm512_set1_ps(w.row_max[r]);
+  const float old_scalar = w.row_max[r];
+  const __m512 old_max = _mm512_set1_ps(old_scalar);
   const __m512 new_max = _mm512_max_ps(old_max, broadcast_max(vmax));
   // While nothing is visible the max is -inf; shifting by 0 keeps 2^(-inf) = 0.
   const __m512 shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ),
                                             new_max, _mm512_setzero_ps());
-  const __m512 alpha = exp2_neg(_mm512_sub_ps(old_max, shift));
+  // A finite max that did not move (most blocks after the first few) gives
+  // 2^0, which the polynomial returns as exactly 1: skip it (same bits).
+  const bool max_kept = _mm512_cvtss_f32(new_max) == old_scalar && old_scalar != -__builtin_inff();
+  const __m512 alpha = max_kept ? _mm512_set1_ps(1.f) : exp2_neg(_mm512_sub_ps(old_max, shift));
   __m512 sum = _mm512_setzero_ps();
   uint32_t* prow = w.p + r * (kCols / M::kPerUnit);
   // Unmasked and without a bias, every score is finite (unless Q.K^T
@@ -419,7 +440,11 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
 #pragma GCC unroll 4
   for (int c = 0; c < NV; ++c) {
     const __m512 x = _mm512_sub_ps(t[c], shift);
-    __m512 pc = finite ? exp2_neg<true>(x) : exp2_neg(x);
+    __m512 pc;
+    if constexpr (M::kPerUnit == 2)
+      pc = finite ? exp2_neg_bf16<true>(x) : exp2_neg_bf16(x);
+    else
+      pc = finite ? exp2_neg<true>(x) : exp2_neg(x);
     if (kMasked) pc = _mm512_maskz_mov_ps(valid[c], pc);
     sum = _mm512_add_ps(sum, pc);
     t[c] = pc;

@@ -87,6 +87,20 @@ inline __m512 exp2_neg(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// P's 2^x (x <= 0; -inf allowed): P is rounded to bf16 next, so a degree-4
+// minimax polynomial of f = x - floor(x) in [0, 1) (vreduceps; relative error
+// 2.7e-6), scaled by 2^floor(x), as attention_avx512.cpp's exp2_neg_bf16.
+inline __m512 exp2_neg_bf16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
+  return _mm512_scalef_ps(p, x);
+}
+
 inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
@@ -415,16 +429,19 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
     t[c] = kMasked ? _mm512_mask_blend_ps(valid[c], neg_inf, x) : x;
     vmax = _mm512_max_ps(vmax, t[c]);
   }
-  const __m512 old_max = _mm512_set1_ps(w.row_max[r]);
+  const float old_scalar = w.row_max[r];
+  const __m512 old_max = _mm512_set1_ps(old_scalar);
   const __m512 new_max = _mm512_max_ps(old_max, broadcast_max(vmax));
   const __m512 shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ),
                                             new_max, _mm512_setzero_ps());
-  const __m512 alpha = exp2_neg(_mm512_sub_ps(old_max, shift));
+  // A finite max that did not move: 2^0 is exactly 1 through the polynomial.
+  const bool max_kept = _mm512_cvtss_f32(new_max) == old_scalar && old_scalar != -__builtin_inff();
+  const __m512 alpha = max_kept ? _mm512_set1_ps(1.f) : exp2_neg(_mm512_sub_ps(old_max, shift));
   __m512 sum = _mm512_setzero_ps();
   uint32_t* prow = w.p + r * (kCols / 2);
 #pragma GCC unroll 4
   for (int c = 0; c < NV; ++c) {
-    __m512 pc = exp2_neg(_mm512_sub_ps(t[c], shift));
+    __m512 pc = exp2_neg_bf16(_mm512_sub_ps(t[c], shift));
     if (kMasked) pc = _mm512_maskz_mov_ps(valid[c], pc);
     sum = _mm512_add_ps(sum, pc);
     t[c] = pc;
