@@ -19,7 +19,9 @@
 // by at most 2^-9 * max_j |V[j]| (typically far less: the roundings average).
 //
 // See attention_kernels.h for why this file avoids inline functions of other
-// headers: everything here is in an anonymous namespace or intrinsics.
+// headers: everything here (and in attention_avx512_common.h, the helpers it
+// shares with the other AVX-512 kernel file) is in an anonymous namespace or
+// intrinsics.
 // GCC 12 reports the intrinsics' deliberately undefined pass-through operand
 // (_mm512_undefined_ps) as (maybe-)uninitialized once they are inlined
 // (GCC PR105593, fixed in 13).
@@ -29,10 +31,13 @@
 
 #include <cstring>
 
+#include "runtime/cpu/attention_avx512_common.h"
 #include "runtime/cpu/attention_kernels.h"
 
 namespace flick::cpu::attention_detail {
 namespace {
+
+using namespace avx512_attention;  // the shared helpers (attention_avx512_common.h)
 
 // Tile sizes, measured on the real shape (2640 x 5280 x 12 x 128): a tall query
 // tile reads each packed K/V block (L3-resident for long windows) for many rows;
@@ -43,35 +48,6 @@ constexpr int64_t kCols = 64;      // keys per block (4 vectors of 16)
 constexpr int64_t kRowAlign = 12;  // rows are padded to a multiple of every row tile below
 constexpr int kQkRows = 6;         // S register tile: 6 rows x up to 4 vectors (24 accumulators)
 constexpr float kLog2e = 1.44269504088896340736f;
-
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-// ---- element access (local copies; see the header comment) ----
-
-inline float bf16_bits_to_f32(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-// Element idx of an F32, BF16 or F16 buffer as fp32 (exact).
-inline float load_f32(DType t, const void* data, int64_t idx) {
-  switch (t) {
-    case DType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(data)[idx]);
-    case DType::F16: return _cvtsh_ss(static_cast<const uint16_t*>(data)[idx]);
-    default: return static_cast<const float*>(data)[idx];
-  }
-}
 
 // bf16 bits of element idx: the bf16 kernel only runs on BF16 inputs.
 inline uint32_t load_bf16(const void* data, int64_t idx) {
@@ -125,46 +101,6 @@ void tile_gemm(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb_u,
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
     for (int j = 0; j < C; ++j) _mm512_store_ps(c + r * ldc + 16 * j, acc[r][j]);
-}
-
-// 2^x for x <= 0 (x = -inf allowed): Cephes exp2f's degree-6 polynomial on
-// [-0.5, 0.5] (about 2 ulp), scaled by 2^round(x). kFinite: the caller
-// knows x is finite, so the clamp is left out; the result is the same (below
-// -200 both round to 0).
-template <bool kFinite = false>
-inline __m512 exp2_neg(__m512 x) {
-  if (!kFinite) x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));  // 2^-200 scales to 0; no inf - inf
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
-// P's 2^x for x <= 0 when P is rounded to bf16 next (BF16 inputs): a
-// degree-4 minimax polynomial of f = x - floor(x) in [0, 1) (vreduceps;
-// relative error 2.7e-6, far below bf16's 2^-9 step; the AMX kernel's
-// exp2_poly), scaled by 2^floor(x) (vscalefps floors its exponent itself).
-// Two FMAs fewer than exp2_neg per score vector. kFinite as there.
-template <bool kFinite = false>
-inline __m512 exp2_neg_bf16(__m512 x) {
-  if (!kFinite) x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
-  return _mm512_scalef_ps(p, x);
-}
-
-inline __mmask16 first_lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
 // Per-thread workspace, carved from the driver's scratch.
@@ -225,11 +161,6 @@ size_t scratch_bytes_for(const Problem& p) {
 template <class M>
 Workspace carve(const Problem& p, void* scratch) {
   return layout<M>(p, kRows, Dims<M>(p).kvecs, scratch, nullptr);
-}
-
-inline const char* element(const Operand& t, int64_t b, int64_t l, int64_t h) {
-  return static_cast<const char*>(t.data) +
-         (b * t.stride[0] + l * t.stride[1] + h * t.stride[2]) * (t.dtype == DType::F32 ? 4 : 2);
 }
 
 // One row of Q or K (head_dim elements of `t`) as d.units units, written to
@@ -373,20 +304,6 @@ void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t k
   for (; vec + 4 <= nvec; vec += 4) pv_chunk<M, 6, 4>(w, d, rows, vb, units, vec);
   if (vec + 2 <= nvec) pv_chunk<M, 12, 2>(w, d, rows, vb, units, vec), vec += 2;
   if (vec < nvec) pv_chunk<M, 12, 1>(w, d, rows, vb, units, vec);
-}
-
-// Max / sum of the 16 lanes, broadcast to all lanes.
-inline __m512 broadcast_max(__m512 v) {
-  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // swap 256-bit halves
-  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // swap 128-bit quarters
-  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
-  return _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
-}
-inline __m512 broadcast_sum(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
-  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
-  return _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
 }
 
 // Online-softmax step of one row over one key block of NV vectors: turns the

@@ -16,13 +16,16 @@
 // peak: >= 380 of 749 ms on one core; bench/RESULTS.md, "INT8 attention").
 //
 // See attention_kernels.h for why this file avoids inline functions of other
-// headers: everything here is in an anonymous namespace or intrinsics.
+// headers: everything here (and in attention_avx512_common.h, the helpers it
+// shares with the other AVX-512 kernel file) is in an anonymous namespace or
+// intrinsics.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "runtime/cpu/attention_avx512_common.h"
 #include "runtime/cpu/attention_int8_kernels.h"
 
 namespace flick::cpu::attention_int8_detail {
@@ -33,6 +36,7 @@ using attention_detail::balanced_tile;
 using attention_detail::Operand;
 using attention_detail::ScratchLayout;
 using attention_detail::take_row_state;
+using namespace avx512_attention;  // the shared helpers (attention_avx512_common.h)
 
 constexpr int64_t kRows = 192;     // queries per tile (a multiple of kRowAlign)
 constexpr int64_t kCols = 64;      // keys per block (4 vectors of 16)
@@ -40,82 +44,11 @@ constexpr int64_t kRowAlign = 12;  // rows padded to a multiple of every row til
 constexpr int kQkRows = 6;         // S register tile: 6 rows x up to 4 vectors
 constexpr float kLog2e = 1.44269504088896340736f;
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-inline float bf16_bits_to_f32(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // bf16 bits of f rounded to nearest even (finite f), as round_bf16 in dtype.h.
 inline uint32_t f32_to_bf16_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-
-inline float load_f32(DType t, const void* data, int64_t idx) {
-  switch (t) {
-    case DType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(data)[idx]);
-    case DType::F16: return _cvtsh_ss(static_cast<const uint16_t*>(data)[idx]);
-    default: return static_cast<const float*>(data)[idx];
-  }
-}
-
-inline const char* element(const Operand& t, int64_t b, int64_t l, int64_t h) {
-  return static_cast<const char*>(t.data) +
-         (b * t.stride[0] + l * t.stride[1] + h * t.stride[2]) * (t.dtype == DType::F32 ? 4 : 2);
-}
-
-// 2^x for x <= 0 (x = -inf allowed), as in attention_avx512.cpp.
-inline __m512 exp2_neg(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
-// P's 2^x (x <= 0; -inf allowed): P is rounded to bf16 next, so a degree-4
-// minimax polynomial of f = x - floor(x) in [0, 1) (vreduceps; relative error
-// 2.7e-6), scaled by 2^floor(x), as attention_avx512.cpp's exp2_neg_bf16.
-inline __m512 exp2_neg_bf16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
-  return _mm512_scalef_ps(p, x);
-}
-
-inline __mmask16 first_lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
-inline __m512 broadcast_max(__m512 v) {
-  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
-  v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
-  v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4E));
-  return _mm512_max_ps(v, _mm512_permute_ps(v, 0xB1));
-}
-inline __m512 broadcast_sum(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
-  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
-  return _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
 }
 
 // ---- the shared quantizer, vectorised (quantize_k_avx512 / quantize_q_avx512) ----
