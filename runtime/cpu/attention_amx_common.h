@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "runtime/cpu/amx_tiles.h"
+#include "runtime/cpu/attention_avx512_common.h"
 #include "runtime/cpu/attention_kernels.h"
 
 namespace flick::cpu::amx {
@@ -183,18 +184,9 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
-// 2^x for finite x: a degree-4 minimax polynomial of the fraction
-// f = x - floor(x) in [0, 1) (vreduceps; relative error 2.7e-6), scaled by
-// 2^floor(x) (vscalefps floors its exponent operand itself).
-inline __m512 exp2_poly(__m512 x) {
-  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(1.3534167781472206e-2f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.201146379113197e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.414427548646927e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.930038332939148e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000026226043701f));
-  return _mm512_scalef_ps(p, x);
-}
+// 2^x for finite x: attention_avx512_common.h's degree-4 polynomial
+// (relative error 2.7e-6) without its clamp.
+inline __m512 exp2_poly(__m512 x) { return avx512_attention::exp2_neg_bf16<true>(x); }
 
 inline __mmask32 first_words(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : (__mmask32(1) << n) - 1;
