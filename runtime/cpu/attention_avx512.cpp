@@ -338,16 +338,12 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
     t[c] = kMasked ? _mm512_mask_blend_ps(valid[c], neg_inf, x) : x;
     vmax = _mm512_max_ps(vmax, t[c]);
   }
-  const float old_scalar = w.row_max[r];
-  const __m512 old_max = _mm512_set1_ps(old_scalar);
-  const __m512 new_max = _mm512_max_ps(old_max, broadcast_max(vmax));
+  const float old_max = w.row_max[r];
+  const __m512 new_max = _mm512_max_ps(_mm512_set1_ps(old_max), broadcast_max(vmax));
   // While nothing is visible the max is -inf; shifting by 0 keeps 2^(-inf) = 0.
   const __m512 shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(new_max, neg_inf, _CMP_EQ_OQ),
                                             new_max, _mm512_setzero_ps());
-  // A finite max that did not move (most blocks after the first few) gives
-  // 2^0, which the polynomial returns as exactly 1: skip it (same bits).
-  const bool max_kept = _mm512_cvtss_f32(new_max) == old_scalar && old_scalar != -__builtin_inff();
-  const __m512 alpha = max_kept ? _mm512_set1_ps(1.f) : exp2_neg(_mm512_sub_ps(old_max, shift));
+  const __m512 alpha = rescale_alpha(old_max, new_max, shift);
   __m512 sum = _mm512_setzero_ps();
   uint32_t* prow = w.p + r * (kCols / M::kPerUnit);
   // Unmasked and without a bias, every score is finite (unless Q.K^T

@@ -95,6 +95,17 @@ inline __m512 exp2_neg_bf16(__m512 x) {
   return _mm512_scalef_ps(p, x);
 }
 
+// The factor 2^(old_max - shift) that rescales a row's O and sum when its
+// running max moves from old_max to shift (0 while the max is -inf). A
+// finite max that did not move (most blocks after the first few) gives 2^0,
+// which exp2_neg returns as exactly 1, so the polynomial is skipped there
+// with the same bits.
+inline __m512 rescale_alpha(float old_max, __m512 new_max, __m512 shift) {
+  if (_mm512_cvtss_f32(new_max) == old_max && old_max != -__builtin_inff())
+    return _mm512_set1_ps(1.f);
+  return exp2_neg(_mm512_sub_ps(_mm512_set1_ps(old_max), shift));
+}
+
 // ---- lanes ----
 
 // Mask of the first n of 16 lanes (n clamped to [0, 16]).

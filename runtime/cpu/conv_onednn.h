@@ -5,11 +5,9 @@
 // padding vectors of a ConvDesc.
 #pragma once
 
-#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/cpu/onednn_util.h"
