@@ -167,6 +167,17 @@ TEST(ConvInt8, CpuMatchesTheReferenceInt8Conv) {
         check_vs_ref_int8(c, DType::BF16, DType::BF16, true, Activation::None, cl, silu, seed++);
 }
 
+// The Wan VAE's 384-channel causal 3x3x3 at its 160-pixel rows (the 88x160
+// stage, cut to 2 rows): oneDNN 2.6.3's brgconv:avx512_core_vnni got this
+// shape wrong (relative error ~6, an AMD Zen 4), so conv_int8.cpp never uses
+// a brgemm int8 conv without AMX. Under ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI
+// an AMX host checks the same rule.
+TEST(ConvInt8, WideCausalConv) {
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
+  const Case c{3, 1, 384, 384, {3, 2, 160}, {3, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}, 1, "wide"};
+  check_vs_ref_int8(c, DType::BF16, DType::BF16, true, Activation::None, true, true, 77);
+}
+
 TEST(ConvInt8, DtypesBiasActivations) {
   if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   const Case c = cases()[6];  // 2-d 3x3, batch 2
