@@ -122,6 +122,13 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
   if (bf16_kernels.empty()) bf16_kernels.push_back(&ad::kPortableKernel);
   const Kernel* f32_kernel =
       ad::avx512_bf16_supported() ? &ad::kAvx512Kernel : &ad::kPortableKernel;
+  // INT8 Q.K^T: the AMX-INT8 and the VNNI kernel where the host runs them
+  // (the portable one where it runs neither).
+  namespace a8 = cpu::attention_int8_detail;
+  std::vector<const Kernel*> int8_kernels;
+  if (a8::amx_int8_supported()) int8_kernels.push_back(&a8::kInt8AmxKernel);
+  if (a8::avx512_vnni_supported()) int8_kernels.push_back(&a8::kInt8Avx512Kernel);
+  if (int8_kernels.empty()) int8_kernels.push_back(&a8::kInt8PortableKernel);
 
   struct Shape5 {
     const char* what;
@@ -148,22 +155,22 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     if (ad::avx512_bf16_supported() && s.kv_len <= ad::kShortKeys)
       cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        &ad::kAvx512ShortKernel});
-    // INT8 Q.K^T for the DiT's two attentions (what precision int8 runs):
-    // the AMX-INT8 and the VNNI kernel where the host runs them (the portable
-    // one where it runs neither).
-    if (s.f32) {
-      namespace a8 = cpu::attention_int8_detail;
-      std::vector<const Kernel*> int8_kernels;
-      if (a8::amx_int8_supported()) int8_kernels.push_back(&a8::kInt8AmxKernel);
-      if (a8::avx512_vnni_supported()) int8_kernels.push_back(&a8::kInt8Avx512Kernel);
-      if (int8_kernels.empty()) int8_kernels.push_back(&a8::kInt8PortableKernel);
+    // Narrow heads: the transposed kernel beside the general one, both dtypes.
+    const bool narrow = ad::avx512_bf16_supported() && s.head_dim <= 32;
+    if (narrow)
+      cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
+                       &ad::kAvx512NarrowKernel});
+    // INT8 Q.K^T for the shapes that also time F32 (what precision int8 runs).
+    if (s.f32)
       for (const Kernel* k8 : int8_kernels)
         cases.push_back(
             {s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, k8, true});
-    }
     if (s.f32)
       cases.push_back(
           {s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, f32_kernel});
+    if (s.f32 && narrow)
+      cases.push_back({s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
+                       &ad::kAvx512NarrowKernel});
   }
   std::vector<BenchResult> results;
   for (const AttentionCase& c : cases) {

@@ -355,7 +355,9 @@ HostBuffer& thread_scratch(size_t bytes) {
 
 bool host_runs(const Kernel& kernel) {
   if (&kernel == &kAmxKernel) return amx_bf16_supported();  // also asks for the tile state
-  if (&kernel == &kAvx512Kernel || &kernel == &kAvx512ShortKernel) return avx512_bf16_supported();
+  if (&kernel == &kAvx512Kernel || &kernel == &kAvx512ShortKernel ||
+      &kernel == &kAvx512NarrowKernel)
+    return avx512_bf16_supported();
   return true;
 }
 
@@ -412,6 +414,15 @@ namespace {
 // 2.6 ms on AMX, 4.9 ms short-key, 6.5 ms general.
 bool amx_pays_off(const Problem& p) { return p.q_len >= 8 || p.kv_len >= 64; }
 
+// The narrow-head kernel wins on long sequences both ways; its per-tile costs
+// (64-query tiles, Q^T packed and O^T transposed back per tile, K and V^T
+// packed per head) lose where either is short. One core of a Zen 4 (thread
+// CPU time, `flick bench --filter "sam3"`), general -> narrow: EfficientSAM3's
+// 5184 x 5184 self-attention bf16 199 -> 168 ms, f32 329 -> 300 ms; its 201
+// queries x 5184 keys bf16 8.4 -> 10.5 ms; 5184 queries x 78 text tokens
+// f32 7.4 -> 8.9 ms (bf16 4.3 -> 3.9).
+bool narrow_pays_off(const Problem& p) { return p.q_len >= 256 && p.kv_len >= 256; }
+
 }  // namespace
 
 const Kernel& select_kernel(const Problem& p) {
@@ -420,6 +431,7 @@ const Kernel& select_kernel(const Problem& p) {
   if (amx_bf16_supported() && amx_not_capped() && kernel_accepts(kAmxKernel, p) && amx_pays_off(p))
     return kAmxKernel;
   if (kernel_accepts(kAvx512ShortKernel, p)) return kAvx512ShortKernel;
+  if (kernel_accepts(kAvx512NarrowKernel, p) && narrow_pays_off(p)) return kAvx512NarrowKernel;
   return kAvx512Kernel;
 }
 

@@ -49,60 +49,6 @@ constexpr int64_t kRowAlign = 12;  // rows are padded to a multiple of every row
 constexpr int kQkRows = 6;         // S register tile: 6 rows x up to 4 vectors (24 accumulators)
 constexpr float kLog2e = 1.44269504088896340736f;
 
-// bf16 bits of element idx: the bf16 kernel only runs on BF16 inputs.
-inline uint32_t load_bf16(const void* data, int64_t idx) {
-  return static_cast<const uint16_t*>(data)[idx];
-}
-
-// ---- the two arithmetic flavours ----
-
-struct Bf16Math {
-  static constexpr int64_t kPerUnit = 2;  // reduction elements per 32-bit unit
-  static __m512 madd(__m512 acc, __m512i a, __m512i b) {
-    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-  }
-};
-
-struct F32Math {
-  static constexpr int64_t kPerUnit = 1;
-  static __m512 madd(__m512 acc, __m512i a, __m512i b) {
-    return _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), acc);
-  }
-};
-
-// c[R][16*C] (=|+= row_scale * c) = a[R][units] x b[units][16*C].
-// a: broadcast units, row stride lda. b: vector j of unit u at b + u*ldb_u + j*ldb_c
-// (64-byte aligned). c: fp32, row stride ldc (64-byte aligned rows). Without
-// row_scale, c is overwritten; with it, c = c * row_scale[r] + a.b.
-template <class M, int R, int C>
-void tile_gemm(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb_u, int64_t ldb_c,
-               int64_t units, float* c, int64_t ldc, const float* row_scale) {
-  __m512 acc[R][C];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    const __m512 s = row_scale ? _mm512_set1_ps(row_scale[r]) : _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int j = 0; j < C; ++j)
-      acc[r][j] =
-          row_scale ? _mm512_mul_ps(_mm512_load_ps(c + r * ldc + 16 * j), s) : _mm512_setzero_ps();
-  }
-  for (int64_t u = 0; u < units; ++u) {
-    __m512i bv[C];
-#pragma GCC unroll 16
-    for (int j = 0; j < C; ++j) bv[j] = _mm512_load_si512(b + u * ldb_u + j * ldb_c);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r * lda + u]));
-#pragma GCC unroll 16
-      for (int j = 0; j < C; ++j) acc[r][j] = M::madd(acc[r][j], av, bv[j]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int j = 0; j < C; ++j) _mm512_store_ps(c + r * ldc + 16 * j, acc[r][j]);
-}
-
 // Per-thread workspace, carved from the driver's scratch.
 struct Workspace {
   uint32_t* k;       // [ceil(Lk/16)][U][16] units
@@ -161,30 +107,6 @@ size_t scratch_bytes_for(const Problem& p) {
 template <class M>
 Workspace carve(const Problem& p, void* scratch) {
   return layout<M>(p, kRows, Dims<M>(p).kvecs, scratch, nullptr);
-}
-
-// One row of Q or K (head_dim elements of `t`) as d.units units, written to
-// dst[u * dst_stride]; the odd tail of a bf16 pair is zero.
-template <class M>
-void pack_row(const Operand& t, const char* row, int64_t n, int64_t units, uint32_t* dst,
-              int64_t dst_stride) {
-  const int64_t stride = t.stride[3];
-  if constexpr (M::kPerUnit == 2) {
-    const int64_t pairs = n / 2;
-    if (stride == 1) {
-      for (int64_t u = 0; u < pairs; ++u) std::memcpy(dst + u * dst_stride, row + 4 * u, 4);
-    } else {
-      for (int64_t u = 0; u < pairs; ++u)
-        dst[u * dst_stride] =
-            load_bf16(row, 2 * u * stride) | (load_bf16(row, (2 * u + 1) * stride) << 16);
-    }
-    if (pairs < units) dst[pairs * dst_stride] = load_bf16(row, (n - 1) * stride);
-  } else if (t.dtype == DType::F32 && stride == 1) {
-    for (int64_t u = 0; u < n; ++u) std::memcpy(dst + u * dst_stride, row + 4 * u, 4);
-  } else {
-    for (int64_t u = 0; u < n; ++u)
-      dst[u * dst_stride] = f32_bits(load_f32(t.dtype, row, u * stride));
-  }
 }
 
 // K of (b, h) -> [ceil(Lk/16)][U][16] units (keys past Lk are zero).

@@ -1,7 +1,9 @@
 // Helpers shared by the flash-attention kernels built with AVX-512 flags
-// (attention_avx512.cpp: BF16/fp32; attention_int8_avx512.cpp: INT8 Q.K^T):
-// integer tile arithmetic, element access of an Operand, the exp2 polynomials
-// of the online softmax and lane reductions. Include only from translation
+// (attention_avx512.cpp and attention_narrow_avx512.cpp: BF16/fp32;
+// attention_int8_avx512.cpp: INT8 Q.K^T): integer tile arithmetic, element
+// access of an Operand, the register-tiled product and row packing of the
+// BF16/fp32 kernels, the exp2 polynomials of the online softmax and lane
+// reductions. Include only from translation
 // units built with AVX-512 (+BF16) flags.
 //
 // Everything is in an anonymous namespace: each including file gets its own
@@ -55,6 +57,92 @@ inline float load_f32(DType t, const void* data, int64_t idx) {
 inline const char* element(const Operand& t, int64_t b, int64_t l, int64_t h) {
   return static_cast<const char*>(t.data) +
          (b * t.stride[0] + l * t.stride[1] + h * t.stride[2]) * (t.dtype == DType::F32 ? 4 : 2);
+}
+
+// ---- the two arithmetic flavours of the BF16 / fp32 kernels ----
+
+// bf16 bits of element idx of a BF16 buffer.
+inline uint32_t load_bf16(const void* data, int64_t idx) {
+  return static_cast<const uint16_t*>(data)[idx];
+}
+
+struct Bf16Math {
+  static constexpr int64_t kPerUnit = 2;  // reduction elements per 32-bit unit
+  static __m512 madd(__m512 acc, __m512i a, __m512i b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+  }
+};
+
+struct F32Math {
+  static constexpr int64_t kPerUnit = 1;
+  static __m512 madd(__m512 acc, __m512i a, __m512i b) {
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), acc);
+  }
+};
+
+// c[R][16*C] (=|+= scale * c) = a[R][units] x b[units][16*C].
+// a: broadcast units, row stride lda. b: vector j of unit u at b + u*ldb_u + j*ldb_c
+// (64-byte aligned). c: fp32, row stride ldc (64-byte aligned rows). Without
+// a scale, c is overwritten; with row_scale, c = c * row_scale[r] + a.b; with
+// col_scale (16 * C floats, 64-byte aligned), c = c * col_scale[lane] + a.b.
+template <class M, int R, int C>
+void tile_gemm(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb_u, int64_t ldb_c,
+               int64_t units, float* c, int64_t ldc, const float* row_scale,
+               const float* col_scale = nullptr) {
+  __m512 acc[R][C];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int j = 0; j < C; ++j) {
+      if (row_scale)
+        acc[r][j] =
+            _mm512_mul_ps(_mm512_load_ps(c + r * ldc + 16 * j), _mm512_set1_ps(row_scale[r]));
+      else if (col_scale)
+        acc[r][j] =
+            _mm512_mul_ps(_mm512_load_ps(c + r * ldc + 16 * j), _mm512_load_ps(col_scale + 16 * j));
+      else
+        acc[r][j] = _mm512_setzero_ps();
+    }
+  }
+  for (int64_t u = 0; u < units; ++u) {
+    __m512i bv[C];
+#pragma GCC unroll 16
+    for (int j = 0; j < C; ++j) bv[j] = _mm512_load_si512(b + u * ldb_u + j * ldb_c);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r * lda + u]));
+#pragma GCC unroll 16
+      for (int j = 0; j < C; ++j) acc[r][j] = M::madd(acc[r][j], av, bv[j]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < C; ++j) _mm512_store_ps(c + r * ldc + 16 * j, acc[r][j]);
+}
+
+// One row of Q or K (head_dim elements of `t`) as `units` units, written to
+// dst[u * dst_stride]; the odd tail of a bf16 pair is zero.
+template <class M>
+void pack_row(const Operand& t, const char* row, int64_t n, int64_t units, uint32_t* dst,
+              int64_t dst_stride) {
+  const int64_t stride = t.stride[3];
+  if constexpr (M::kPerUnit == 2) {
+    const int64_t pairs = n / 2;
+    if (stride == 1) {
+      for (int64_t u = 0; u < pairs; ++u) std::memcpy(dst + u * dst_stride, row + 4 * u, 4);
+    } else {
+      for (int64_t u = 0; u < pairs; ++u)
+        dst[u * dst_stride] =
+            load_bf16(row, 2 * u * stride) | (load_bf16(row, (2 * u + 1) * stride) << 16);
+    }
+    if (pairs < units) dst[pairs * dst_stride] = load_bf16(row, (n - 1) * stride);
+  } else if (t.dtype == DType::F32 && stride == 1) {
+    for (int64_t u = 0; u < n; ++u) std::memcpy(dst + u * dst_stride, row + 4 * u, 4);
+  } else {
+    for (int64_t u = 0; u < n; ++u)
+      dst[u * dst_stride] = f32_bits(load_f32(t.dtype, row, u * stride));
+  }
 }
 
 // ---- the online softmax's exponentials ----

@@ -113,6 +113,11 @@ extern const Kernel kAvx512Kernel;
 // key vector) without its per-tile setup; bit-identical to it there.
 inline constexpr int64_t kShortKeys = 16;
 extern const Kernel kAvx512ShortKernel;
+// Flash-style AVX-512 kernel for narrow heads (head_dim <= 32) without bias,
+// padding or causal mask, computed transposed (lanes over queries): the
+// general kernel's numerics, its products on fuller register tiles
+// (attention_narrow_avx512.cpp).
+extern const Kernel kAvx512NarrowKernel;
 // Blocked fp32 kernel for hosts without AVX-512 BF16 (compiled for AVX2).
 extern const Kernel kPortableKernel;
 
@@ -136,7 +141,9 @@ void run_kernel_items(const char* op, const Kernel& kernel, const Problem& p, bo
 // The kernel cpu::attention runs for p on this host: AMX where the host has
 // it, the kernel accepts p and p is not tiny (under 8 queries and under 64
 // keys), else the short-key AVX-512 one for Lk <= kShortKeys, else the
-// general AVX-512 one; without AVX-512 BF16 the portable one.
+// narrow-head one where it accepts p and both lengths are >= 256, else the
+// general AVX-512 one; without
+// AVX-512 BF16 the portable one.
 const Kernel& select_kernel(const Problem& p);
 
 // cpu::attention with a chosen kernel, which must accept the problem (tests

@@ -134,6 +134,7 @@ std::vector<const Kernel*> kernels() {
   if (cpu::attention_detail::avx512_bf16_supported()) {
     ks.push_back(&cpu::attention_detail::kAvx512Kernel);
     ks.push_back(&cpu::attention_detail::kAvx512ShortKernel);
+    ks.push_back(&cpu::attention_detail::kAvx512NarrowKernel);
   }
   if (cpu::attention_detail::amx_bf16_supported()) ks.push_back(&cpu::attention_detail::kAmxKernel);
   return ks;
@@ -500,7 +501,11 @@ void check_sampled_rows(ModelShape m, DType in) {
     const bool amx = in == DType::BF16 && cpu::attention_detail::amx_bf16_supported() &&
                      cpu::amx_not_capped() && !tiny;
     const bool short_keys = m.Lk <= cpu::attention_detail::kShortKeys;
-    EXPECT_STREQ(used.name, amx ? "amx" : short_keys ? "avx512_short" : "avx512");
+    const bool narrow = m.D <= 32 && m.Lq >= 256 && m.Lk >= 256;
+    EXPECT_STREQ(used.name, amx          ? "amx"
+                            : short_keys ? "avx512_short"
+                            : narrow     ? "avx512_narrow"
+                                         : "avx512");
   }
   const std::string shape = std::to_string(m.B) + "x" + std::to_string(m.Lq) + "x" +
                             std::to_string(m.Lk) + "x" + std::to_string(m.H) + "x" +
@@ -542,6 +547,14 @@ TEST(AttentionRealShape, ActionMouseBf16SampledRows) {
 }
 TEST(AttentionRealShape, ClipVisionBf16SampledRows) {
   check_sampled_rows({1, 257, 257, 16, 80}, DType::BF16);
+}
+// EfficientSAM3 at 1008^2: the fusion encoder's self-attention over the 72^2
+// image tokens, 8 heads x 32 (the narrow-head kernel without AMX).
+TEST(AttentionRealShape, Sam3SelfAttentionBf16SampledRows) {
+  check_sampled_rows({1, 5184, 5184, 8, 32}, DType::BF16);
+}
+TEST(AttentionRealShape, Sam3SelfAttentionF32SampledRows) {
+  check_sampled_rows({1, 5184, 5184, 8, 32}, DType::F32);
 }
 
 // ---------------------------------------------------------------------------
@@ -803,6 +816,61 @@ TEST(AttentionAmx, RisingAndFallingScores) {
       check_against_ref(q, k, v, DType::F32, {},
                         "Lq " + std::to_string(Lq) + ", key slope " + std::to_string(slope));
     }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The narrow-head kernel (head_dim <= 32, lanes over queries): taken for
+// plain problems only, and exact to the bound at shapes that cross its query
+// tiles (64), key blocks (64, odd tails that pair a key with nothing) and
+// odd head dims, with the running max rising and falling across blocks.
+
+TEST(AttentionNarrow, TakesPlainNarrowProblemsOnly) {
+  if (!cpu::attention_detail::avx512_bf16_supported()) GTEST_SKIP() << "no AVX-512 BF16";
+  const Kernel& narrow = cpu::attention_detail::kAvx512NarrowKernel;
+  std::mt19937 rng(21);
+  OwnedTensor q = random4(DType::BF16, {1, 70, 2, 32}, rng, 1.f);
+  OwnedTensor k = random4(DType::BF16, {1, 90, 2, 32}, rng, 1.f);
+  OwnedTensor out(DType::BF16, {1, 70, 2, 32});
+  EXPECT_TRUE(accepts(narrow, q, k, k, out, {}));
+  AttentionParams causal;
+  causal.causal_block = 8;
+  EXPECT_FALSE(accepts(narrow, q, k, k, out, causal));
+  OwnedTensor q64 = random4(DType::BF16, {1, 70, 2, 64}, rng, 1.f);
+  OwnedTensor k64 = random4(DType::BF16, {1, 90, 2, 64}, rng, 1.f);
+  OwnedTensor out64(DType::BF16, {1, 70, 2, 64});
+  EXPECT_FALSE(accepts(narrow, q64, k64, k64, out64, {}));
+}
+
+TEST(AttentionNarrow, OddShapesMatchReference) {
+  const SweepCase cases[] = {{2, 130, 200, 3, 32}, {1, 65, 63, 2, 31}, {1, 64, 129, 1, 17},
+                             {1, 127, 65, 2, 8},   {3, 1, 1, 1, 32},   {1, 200, 1000, 2, 32}};
+  std::mt19937 rng(22);
+  for (DType in : {DType::F32, DType::BF16})
+    for (const SweepCase& c : cases) {
+      OwnedTensor q = random4(in, {c.B, c.Lq, c.H, c.D}, rng, 2.f);
+      OwnedTensor k = random4(in, {c.B, c.Lk, c.H, c.D}, rng, 2.f);
+      OwnedTensor v = random4(in, {c.B, c.Lk, c.H, c.D}, rng, 1.f);
+      for (DType out : {DType::F32, DType::BF16})
+        check_against_ref(q, k, v, out, {},
+                          dt(in) + "->" + dt(out) + " B" + std::to_string(c.B) + " Lq" +
+                              std::to_string(c.Lq) + " Lk" + std::to_string(c.Lk) + " H" +
+                              std::to_string(c.H) + " D" + std::to_string(c.D));
+    }
+}
+
+TEST(AttentionNarrow, RisingAndFallingScores) {
+  std::mt19937 rng(23);
+  const int64_t B = 1, Lq = 80, Lk = 1400, H = 2, D = 32;
+  OwnedTensor v = random4(DType::BF16, {B, Lk, H, D}, rng, 1.f);
+  OwnedTensor q = random4(DType::BF16, {B, Lq, H, D}, rng, 0.5f);
+  for (int64_t i = 0; i < Lq; ++i)
+    for (int64_t h = 0; h < H; ++h) set(q, {0, i, h, 0}, 4.f);  // a common direction
+  for (float slope : {0.3f, -0.3f, 1.f}) {
+    OwnedTensor k = random4(DType::BF16, {B, Lk, H, D}, rng, 0.5f);
+    for (int64_t j = 0; j < Lk; ++j)
+      for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 700 - 350) * 0.25f);
+    check_against_ref(q, k, v, DType::F32, {}, "key slope " + std::to_string(slope));
   }
 }
 

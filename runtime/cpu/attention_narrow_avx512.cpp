@@ -1,0 +1,321 @@
+// Flash-style AVX-512 (+BF16) attention for narrow heads (head_dim <= 32:
+// EfficientSAM3's fusion encoder and decoder, 8 heads x 32), computed
+// transposed: lanes over queries.
+//
+// With lanes over keys (attention_avx512.cpp) a 32-wide head starves the
+// products: P.V has only two 16-lane vectors of head_dim, so its register
+// tile broadcasts one P unit per two multiply-adds, and every query row pays
+// a horizontal max / sum per key block. Here a work item is a tile of kTq =
+// 64 queries (four 16-lane vectors) of one (batch, head):
+//   S^T = K Q^T   [keys][64]: units over head_dim broadcast from K, Q^T
+//                 packed [U][64];
+//   softmax down the columns: each query's running max and sum sit in a
+//                 lane, so the block max is one vmaxps per score vector and
+//                 nothing is reduced across lanes;
+//   O^T += V^T P^T [D][64]: units over keys broadcast from V^T (packed
+//                 [D][Lk/u]), P^T packed [Lk/u][64].
+// Both products use a register tile of 4 query vectors against 6 (S) or 4
+// (O) broadcast rows: one broadcast per 4 multiply-adds.
+//
+// Numerics are the general AVX-512 kernel's: bf16 inputs multiply in
+// vdpbf16ps with fp32 sums, P is rounded to bf16 (pairs of keys) for P.V
+// while the normaliser sums the fp32 P, P's 2^x is the degree-4 polynomial;
+// fp32 inputs use FMA and the degree-6 exp2. Only the summation order and
+// the fused scale of the scores (one FMA: s * scale - max, where the other
+// kernel rounds s * scale first) differ.
+//
+// It takes plain problems only (no bias, key padding or causal mask: every
+// key is visible to every query, so every score is finite); cpu::attention
+// sends the others to the general kernel. See attention_kernels.h for why
+// this file calls no inline function of another header outside anonymous
+// namespaces.
+// GCC 12 reports the intrinsics' deliberately undefined pass-through operand
+// (_mm512_undefined_ps) as (maybe-)uninitialized once they are inlined
+// (GCC PR105593, fixed in 13).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "runtime/cpu/attention_avx512_common.h"
+#include "runtime/cpu/attention_kernels.h"
+
+namespace flick::cpu::attention_detail {
+namespace {
+
+using namespace avx512_attention;  // the shared helpers (attention_avx512_common.h)
+
+constexpr int64_t kTq = 64;      // queries per work item: kQv vectors of 16 lanes
+constexpr int kQv = 4;           // query vectors
+constexpr int64_t kKb = 64;      // keys per softmax block
+constexpr int kSRows = 6;        // S^T register tile: 6 keys x kQv query vectors
+constexpr int kORows = 4;        // O^T register tile: 4 head dims x kQv query vectors
+constexpr int64_t kMaxDim = 32;  // widest head taken
+constexpr float kLog2e = 1.44269504088896340736f;
+
+bool narrow_accepts(const Problem& p) {
+  return p.head_dim <= kMaxDim && p.bias == nullptr && p.key_padding == nullptr &&
+         p.causal_block <= 0 && p.kv_len > 0;
+}
+
+template <class M>
+struct Dims {
+  int64_t units;   // U: head_dim in units (Q.K^T reduction)
+  int64_t dp;      // head_dim rounded up to the O^T register tile
+  int64_t keys;    // Lk rounded up to the key block
+  int64_t vunits;  // keys in units (P.V reduction)
+  explicit Dims(const Problem& p)
+      : units(ceil_div(p.head_dim, M::kPerUnit)),
+        dp(round_up(p.head_dim, kORows)),
+        keys(round_up(p.kv_len, kKb)),
+        vunits(round_up(p.kv_len, kKb) / M::kPerUnit) {}
+};
+
+struct Workspace {
+  uint32_t* k;   // [keys][U] units; keys past Lk are zero
+  uint32_t* vt;  // [dp][vunits] units: unit (d, u) holds V[u * kPerUnit + e, d]
+  uint32_t* qt;  // [U][kTq] units; queries past the tile are zero
+  float* s;      // [kKb][kTq] scores of the block
+  uint32_t* pt;  // [kKb / kPerUnit][kTq] units of P
+  float* ot;     // [dp][kTq]
+  float* max;    // [kTq] running max of the log2-scaled scores
+  float* sum;    // [kTq] running sum of 2^(s - max)
+  float* alpha;  // [kTq] rescale of O^T for the current block
+};
+
+template <class M>
+Workspace layout(const Problem& p, void* scratch, size_t* bytes) {
+  const Dims<M> d(p);
+  ScratchLayout sl(scratch);
+  Workspace w;
+  w.k = reinterpret_cast<uint32_t*>(sl.take(size_t(d.keys * d.units) * 4));
+  w.vt = reinterpret_cast<uint32_t*>(sl.take(size_t(d.dp * d.vunits) * 4));
+  w.qt = reinterpret_cast<uint32_t*>(sl.take(size_t(d.units * kTq) * 4));
+  w.s = reinterpret_cast<float*>(sl.take(size_t(kKb * kTq) * 4));
+  w.pt = reinterpret_cast<uint32_t*>(sl.take(size_t(kKb / M::kPerUnit * kTq) * 4));
+  w.ot = reinterpret_cast<float*>(sl.take(size_t(d.dp * kTq) * 4));
+  w.max = reinterpret_cast<float*>(sl.take(kTq * 4));
+  w.sum = reinterpret_cast<float*>(sl.take(kTq * 4));
+  w.alpha = reinterpret_cast<float*>(sl.take(kTq * 4));
+  if (bytes != nullptr) *bytes = sl.used;
+  return w;
+}
+
+// K of (b, h) -> [keys][U] units, V of (b, h) -> V^T [dp][vunits] units
+// (zero past Lk and past head_dim).
+template <class M>
+void pack_kv(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, const Workspace& w) {
+  std::memset(w.k, 0, size_t(d.keys * d.units) * 4);
+  for (int64_t j = 0; j < p.kv_len; ++j)
+    pack_row<M>(p.k, element(p.k, b, j, h), p.head_dim, d.units, w.k + j * d.units, 1);
+  std::memset(w.vt, 0, size_t(d.dp * d.vunits) * 4);
+  const Operand& v = p.v;
+  for (int64_t j = 0; j < p.kv_len; ++j) {
+    const char* row = element(v, b, j, h);
+    const int64_t u = j / M::kPerUnit;
+    for (int64_t e = 0; e < p.head_dim; ++e) {
+      uint32_t& unit = w.vt[e * d.vunits + u];
+      if constexpr (M::kPerUnit == 2)
+        unit |= load_bf16(row, e * v.stride[3]) << (16 * (j % 2));
+      else
+        unit = f32_bits(load_f32(v.dtype, row, e * v.stride[3]));
+    }
+  }
+}
+
+// S^T [nk][kTq] = K[key0, key0 + nk) Q^T, in register tiles of up to kSRows keys.
+template <class M>
+void scores(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t nk) {
+  for (int64_t j = 0; j < nk; j += kSRows) {
+    const uint32_t* a = w.k + (key0 + j) * d.units;
+    float* c = w.s + j * kTq;
+    static_assert(kSRows == 6, "the dispatch below covers 1 to 6 keys");
+    switch (min64(kSRows, nk - j)) {
+      case 1: tile_gemm<M, 1, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
+      case 2: tile_gemm<M, 2, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
+      case 3: tile_gemm<M, 3, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
+      case 4: tile_gemm<M, 4, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
+      case 5: tile_gemm<M, 5, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
+      default: tile_gemm<M, 6, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
+    }
+  }
+}
+
+// 2^x of the softmax for x <= 0 (finite: see narrow_accepts).
+template <class M>
+__m512 exp2_p(__m512 x) {
+  if constexpr (M::kPerUnit == 2)
+    return exp2_neg_bf16<true>(x);
+  else
+    return exp2_neg<true>(x);
+}
+
+// The online-softmax step of the tile over the nk keys of S^T: running max,
+// alpha and sum per query lane, P^T as units. bf16: unit (u, q) holds P of
+// keys 2u and 2u + 1 for query q, rounded to bf16 (an odd tail pairs with 0).
+template <class M>
+void softmax_block(const Problem& p, const Workspace& w, int64_t nk) {
+  const __m512 scale = _mm512_set1_ps(p.scale * kLog2e);
+  __m512 m[kQv], shift[kQv], sum[kQv];
+  // The block max of the raw scores: scaling by a positive constant keeps
+  // the order, so max(s) * scale is the max of the scaled scores, bit for bit.
+#pragma GCC unroll 4
+  for (int c = 0; c < kQv; ++c) m[c] = _mm512_load_ps(w.s + 16 * c);
+  for (int64_t j = 1; j < nk; ++j)
+#pragma GCC unroll 4
+    for (int c = 0; c < kQv; ++c)
+      m[c] = _mm512_max_ps(m[c], _mm512_load_ps(w.s + j * kTq + 16 * c));
+#pragma GCC unroll 4
+  for (int c = 0; c < kQv; ++c) {
+    const __m512 old_max = _mm512_load_ps(w.max + 16 * c);
+    const __m512 new_max = _mm512_max_ps(old_max, _mm512_mul_ps(m[c], scale));
+    // Lanes whose max did not move rescale by exactly 1 (2^0); the first
+    // block's old max is -inf (2^-inf = 0, O^T and the sum are zero anyway).
+    const __mmask16 moved = _mm512_cmp_ps_mask(new_max, old_max, _CMP_NEQ_UQ);
+    __m512 alpha = _mm512_set1_ps(1.f);
+    if (moved != 0)
+      alpha = _mm512_mask_mov_ps(alpha, moved, exp2_neg(_mm512_sub_ps(old_max, new_max)));
+    _mm512_store_ps(w.alpha + 16 * c, alpha);
+    _mm512_store_ps(w.max + 16 * c, new_max);
+    shift[c] = new_max;
+    sum[c] = _mm512_mul_ps(_mm512_load_ps(w.sum + 16 * c), alpha);
+  }
+  if constexpr (M::kPerUnit == 2) {
+    // Word 2q of a unit vector: P[j][q]; word 2q + 1: P[j + 1][q]
+    // (cvtne2ps_pbh puts row j in words 0-15 and row j + 1 in words 16-31).
+    alignas(64) static constexpr uint16_t kInterleave[32] = {
+        0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_load_si512(kInterleave);
+    for (int64_t j = 0; j < nk; j += 2) {
+      const bool pair = j + 1 < nk;
+#pragma GCC unroll 4
+      for (int c = 0; c < kQv; ++c) {
+        const __m512 p0 =
+            exp2_p<M>(_mm512_fmsub_ps(_mm512_load_ps(w.s + j * kTq + 16 * c), scale, shift[c]));
+        __m512 p1 = _mm512_setzero_ps();
+        if (pair)
+          p1 = exp2_p<M>(
+              _mm512_fmsub_ps(_mm512_load_ps(w.s + (j + 1) * kTq + 16 * c), scale, shift[c]));
+        sum[c] = _mm512_add_ps(sum[c], _mm512_add_ps(p0, p1));
+        const __m512i units = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        _mm512_store_si512(w.pt + (j / 2) * kTq + 16 * c, units);
+      }
+    }
+  } else {
+    for (int64_t j = 0; j < nk; ++j)
+#pragma GCC unroll 4
+      for (int c = 0; c < kQv; ++c) {
+        const __m512 pj =
+            exp2_p<M>(_mm512_fmsub_ps(_mm512_load_ps(w.s + j * kTq + 16 * c), scale, shift[c]));
+        sum[c] = _mm512_add_ps(sum[c], pj);
+        _mm512_store_ps(reinterpret_cast<float*>(w.pt) + j * kTq + 16 * c, pj);
+      }
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < kQv; ++c) _mm512_store_ps(w.sum + 16 * c, sum[c]);
+}
+
+// O^T = O^T * alpha + V^T[:, key0 .. key0 + nk) P^T.
+template <class M>
+void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t nk) {
+  const int64_t units = ceil_div(nk, M::kPerUnit);
+  const uint32_t* vb = w.vt + key0 / M::kPerUnit;
+  for (int64_t e = 0; e < d.dp; e += kORows)
+    tile_gemm<M, kORows, kQv>(vb + e * d.vunits, d.vunits, w.pt, kTq, 16, units, w.ot + e * kTq,
+                              kTq, nullptr, w.alpha);
+}
+
+// out[b, row0 + q, h, :] = O^T[:, q] / sum[q] for the tile's rows. BF16
+// stores round as the other kernels (vcvtneps2bf16).
+void store_rows(const Problem& p, const Workspace& w, int64_t b, int64_t h, int64_t row0,
+                int64_t rows) {
+  const int64_t D = p.head_dim;
+  const int64_t esize = p.out_dtype == DType::F32 ? 4 : 2;
+  alignas(64) float y[kMaxDim][16];
+  alignas(64) uint16_t y16[kMaxDim][16];
+  for (int c = 0; c * 16 < rows; ++c) {
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.f), _mm512_load_ps(w.sum + 16 * c));
+    for (int64_t e = 0; e < D; ++e) {
+      const __m512 v = _mm512_mul_ps(_mm512_load_ps(w.ot + e * kTq + 16 * c), inv);
+      _mm512_store_ps(y[e], v);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(y16[e]), (__m256i)_mm512_cvtneps_pbh(v));
+    }
+    for (int64_t l = 0; l < 16 && 16 * c + l < rows; ++l) {
+      char* dst =
+          static_cast<char*>(p.out) +
+          (b * p.out_stride[0] + (row0 + 16 * c + l) * p.out_stride[1] + h * p.out_stride[2]) *
+              esize;
+      for (int64_t e = 0; e < D; ++e) {
+        const int64_t at = e * p.out_stride[3];
+        if (p.out_dtype == DType::F32)
+          reinterpret_cast<float*>(dst)[at] = y[e][l];
+        else
+          reinterpret_cast<uint16_t*>(dst)[at] = y16[e][l];
+      }
+    }
+  }
+}
+
+template <class M>
+void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b, int64_t h,
+              int64_t row0) {
+  const int64_t rows = min64(kTq, p.q_len - row0);
+  std::memset(w.qt, 0, size_t(d.units * kTq) * 4);
+  for (int64_t r = 0; r < rows; ++r)
+    pack_row<M>(p.q, element(p.q, b, row0 + r, h), p.head_dim, d.units, w.qt + r, kTq);
+#pragma GCC unroll 4
+  for (int c = 0; c < kQv; ++c) {
+    _mm512_store_ps(w.max + 16 * c, _mm512_set1_ps(-__builtin_inff()));
+    _mm512_store_ps(w.sum + 16 * c, _mm512_setzero_ps());
+  }
+  std::memset(w.ot, 0, size_t(d.dp * kTq) * 4);
+  for (int64_t key0 = 0; key0 < p.kv_len; key0 += kKb) {
+    const int64_t nk = min64(kKb, p.kv_len - key0);
+    scores<M>(w, d, key0, nk);
+    softmax_block<M>(p, w, nk);
+    accumulate_pv<M>(w, d, key0, nk);
+  }
+  store_rows(p, w, b, h, row0, rows);
+}
+
+template <class M>
+void run_items(const Problem& p, int64_t begin, int64_t end, void* scratch) {
+  const Dims<M> d(p);
+  const Workspace w = layout<M>(p, scratch, nullptr);
+  const int64_t tiles = ceil_div(p.q_len, kTq);
+  int64_t packed = -1;  // (b, h) whose K / V^T are in the workspace
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t bh = item / tiles, tile = item % tiles;
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    if (bh != packed) {
+      pack_kv<M>(p, b, h, d, w);
+      packed = bh;
+    }
+    run_tile<M>(p, w, d, b, h, tile * kTq);
+  }
+}
+
+size_t narrow_scratch_bytes(const Problem& p) {
+  size_t bytes = 0;
+  if (p.bf16_inputs)
+    layout<Bf16Math>(p, nullptr, &bytes);
+  else
+    layout<F32Math>(p, nullptr, &bytes);
+  return bytes;
+}
+
+void narrow_run(const Problem& p, int64_t begin, int64_t end, void* scratch) {
+  if (p.bf16_inputs)
+    run_items<Bf16Math>(p, begin, end, scratch);
+  else
+    run_items<F32Math>(p, begin, end, scratch);
+}
+
+}  // namespace
+
+const Kernel kAvx512NarrowKernel = {"avx512_narrow", kTq, narrow_scratch_bytes, narrow_run,
+                                    narrow_accepts};
+
+}  // namespace flick::cpu::attention_detail
