@@ -30,9 +30,14 @@ constexpr uint64_t kSeed = 1;
 struct Precisions {
   const char* name;
   Precision precision;
+  Precision vae = Precision::BF16;  // the VAE decoder's convs (Mg2Options::vae_precision)
 };
-constexpr Precisions kPrecisions[] = {
-    {"bf16", Precision::BF16}, {"int8", Precision::INT8}, {"fp8", Precision::FP8}};
+// "all-int8": the INT8 DiT with the INT8 VAE decoder convs (a name that the
+// filter "mg2.int8" does not select).
+constexpr Precisions kPrecisions[] = {{"bf16", Precision::BF16},
+                                      {"int8", Precision::INT8},
+                                      {"fp8", Precision::FP8},
+                                      {"all-int8", Precision::INT8, Precision::INT8}};
 
 // /proc/self/status fields in kB: VmRSS, VmHWM.
 int64_t proc_status_kb(const char* key) {
@@ -129,6 +134,7 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   o.weights = weights;
   o.mode = Mg2Mode::kUniversal;
   o.precision = prec.precision;
+  o.vae_precision = prec.vae;
   std::unique_ptr<Backend> backend = profile_if_enabled(make_cpu_backend());
   ProfileBackend* profiler = as_profiler(*backend);  // FLICK_PROFILE=1
   const auto load_start = clock::now();

@@ -65,7 +65,7 @@ def run_flick(flick, weights, precision, lock):
     found = {}
     for line in out.stdout.splitlines():
         # "mg2.bf16 dit 2640 tok, 5280 kv   11234.567  ...": milliseconds.
-        m = re.match(r"mg2\.\w+ dit .*? kv\s+([0-9.]+)\s", line)
+        m = re.match(r"mg2\.[\w-]+ dit .*? kv\s+([0-9.]+)\s", line)
         if m:
             found["dit"] = float(m.group(1)) / 1e3
         m = re.search(r"whole (\d+)-frame job ([0-9.]+) s/frame \(conditioning ([0-9.]+) s\), "
@@ -146,7 +146,8 @@ def main():
     ap.add_argument("--ref-decoder-dtype", choices=["fp16", "bf16"], default="fp16")
     ap.add_argument("--lock", help="flock(1) file: shared for flick and the DiT peer, exclusive "
                     "for the reference job")
-    ap.add_argument("--precisions", default="bf16,int8", help="flick bench runs, in order")
+    ap.add_argument("--precisions", default="bf16,int8", help="flick bench runs, in order "
+                    "(bf16, int8, fp8, all-int8: int8 with the INT8 VAE decoder)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--layers", type=int, default=30, help="30 = the real model; fewer for a smoke run")
     ap.add_argument("--repeat", type=int, default=2)
