@@ -799,24 +799,30 @@ TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
 // falls back below the max; centred on 350, so that scores stay within
 // +-63 in log2 units (fp32 kernels' rounding of larger scores would exceed
 // their tolerance).
+// Lq queries sharing a direction against 1400 keys whose component along it
+// rises and falls with the key index (three slopes): the running max of
+// every row moves up and down across the key blocks.
+void check_rising_and_falling_scores(std::mt19937& rng, int64_t Lq, int64_t D,
+                                     const std::string& what) {
+  const int64_t B = 1, Lk = 1400, H = 2;
+  OwnedTensor v = random4(DType::BF16, {B, Lk, H, D}, rng, 1.f);
+  OwnedTensor q = random4(DType::BF16, {B, Lq, H, D}, rng, 0.5f);
+  for (int64_t i = 0; i < Lq; ++i)
+    for (int64_t h = 0; h < H; ++h) set(q, {0, i, h, 0}, 4.f);  // a common direction
+  for (float slope : {0.3f, -0.3f, 1.f}) {
+    OwnedTensor k = random4(DType::BF16, {B, Lk, H, D}, rng, 0.5f);
+    for (int64_t j = 0; j < Lk; ++j)
+      for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 700 - 350) * 0.25f);
+    check_against_ref(q, k, v, DType::F32, {}, what + ", key slope " + std::to_string(slope));
+  }
+}
+
 TEST(AttentionAmx, RisingAndFallingScores) {
   std::mt19937 rng(14);
-  const int64_t B = 1, Lk = 1400, H = 2, D = 64;
-  OwnedTensor v = random4(DType::BF16, {B, Lk, H, D}, rng, 1.f);
   // 40 queries: two pairs of 16-query groups, whose steps alternate; 20: one
   // pair, so that consecutive steps rescale the same rows.
-  for (int64_t Lq : {40, 20}) {
-    OwnedTensor q = random4(DType::BF16, {B, Lq, H, D}, rng, 0.5f);
-    for (int64_t i = 0; i < Lq; ++i)
-      for (int64_t h = 0; h < H; ++h) set(q, {0, i, h, 0}, 4.f);  // a common direction
-    for (float slope : {0.3f, -0.3f, 1.f}) {
-      OwnedTensor k = random4(DType::BF16, {B, Lk, H, D}, rng, 0.5f);
-      for (int64_t j = 0; j < Lk; ++j)
-        for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 700 - 350) * 0.25f);
-      check_against_ref(q, k, v, DType::F32, {},
-                        "Lq " + std::to_string(Lq) + ", key slope " + std::to_string(slope));
-    }
-  }
+  for (int64_t Lq : {40, 20})
+    check_rising_and_falling_scores(rng, Lq, 64, "Lq " + std::to_string(Lq));
 }
 
 // ---------------------------------------------------------------------------
@@ -861,17 +867,7 @@ TEST(AttentionNarrow, OddShapesMatchReference) {
 
 TEST(AttentionNarrow, RisingAndFallingScores) {
   std::mt19937 rng(23);
-  const int64_t B = 1, Lq = 80, Lk = 1400, H = 2, D = 32;
-  OwnedTensor v = random4(DType::BF16, {B, Lk, H, D}, rng, 1.f);
-  OwnedTensor q = random4(DType::BF16, {B, Lq, H, D}, rng, 0.5f);
-  for (int64_t i = 0; i < Lq; ++i)
-    for (int64_t h = 0; h < H; ++h) set(q, {0, i, h, 0}, 4.f);  // a common direction
-  for (float slope : {0.3f, -0.3f, 1.f}) {
-    OwnedTensor k = random4(DType::BF16, {B, Lk, H, D}, rng, 0.5f);
-    for (int64_t j = 0; j < Lk; ++j)
-      for (int64_t h = 0; h < H; ++h) set(k, {0, j, h, 0}, slope * float(j % 700 - 350) * 0.25f);
-    check_against_ref(q, k, v, DType::F32, {}, "key slope " + std::to_string(slope));
-  }
+  check_rising_and_falling_scores(rng, 80, 32, "80 queries, head_dim 32");
 }
 
 }  // namespace
