@@ -234,15 +234,12 @@ std::optional<dnnl::convolution_forward::primitive_desc> OnednnConv::find_impl(
     const memory::desc& src, const memory::desc& weights, const memory::desc& dst, Activation act,
     const std::string& impl) const {
   try {
-    // The iterator reads the operation descriptor: it must outlive the loop.
-    const auto od = op_desc(src, weights, dst);
-    dnnl::convolution_forward::primitive_desc pd(od, attr(act), onednn_engine());
-    do {
-      if (impl == pd.impl_info_str()) return pd;
-    } while (pd.next_impl());
+    const auto od = op_desc(src, weights, dst);  // outlives first_impl's iteration
+    return first_impl(dnnl::convolution_forward::primitive_desc(od, attr(act), onednn_engine()),
+                      [&](const std::string& name) { return name == impl; });
   } catch (const dnnl::error&) {
+    return std::nullopt;
   }
-  return std::nullopt;
 }
 
 std::optional<dnnl::convolution_forward::primitive_desc> OnednnConv::try_winograd(

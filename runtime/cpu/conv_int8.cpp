@@ -58,10 +58,8 @@ constexpr int64_t kBlock = int64_t{1} << 16;
 // tried, so the fault is narrow, but its bounds are unknown: without AMX the
 // int8 convs take the next implementation (jit_int8, measured as fast over
 // the whole decoder: 3.16 s against 3.15 s per frame of a 3-latent block on
-// Zen 4). The
-// AMX brgconv is a different kernel, correct at these shapes.
-bool trusted_int8_impl(const char* impl) {
-  const std::string name(impl);
+// Zen 4). The AMX brgconv is a different kernel, correct at these shapes.
+bool trusted_int8_impl(const std::string& name) {
   return name.rfind("brg", 0) != 0 || name.find("amx") != std::string::npos;
 }
 
@@ -183,17 +181,15 @@ std::optional<dnnl::convolution_forward::primitive_desc> Int8Conv::try_primitive
     Activation act) const {
   const auto [strides, dilation, pad] = conv_geometry(desc_);
   try {
-    // The iterator reads the operation descriptor: it must outlive the loop.
+    // od outlives first_impl's iteration.
     const dnnl::convolution_forward::desc od(dnnl::prop_kind::forward_inference,
                                              dnnl::algorithm::convolution_direct, src, weights, dst,
                                              strides, dilation, pad, pad);
-    dnnl::convolution_forward::primitive_desc pd(od, attr(act), onednn_engine());
-    do {
-      if (trusted_int8_impl(pd.impl_info_str())) return pd;
-    } while (pd.next_impl());
+    return first_impl(dnnl::convolution_forward::primitive_desc(od, attr(act), onednn_engine()),
+                      trusted_int8_impl);
   } catch (const dnnl::error&) {
+    return std::nullopt;
   }
-  return std::nullopt;
 }
 
 Plan& Int8Conv::plan(const PlanKey& key, const Tensor& x, const Tensor& y) const {

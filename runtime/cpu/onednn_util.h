@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -43,6 +44,18 @@ CallBuffers& onednn_call_buffers();
 // warning the first time a slow reference implementation ("ref...") shows up,
 // since that is a performance bug, not a correctness one.
 std::string impl_name(const dnnl::primitive_desc_base& pd, const std::string& what);
+
+// The first of oneDNN's candidate implementations for pd's operation, in its
+// order of preference, whose name ("brgconv:avx512_core_vnni", ...) `take`
+// accepts; none: nullopt. The operation descriptor pd was made from must
+// outlive the call (the iteration reads it).
+template <class PrimitiveDesc, class Take>
+std::optional<PrimitiveDesc> first_impl(PrimitiveDesc pd, Take&& take) {
+  do {
+    if (take(std::string(pd.impl_info_str()))) return pd;
+  } while (pd.next_impl());
+  return std::nullopt;
+}
 
 // x -> y through oneDNN reorders (layout and dtype conversion), built once;
 // run() allocates nothing. With round_to_bf16, f32 values pass through a
