@@ -3,8 +3,8 @@
 // attention_int8_avx512.cpp: INT8 Q.K^T): integer tile arithmetic, element
 // access of an Operand, the register-tiled product and row packing of the
 // BF16/fp32 kernels, the exp2 polynomials of the online softmax and lane
-// reductions. Include only from translation
-// units built with AVX-512 (+BF16) flags.
+// reductions. Include only from translation units built with AVX-512 (+BF16)
+// flags.
 //
 // Everything is in an anonymous namespace: each including file gets its own
 // copy, as attention_kernels.h asks of shared helpers (no inline function

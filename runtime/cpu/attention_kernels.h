@@ -142,8 +142,7 @@ void run_kernel_items(const char* op, const Kernel& kernel, const Problem& p, bo
 // it, the kernel accepts p and p is not tiny (under 8 queries and under 64
 // keys), else the short-key AVX-512 one for Lk <= kShortKeys, else the
 // narrow-head one where it accepts p and both lengths are >= 256, else the
-// general AVX-512 one; without
-// AVX-512 BF16 the portable one.
+// general AVX-512 one; without AVX-512 BF16 the portable one.
 const Kernel& select_kernel(const Problem& p);
 
 // cpu::attention with a chosen kernel, which must accept the problem (tests

@@ -232,15 +232,18 @@ void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t n
 void store_rows(const Problem& p, const Workspace& w, int64_t b, int64_t h, int64_t row0,
                 int64_t rows) {
   const int64_t D = p.head_dim;
-  const int64_t esize = p.out_dtype == DType::F32 ? 4 : 2;
+  const bool f32 = p.out_dtype == DType::F32;
+  const int64_t esize = f32 ? 4 : 2;
   alignas(64) float y[kMaxDim][16];
   alignas(64) uint16_t y16[kMaxDim][16];
   for (int c = 0; c * 16 < rows; ++c) {
     const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.f), _mm512_load_ps(w.sum + 16 * c));
     for (int64_t e = 0; e < D; ++e) {
       const __m512 v = _mm512_mul_ps(_mm512_load_ps(w.ot + e * kTq + 16 * c), inv);
-      _mm512_store_ps(y[e], v);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(y16[e]), (__m256i)_mm512_cvtneps_pbh(v));
+      if (f32)
+        _mm512_store_ps(y[e], v);
+      else
+        _mm256_store_si256(reinterpret_cast<__m256i*>(y16[e]), (__m256i)_mm512_cvtneps_pbh(v));
     }
     for (int64_t l = 0; l < 16 && 16 * c + l < rows; ++l) {
       char* dst =
@@ -249,7 +252,7 @@ void store_rows(const Problem& p, const Workspace& w, int64_t b, int64_t h, int6
               esize;
       for (int64_t e = 0; e < D; ++e) {
         const int64_t at = e * p.out_stride[3];
-        if (p.out_dtype == DType::F32)
+        if (f32)
           reinterpret_cast<float*>(dst)[at] = y[e][l];
         else
           reinterpret_cast<uint16_t*>(dst)[at] = y16[e][l];

@@ -832,7 +832,6 @@ TEST(AttentionAmx, RisingAndFallingScores) {
 // odd head dims, with the running max rising and falling across blocks.
 
 TEST(AttentionNarrow, TakesPlainNarrowProblemsOnly) {
-  if (!cpu::attention_detail::avx512_bf16_supported()) GTEST_SKIP() << "no AVX-512 BF16";
   const Kernel& narrow = cpu::attention_detail::kAvx512NarrowKernel;
   std::mt19937 rng(21);
   OwnedTensor q = random4(DType::BF16, {1, 70, 2, 32}, rng, 1.f);
