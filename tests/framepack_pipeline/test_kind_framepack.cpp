@@ -8,12 +8,12 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "jobs/config.h"
 #include "jobs/job.h"
 #include "models/pipelines/framepack.h"
 #include "runtime/weights/weight_store.h"
+#include "tests/framepack_pipeline/framepack_fixture.h"
 #include "tests/io/collecting_sink.h"
 #include "tests/jobs/jobs_test_util.h"
 
@@ -21,12 +21,9 @@ namespace flick {
 namespace {
 
 namespace fsys = std::filesystem;
-const std::string kData = std::string(FLICK_TEST_DATA) + "/framepack_pipeline/";
-
-nlohmann::json manifest() {
-  std::ifstream f(kData + "manifest.json");
-  return nlohmann::json::parse(f);
-}
+using testing::framepack_fixture_input;
+using testing::framepack_fixture_pipeline;
+const std::string& kData = testing::kFramePackFixture;
 
 // Peak resident memory of this process (VmHWM), in MiB.
 double peak_rss_mib() {
@@ -47,18 +44,7 @@ class FramePackKindTest : public ::testing::Test {
   }
 
   std::string pipeline_entry(const std::string& extra) const {
-    const nlohmann::json m = manifest();
-    std::string buckets = "[";
-    for (const auto& b : m["buckets"]) {
-      buckets += (buckets.size() > 1 ? ", [" : "[") + std::to_string(b[0].get<int>()) + ", " +
-                 std::to_string(b[1].get<int>()) + "]";
-    }
-    buckets += "]";
-    return "[[pipeline]]\nname = \"fp\"\nkind = \"framepack-i2v\"\nweights = \"" + kData +
-           "weights\"\ntokenizer = \"" + std::string(FLICK_TEST_DATA) +
-           "/llama_tokenizer\"\ntokenizer_2 = \"" + std::string(FLICK_TEST_DATA) +
-           "/clip_tokenizer\"\nbuckets = " + buckets + "\nprompt_cache = \"" + (dir_ / "cache") +
-           "\"\n" + extra;
+    return framepack_fixture_pipeline(dir_ / "cache") + extra;
   }
 
   std::optional<DaemonConfig> config(const std::string& extra) {
@@ -82,14 +68,9 @@ class FramePackKindTest : public ::testing::Test {
   }
 
   std::string job(const std::string& input_extra) const {
-    const nlohmann::json m = manifest();
     return "version = 1\npipeline = \"fp\"\n[input]\nimage = \"" + (dir_ / "in/start.png") +
-           "\"\nprompt = \"" + m["prompt"].get<std::string>() +
-           "\"\nseconds = " + std::to_string(m["job"]["total_second_length"].get<int>()) +
-           "\nseed = " + std::to_string(m["job"]["seed"].get<int>()) +
-           "\nsteps = " + std::to_string(m["job"]["steps"].get<int>()) +
-           "\ndistilled_guidance = 10.0\n" + input_extra + "[output]\ndir = \"" + (dir_ / "out/j") +
-           "\"\nvideo = { file = \"j.mp4\" }\n";
+           "\"\n" + framepack_fixture_input() + input_extra + "[output]\ndir = \"" +
+           (dir_ / "out/j") + "\"\nvideo = { file = \"j.mp4\" }\n";
   }
 
   std::optional<Job> parse(const DaemonConfig& c, const std::string& body) {

@@ -4,45 +4,19 @@
 // `flick drain` renders one job of each variant from the spool into an MP4
 // and PNG frames; the PNG frames are checked against the reference worker's
 // video, the MP4 by its decoded frame count and size.
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "integration_util.h"
 #include "runtime/weights/weight_store.h"
+#include "tests/framepack_pipeline/framepack_fixture.h"
 
 namespace flick::testing {
 namespace {
 
-const std::string kData = std::string(FLICK_TEST_DATA) + "/framepack_pipeline/";
-
-nlohmann::json manifest() {
-  std::ifstream f(kData + "manifest.json");
-  return nlohmann::json::parse(f);
-}
-
-std::string pipeline_entry(const Sandbox& sb) {
-  const nlohmann::json m = manifest();
-  std::string buckets = "[";
-  for (const auto& b : m["buckets"])
-    buckets += (buckets.size() > 1 ? ", [" : "[") + std::to_string(b[0].get<int>()) + ", " +
-               std::to_string(b[1].get<int>()) + "]";
-  buckets += "]";
-  return "[[pipeline]]\nname = \"fp\"\nkind = \"framepack-i2v\"\nweights = \"" + kData +
-         "weights\"\ntokenizer = \"" + std::string(FLICK_TEST_DATA) +
-         "/llama_tokenizer\"\ntokenizer_2 = \"" + std::string(FLICK_TEST_DATA) +
-         "/clip_tokenizer\"\nbuckets = " + buckets + "\nprompt_cache = \"" + sb.path("cache") +
-         "\"\nprecision = \"f32\"\n";
-}
+const std::string& kData = kFramePackFixture;
 
 std::string job(const Sandbox& sb, const std::string& id, const std::string& variant) {
-  const nlohmann::json m = manifest();
   return "version = 1\npipeline = \"fp\"\nid = \"" + id + "\"\n[input]\nimage = \"" +
-         sb.path("in/start.png") + "\"\nprompt = \"" + m["prompt"].get<std::string>() +
-         "\"\nseconds = " + std::to_string(m["job"]["total_second_length"].get<int>()) +
-         "\nseed = " + std::to_string(m["job"]["seed"].get<int>()) +
-         "\nsteps = " + std::to_string(m["job"]["steps"].get<int>()) +
-         "\ndistilled_guidance = 10.0\nvariant = \"" + variant + "\"\n[output]\ndir = \"" +
-         sb.path("out/" + id) + "\"\nvideo = { file = \"" + id +
+         sb.path("in/start.png") + "\"\n" + framepack_fixture_input() + "variant = \"" + variant +
+         "\"\n[output]\ndir = \"" + sb.path("out/" + id) + "\"\nvideo = { file = \"" + id +
          ".mp4\" }\nframes = { format = \"png\" }\n";
 }
 
@@ -50,7 +24,7 @@ TEST(FramePackJob, DrainRendersBothVariantsIntoVideoAndFrames) {
   Sandbox sb;
   stdfs::create_directories(sb.path("in"));
   stdfs::copy_file(kData + "input.png", sb.path("in/start.png"));
-  sb.write_config("", pipeline_entry(sb));
+  sb.write_config("", framepack_fixture_pipeline(sb.path("cache")) + "precision = \"f32\"\n");
   sb.drop("orig.toml", job(sb, "orig", "original"));
   sb.drop("fwd.toml", job(sb, "fwd", "f1"));
   const RunResult r = sb.drain();
