@@ -302,11 +302,11 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   {
     FLICK_ASSIGN_OR_RETURN(WeightStore vae_store, WeightStore::open({vae_path}));
     FLICK_TRY(plan_source("vae", vae_path));
-    Expected<WanVaeEncoder> e = WanVaeEncoder::load(vae_store.root(), be, vae_precision);
+    const std::optional<Precision> vae_convs =
+        opt.vae_precision == Precision::INT8 ? std::optional(Precision::INT8) : std::nullopt;
+    Expected<WanVaeEncoder> e = WanVaeEncoder::load(vae_store.root(), be, vae_precision, vae_convs);
     if (!e.ok()) return Status(e.status().code(), vae_path + ": " + e.status().message());
-    Expected<WanVaeDecoder> d = WanVaeDecoder::load(
-        vae_store.root(), be, vae_precision,
-        opt.vae_precision == Precision::INT8 ? std::optional(Precision::INT8) : std::nullopt);
+    Expected<WanVaeDecoder> d = WanVaeDecoder::load(vae_store.root(), be, vae_precision, vae_convs);
     if (!d.ok()) return Status(d.status().code(), vae_path + ": " + d.status().message());
     const WanVaeEncoderConfig& ec = e->config();
     const WanVaeDecoderConfig& dc = d->config();
@@ -603,7 +603,7 @@ const Mg2ModeSpec& Mg2Pipeline::mode() const { return *impl_->mode; }
 std::string Mg2Pipeline::precision_summary() const {
   return precision_label(impl_->opt.precision) + " DiT, " + precision_label(impl_->clip_precision) +
          " CLIP, " + precision_label(impl_->vae_precision) + " VAE" +
-         (impl_->opt.vae_precision == Precision::INT8 ? " (int8 decoder convs)" : "");
+         (impl_->opt.vae_precision == Precision::INT8 ? " (int8 convs)" : "");
 }
 
 Status Mg2Pipeline::validate(const Mg2Input& input) const {

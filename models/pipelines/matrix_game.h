@@ -76,7 +76,7 @@ struct Mg2Options {
   std::string weights;  // a download of Skywork/Matrix-Game-2.0 (or flick synth output)
   Mg2Mode mode = Mg2Mode::kUniversal;
   Precision precision = Precision::BF16;  // the DiT: F32, BF16, INT8, FP8
-  // The VAE decoder's convolutions: BF16, or INT8 (WanVaeDecoder's
+  // The VAE's convolutions, encoder and decoder: BF16, or INT8 (their
   // conv_precision; not with precision F32).
   Precision vae_precision = Precision::BF16;
   int width = 640, height = 352;  // video size; multiples of 16

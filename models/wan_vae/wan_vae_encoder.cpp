@@ -54,8 +54,15 @@ Expected<WanVaeEncoderConfig> WanVaeEncoderConfig::detect(const WeightView& root
 }
 
 Expected<WanVaeEncoder> WanVaeEncoder::load(const WeightView& root, Backend& backend,
-                                            Precision precision) {
+                                            Precision precision,
+                                            std::optional<Precision> conv_precision) {
   WanVaeEncoder e;
+  e.conv_precision_ = conv_precision.value_or(precision);
+  if (e.conv_precision_ != precision &&
+      !(precision == Precision::BF16 && e.conv_precision_ == Precision::INT8))
+    return invalid_input(std::string("Wan VAE encoder: ") + precision_name(e.conv_precision_) +
+                         " convolutions with " + precision_name(precision) +
+                         " activations are not supported (INT8 runs with BF16)");
   if (precision == Precision::F32) {
     e.num_ = wan_vae::Numerics::f32();
     for (int i = 0; i < 16; ++i) {
@@ -94,24 +101,42 @@ Status WanVaeEncoder::load_weights(const WeightView& root) {
                            " channels, the previous layer gives " + std::to_string(ch));
     return ok_status();
   };
+  // The residual blocks' own convolutions in conv_precision_ below full
+  // resolution. With INT8, BF16 stays for: conv1 (3 input channels), the
+  // head's conv and the 1x1 quant conv (latent size), the middle attention,
+  // the convs of the raw residual stream (the shortcuts and the
+  // downsamplers: wan_vae::normalized_only) and the full-resolution
+  // residual blocks before the first downsampler. Measured (Zen 4, 2
+  // threads, `flick bench --filter mg2.cond`, 21 frames at 352x640; latents
+  // rel L2 from the fp32 encoder's on full-width synthetic weights,
+  // tests/models/test_wan_vae_int8.cpp, where BF16 itself is at 0.0091):
+  // full resolution BF16 0.73x the BF16 encoder's time, 0.0172; INT8 as well
+  // 0.64x, 0.0214 (and 1.28x the reference bf16 encoder's distance on the
+  // tiny golden, against 1.03x). The full-resolution stage reads the pixels
+  // almost directly, as the decoder's feeds them.
+  Numerics body = num;
+  body.conv = conv_precision_;
+  bool full_res = true;
   const WeightView downs = enc.sub("downsamples");
   for (int64_t i = 0; i < cfg_.downsamples; ++i) {
     const WeightView l = downs.sub(std::to_string(i));
+    const Numerics& n = full_res ? num : body;
     if (l.has("resample.1.weight")) {
-      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, num));
+      full_res = false;
+      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, normalized_only(n)));
       FLICK_TRY(check_in(l, d.channels()));
       downs_.emplace_back(std::move(d));
     } else {
-      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, num));
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, n));
       FLICK_TRY(check_in(l, r.in_channels()));
       ch = r.out_channels();
       downs_.emplace_back(std::move(r));
     }
   }
   const WeightView mid = enc.sub("middle");
-  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, num));
+  FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, body));
   FLICK_ASSIGN_OR_RETURN(mid_attn_, AttentionBlock::load(mid.sub("1"), be, num));
-  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, num));
+  FLICK_ASSIGN_OR_RETURN(mid_res1_, ResidualBlock::load(mid.sub("2"), be, body));
   FLICK_TRY(check_in(mid.sub("0"), mid_res0_.in_channels()));
   FLICK_TRY(check_in(mid.sub("1"), mid_attn_.channels()));
   FLICK_TRY(check_in(mid.sub("2"), mid_res1_.in_channels()));

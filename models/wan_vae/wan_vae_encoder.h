@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -61,8 +62,11 @@ class WanVaeEncoder {
   using Tap = std::function<void(std::string_view name, const Tensor& t)>;
 
   // root: a view holding `encoder.*` and `conv1.*`. precision: F32 or BF16.
-  static Expected<WanVaeEncoder> load(const WeightView& root, Backend& backend,
-                                      Precision precision);
+  // conv_precision (default: precision): INT8 with BF16 runs the residual
+  // blocks' own convolutions in int8 (as WanVaeDecoder's; see load_weights
+  // for the layers kept in BF16 and why).
+  static Expected<WanVaeEncoder> load(const WeightView& root, Backend& backend, Precision precision,
+                                      std::optional<Precision> conv_precision = std::nullopt);
 
   const WanVaeEncoderConfig& config() const { return cfg_; }
   // mean and 1 / std of the latent normalisation as this precision uses them.
@@ -111,6 +115,7 @@ class WanVaeEncoder {
   WanVaeEncoderConfig cfg_;
   Backend* backend_ = nullptr;
   wan_vae::Numerics num_;
+  Precision conv_precision_ = Precision::F32;
   WanVaeLatentScale scale_;
 
   wan_vae::CausalConv3d conv1_, head_conv_, quant_conv_;

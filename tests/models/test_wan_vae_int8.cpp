@@ -1,15 +1,19 @@
 // The Wan VAE decoder with INT8 convolutions (WanVaeDecoder::load with
 // conv_precision INT8: the residual blocks' and upsamplers' convs, see
 // wan_vae_decoder.cpp) against the BF16 decoder: PSNR of the decoded frames
-// (values in [-1, 1], peak-to-peak 2: PSNR = 10 log10(4 / MSE)).
+// (values in [-1, 1], peak-to-peak 2: PSNR = 10 log10(4 / MSE)). The
+// encoder with INT8 convolutions (WanVaeEncoder::load, conv_precision INT8)
+// against the fp32 latents, its error beside the BF16 encoder's own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "models/wan_vae/wan_vae_decoder.h"
+#include "models/wan_vae/wan_vae_encoder.h"
 #include "models/wan_vae/wan_vae_synthetic.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/weights/weight_store.h"
@@ -26,6 +30,15 @@ const std::string kCheckpoint = kData + "weights/Wan2.1_VAE.pth";
 // a few 0.1 dB.
 constexpr double kGoldenMinDb = 29.0;
 constexpr double kFullWidthMinDb = 41.5;
+// The INT8 encoder's latents, rel L2 from the fp32 encoder's. Measured (Zen
+// 4; CPU and reference backends alike): golden 1.03x the reference bf16
+// encoder's own distance (0.0649 against 0.0629), full width 0.0172 (BF16
+// 0.0091). The thresholds leave ~15 % for summation order (the int8 products
+// are exact; the BF16 layers between them are not) and fail the
+// full-resolution stage in INT8 as well (1.28x, 0.0214), which
+// wan_vae_encoder.cpp keeps BF16.
+constexpr double kEncoderGoldenMaxRatio = 1.15;
+constexpr double kEncoderFullWidthMaxRelL2 = 0.02;
 
 double psnr(const std::vector<float>& a, const std::vector<float>& b) {
   double se = 0;
@@ -118,6 +131,102 @@ TEST(WanVaeInt8, OnlyWithBf16Activations) {
       WanVaeDecoder::load(store->root(), *be, Precision::F32, Precision::INT8);
   ASSERT_FALSE(dec.ok());
   EXPECT_NE(dec.status().message().find("INT8"), std::string::npos) << dec.status().message();
+}
+
+// Relative L2 distance |a - b| / |b|.
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+std::vector<float> to_f32(Backend& be, const Tensor& t) {
+  OwnedTensor c(DType::F32, t.shape);
+  be.copy(t, c.t);
+  return {c.t.ptr<float>(), c.t.ptr<float>() + t.numel()};
+}
+
+// The latents of `video` through the encoder at `precision` (INT8: BF16
+// activations, INT8 convolutions).
+std::vector<float> encode(Backend& be, const WeightView& root, Precision precision,
+                          const Tensor& video) {
+  Expected<WanVaeEncoder> enc =
+      precision == Precision::INT8 ? WanVaeEncoder::load(root, be, Precision::BF16, Precision::INT8)
+                                   : WanVaeEncoder::load(root, be, precision);
+  EXPECT_TRUE(enc.ok()) << enc.status().message();
+  if (!enc.ok()) return {};
+  Expected<Tensor> z = enc->encode(video);
+  EXPECT_TRUE(z.ok()) << z.status().message();
+  if (!z.ok()) return {};
+  return to_f32(be, *z);
+}
+
+class WanVaeEncoderInt8Golden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WanVaeEncoderInt8Golden, LatentsAsCloseToFp32AsTheReferenceBf16) {
+  // The golden conditioning video (frame 0, 20 zero frames) through the tiny
+  // checkpoint. Oracle: the reference's fp32 latents; the reference's own
+  // bf16 encoder lands 6.3 % (rel L2) from them, mostly through the tiny
+  // VAE's 2-8 channel RMS norms, which amplify every rounding. INT8
+  // convolutions must not take the latents much further than that.
+  if (std::string(GetParam()) == "cpu" && !cpu::cpu_supports(Precision::INT8))
+    GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
+  std::unique_ptr<Backend> be =
+      std::string(GetParam()) == "ref" ? make_ref_backend() : make_cpu_backend();
+  Expected<WeightStore> golden = WeightStore::open({kData + "vae_encoder.safetensors"});
+  ASSERT_TRUE(golden.ok()) << golden.status().message();
+  Expected<WeightStore> store = WeightStore::open({kCheckpoint});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  Expected<Tensor> frame0 = golden->get("fp32.input_frame0");  // [1, 3, 1, 32, 48]
+  Expected<Tensor> want = golden->get("fp32.latents");
+  Expected<Tensor> ref_bf16 = golden->get("ref.latents");
+  ASSERT_TRUE(frame0.ok() && want.ok() && ref_bf16.ok());
+  OwnedTensor video(DType::F32, Shape{1, 3, 21, 32, 48});
+  Tensor first = video.t.slice(2, 0, 1);
+  be->copy(*frame0, first);
+  const std::vector<float> fp32 = to_f32(*be, *want);
+  const double ref_err = rel_l2(to_f32(*be, *ref_bf16), fp32);
+  const std::vector<float> bf16 = encode(*be, store->root(), Precision::BF16, video.t);
+  const std::vector<float> int8 = encode(*be, store->root(), Precision::INT8, video.t);
+  ASSERT_EQ(bf16.size(), fp32.size());
+  ASSERT_EQ(int8.size(), fp32.size());
+  const double bf16_err = rel_l2(bf16, fp32), int8_err = rel_l2(int8, fp32);
+  std::printf("  latents rel L2 vs fp32: reference bf16 %.4f, bf16 %.4f, int8 %.4f\n", ref_err,
+              bf16_err, int8_err);
+  EXPECT_LE(int8_err, kEncoderGoldenMaxRatio * ref_err);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WanVaeEncoderInt8Golden, ::testing::Values("ref", "cpu"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(WanVaeEncoderInt8, FullWidthLatentsCloseToFp32) {
+  // The real widths (96-384 channels, synthetic weights): an image then 4
+  // zero frames at 64x96, every layer kind and the temporal caches. Oracle:
+  // the fp32 encoder; the BF16 encoder's distance from it is printed beside.
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
+  Expected<WeightStore> store = wan_vae::make_synthetic_wan_vae(96, 7);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  OwnedTensor video(DType::F32, Shape{1, 3, 5, 64, 96});
+  std::fill_n(video.t.ptr<float>(), video.t.numel(), 0.f);
+  uint32_t state = 9;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < 64 * 96; ++i) {
+      state = state * 1664525u + 1013904223u;
+      video.t.ptr<float>()[c * 5 * 64 * 96 + i] = static_cast<float>(state >> 8) * 0x1p-23f - 1.f;
+    }
+  const std::vector<float> fp32 = encode(*be, store->root(), Precision::F32, video.t);
+  const std::vector<float> bf16 = encode(*be, store->root(), Precision::BF16, video.t);
+  const std::vector<float> int8 = encode(*be, store->root(), Precision::INT8, video.t);
+  ASSERT_EQ(fp32.size(), size_t{16 * 2 * 8 * 12});
+  ASSERT_EQ(bf16.size(), fp32.size());
+  ASSERT_EQ(int8.size(), fp32.size());
+  const double bf16_err = rel_l2(bf16, fp32), int8_err = rel_l2(int8, fp32);
+  std::printf("  full-width latents rel L2 vs fp32: bf16 %.4f, int8 %.4f\n", bf16_err, int8_err);
+  EXPECT_LE(int8_err, kEncoderFullWidthMaxRelL2);
 }
 
 }  // namespace
