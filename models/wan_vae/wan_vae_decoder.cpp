@@ -90,14 +90,17 @@ Status WanVaeDecoder::load_weights(const WeightView& root) {
   // stay BF16: conv2 / conv1 (fp32 anyway), the middle attention's 1x1
   // qkv / proj (latent size, 0.1 % of the work; its softmax is sharp where
   // an int8 qkv would move the scores most), the head's 96 -> 3 conv (1 % of
-  // the conv time, the frames' pixels themselves), the convs of the raw
-  // residual stream (wan_vae::normalized_only) and the full-resolution stage
-  // (below). Measured on synthetic full-width weights
-  // (tests/models/test_wan_vae_int8.cpp, PSNR against BF16): every residual
-  // / upsampling conv INT8 39.2 dB; full-resolution stage BF16 40.3 dB; raw
-  // residual stream BF16 as well 43.0 dB; keeping the middle's residual
-  // blocks BF16 too added only 0.4 dB (not worth their 2.3x at 384
-  // channels).
+  // the conv time, the frames' pixels themselves) and the convs of the raw
+  // residual stream (wan_vae::normalized_only). Measured on synthetic
+  // full-width weights (tests/models/test_wan_vae_int8.cpp, PSNR against
+  // BF16), S8 activations: every residual / upsampling conv INT8 39.2 dB;
+  // full-resolution stage BF16 40.3 dB; raw residual stream BF16 as well
+  // 43.0 dB; keeping the middle's residual blocks BF16 too added only 0.4 dB
+  // (not worth their 2.3x at 384 channels). With U8 activations
+  // (ref::conv_int8_act) the full-resolution stage's residual blocks run
+  // INT8 too: 45.6 dB here; `flick bench --filter "vae decode"` (Zen 4,
+  // 352x640): 0.56x the BF16 decoder's time at 43.3 dB, against 0.72x at
+  // 44.0 dB with that stage BF16 (S8 with it BF16: 0.73x, 40.7 dB).
   Numerics body = num;
   body.conv = conv_precision_;
   FLICK_ASSIGN_OR_RETURN(mid_res0_, ResidualBlock::load(mid.sub("0"), be, body));
@@ -114,23 +117,15 @@ Status WanVaeDecoder::load_weights(const WeightView& root) {
   FLICK_TRY(check_in(mid.sub("1"), mid_attn_.channels()));
   FLICK_TRY(check_in(mid.sub("2"), mid_res1_.in_channels()));
   const WeightView ups = dec.sub("upsamples");
-  int64_t last_up = cfg_.upsamples;  // the last spatial upsampler
-  for (int64_t i = 0; i < cfg_.upsamples; ++i)
-    if (ups.sub(std::to_string(i)).has("resample.1.weight")) last_up = i;
   for (int64_t i = 0; i < cfg_.upsamples; ++i) {
     const WeightView l = ups.sub(std::to_string(i));
-    // The full-resolution stage (the last upsampler, the blocks after it)
-    // keeps BF16: oneDNN's int8 kernel at 96 channels x 352x640 was slower
-    // than the BF16 direct AMX kernel there (quantizing 3 frames per call
-    // included), and the stage feeds the pixels directly.
-    const Numerics& n = i >= last_up ? num : body;
     if (l.has("resample.1.weight")) {
-      FLICK_ASSIGN_OR_RETURN(Upsample u, Upsample::load(l, be, n));
+      FLICK_ASSIGN_OR_RETURN(Upsample u, Upsample::load(l, be, body));
       FLICK_TRY(check_in(l, u.in_channels()));
       ch = u.out_channels();
       ups_.emplace_back(std::move(u));
     } else {
-      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, n));
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, body));
       FLICK_TRY(check_in(l, r.in_channels()));
       ch = r.out_channels();
       ups_.emplace_back(std::move(r));

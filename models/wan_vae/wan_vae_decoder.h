@@ -73,10 +73,9 @@ class WanVaeDecoder {
 
   // root: a view holding `decoder.*` and `conv2.*`. precision: F32 or BF16.
   // conv_precision (default: precision): INT8 with BF16 runs the residual
-  // blocks' and upsamplers' convolutions below full resolution in int8
-  // (Precision::INT8 convs: per-channel weights, one dynamic activation
-  // scale per call) and everything else as BF16; see load_weights for the
-  // layers kept in BF16 and why.
+  // blocks' own convolutions in int8 (Precision::INT8 convs: per-channel
+  // weights, one dynamic activation scale per call) and everything else as
+  // BF16; see load_weights for the layers kept in BF16 and why.
   static Expected<WanVaeDecoder> load(const WeightView& root, Backend& backend, Precision precision,
                                       std::optional<Precision> conv_precision = std::nullopt);
 

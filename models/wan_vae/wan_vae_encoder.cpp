@@ -101,33 +101,28 @@ Status WanVaeEncoder::load_weights(const WeightView& root) {
                            " channels, the previous layer gives " + std::to_string(ch));
     return ok_status();
   };
-  // The residual blocks' own convolutions in conv_precision_ below full
-  // resolution. With INT8, BF16 stays for: conv1 (3 input channels), the
-  // head's conv and the 1x1 quant conv (latent size), the middle attention,
-  // the convs of the raw residual stream (the shortcuts and the
-  // downsamplers: wan_vae::normalized_only) and the full-resolution
-  // residual blocks before the first downsampler. Measured (Zen 4, 2
-  // threads, `flick bench --filter mg2.cond`, 21 frames at 352x640; latents
-  // rel L2 from the fp32 encoder's on full-width synthetic weights,
-  // tests/models/test_wan_vae_int8.cpp, where BF16 itself is at 0.0091):
-  // full resolution BF16 0.73x the BF16 encoder's time, 0.0172; INT8 as well
-  // 0.64x, 0.0214 (and 1.28x the reference bf16 encoder's distance on the
-  // tiny golden, against 1.03x). The full-resolution stage reads the pixels
-  // almost directly, as the decoder's feeds them.
+  // The residual blocks' own convolutions in conv_precision_. With INT8,
+  // BF16 stays for: conv1 (3 input channels), the head's conv and the 1x1
+  // quant conv (latent size), the middle attention, and the convs of the raw
+  // residual stream (the shortcuts and the downsamplers:
+  // wan_vae::normalized_only). Measured (Zen 4, 2 threads, `flick bench
+  // --filter mg2.cond`, 21 frames at 352x640; latents' rel L2 from the fp32
+  // encoder's on full-width synthetic weights, tests/models/
+  // test_wan_vae_int8.cpp, where BF16 itself is at 0.0091): with S8
+  // activations, the full-resolution blocks in INT8 too took 0.64x the BF16
+  // encoder's time at 0.0214, in BF16 0.73x at 0.0172; U8 activations
+  // (ref::conv_int8_act) bring INT8 everywhere to 0.0142.
   Numerics body = num;
   body.conv = conv_precision_;
-  bool full_res = true;
   const WeightView downs = enc.sub("downsamples");
   for (int64_t i = 0; i < cfg_.downsamples; ++i) {
     const WeightView l = downs.sub(std::to_string(i));
-    const Numerics& n = full_res ? num : body;
     if (l.has("resample.1.weight")) {
-      full_res = false;
-      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, normalized_only(n)));
+      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, normalized_only(body)));
       FLICK_TRY(check_in(l, d.channels()));
       downs_.emplace_back(std::move(d));
     } else {
-      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, n));
+      FLICK_ASSIGN_OR_RETURN(ResidualBlock r, ResidualBlock::load(l, be, body));
       FLICK_TRY(check_in(l, r.in_channels()));
       ch = r.out_channels();
       downs_.emplace_back(std::move(r));

@@ -1,8 +1,8 @@
 // CPU INT8 convolution (2-d and 3-d) on oneDNN: s8 weights per output channel
 // (ref::prepare_weights), activations quantized per call and tensor
-// (ref/conv_int8.h), an int8 x int8 -> int32 oneDNN convolution, then
-//   post-ops: acc * (x_scale * w_scale[o]) (binary_mul, per call), + bias
-//   (binary_add), activation; stored in y's dtype.
+// (ref/conv_int8.h), a u8 (or s8) x s8 -> int32 oneDNN convolution, then
+//   post-ops: acc * (x_scale * w_scale[o]) (binary_mul, per call), + the
+//   call's bias (binary_add, below), activation; stored in y's dtype.
 //
 // Activation scale: dynamic, from this call's max |x| (S8) or min / max
 // (U8): exact to the call's range, never clipping. It costs a pass over x
@@ -15,13 +15,20 @@
 // wherever a video leaves the calibration range (the decoder's activation
 // ranges follow the content); a cheaper estimate (a sample of x) clips too.
 //
-// Encoding: S8 symmetric (ref::conv_int8_act says why not U8 with a zero
-// point, which the code here still supports: oneDNN's runtime src zero
-// point).
+// Encoding: ref::conv_int8_act (U8 with a zero point zp). The zero point is
+// not oneDNN's (its runtime src zero point is wrong in 2.6's AMX int8 conv
+// on spatially padded 3-d inputs): the quantize pass writes x into a buffer
+// padded explicitly with q = zp (x = 0), oneDNN convolves it without padding
+// (u8 x s8, the instructions' own operand types: no s8s8 compensation), and
+// the call's bias takes the zero point out:
+//   sum (q - zp) w = sum q w - zp * wsum[o]   (exact in int32)
+//   y = acc * s[o] + (bias[o] - zp * wsum[o] * s[o]),  s[o] = x_scale * w_scale[o]
+// so each output differs from the reference's (acc - zp wsum) * s + bias by
+// fp32 rounding only.
 //
 // Layouts: the quantized x is always dense channels-last (the layout
-// oneDNN's int8 kernels read); y channels-last is written in place, any other
-// y through a staging buffer and a reorder, as in conv.cpp.
+// oneDNN's int8 kernels read), padded; y channels-last is written in place,
+// any other y through a staging buffer and a reorder, as in conv.cpp.
 #include "runtime/cpu/conv_int8.h"
 
 #include <algorithm>
@@ -102,8 +109,15 @@ class Int8Conv final : public PackedConv {
   memory::dims weight_dims() const { return conv_weight_dims(desc_); }
   Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
   void build(Plan& p, const Tensor& x, const Tensor& y) const;
-  // x as dense channels-last q (CallBuffers::kSrc); sets the call's scales.
+  // x's dims with the explicit padding.
+  memory::dims padded_dims(const Tensor& x) const;
+  // x as dense channels-last q, padded (CallBuffers::kSrc); sets the call's
+  // scales and bias.
   void quantize(const Tensor& x, uint8_t* q) const;
+  // quantize's second pass with explicit padding: x's values, dense
+  // channels-last at `data`.
+  void quantize_padded(const Tensor& x, const void* data, const ref::ConvInt8Quant& p,
+                       uint8_t* q) const;
 
   ConvDesc desc_;
   int64_t out_channels_;
@@ -113,9 +127,12 @@ class Int8Conv final : public PackedConv {
   // plan may want beside the packed one (I8 weights are a quarter of the
   // F32 ones the loader frees).
   OwnedTensor w_plain_, w_scale_, bias_buf_;
+  std::vector<int32_t> w_sum_;  // [O]: sum of the s8 weights of output o
+  std::vector<int64_t> pad_;    // per spatial dim, both sides (desc_'s padding)
+  bool padded_ = false;
   mutable OwnedTensor call_scale_;  // F32 [O]: x_scale * w_scale[o] of the call
-  mutable int32_t zero_point_ = 0;
-  memory weights_, scale_mem_, bias_mem_, zp_mem_;
+  mutable OwnedTensor call_bias_;   // F32 [O]: bias[o] - zp * wsum[o] * call_scale[o]
+  memory weights_, scale_mem_, add_mem_;
   mutable memory plain_w_;  // over w_plain_ (reorder takes a non-const source)
   memory::desc oc_md_;      // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
 
@@ -133,22 +150,34 @@ Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w)
   const int sd = d.spatial_dims;
   w_scale_ = std::move(w.scale);
   call_scale_ = OwnedTensor(DType::F32, Shape{out_channels_});
+  call_bias_ = OwnedTensor(DType::F32, Shape{out_channels_});
   memory::dims oc(static_cast<size_t>(sd + 2), 1);
   oc[1] = out_channels_;
   oc_md_ = memory::desc(oc, odt::f32, sd == 2 ? tag::abcd : tag::abcde);
   scale_mem_ = memory(oc_md_, eng, call_scale_.t.data);
-  if (w.has_bias()) {
-    bias_buf_ = std::move(w.bias);
-    bias_mem_ = memory(oc_md_, eng, bias_buf_.t.data);
+  if (w.has_bias()) bias_buf_ = std::move(w.bias);
+  // U8 always adds (the zero point's term); S8 only a bias.
+  if (w.has_bias() || act_enc_ == ref::ConvInt8Act::U8)
+    add_mem_ = memory(oc_md_, eng, call_bias_.t.data);
+  for (int64_t p : conv_geometry(d).padding) {
+    pad_.push_back(p);
+    padded_ = padded_ || p != 0;
   }
-  zp_mem_ = memory({{1}, odt::s32, tag::x}, eng, &zero_point_);
+  {
+    const int64_t k = w.w.t.numel() / out_channels_;
+    const int8_t* wp = w.w.t.ptr<int8_t>();
+    w_sum_.assign(static_cast<size_t>(out_channels_), 0);
+    for (int64_t o = 0; o < out_channels_; ++o)
+      for (int64_t i = 0; i < k; ++i) w_sum_[static_cast<size_t>(o)] += wp[o * k + i];
+  }
   desc_.w = Tensor{};
   desc_.w.dtype = DType::I8;
   desc_.w.shape = d.w.shape;
   desc_.w_scale = w_scale_.t;
   desc_.bias = bias_buf_.t;
 
-  const ConvPackShapes pack = conv_pack_shapes(d);
+  ConvPackShapes pack = conv_pack_shapes(d);
+  for (size_t i = 0; i < pad_.size(); ++i) pack.x[2 + i] += 2 * pad_[i];
   auto pd =
       try_primitive_desc(memory::desc(pack.x, src_type_, pack.channels_last),
                          memory::desc(weight_dims(), odt::s8, tag::any),
@@ -166,11 +195,9 @@ Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w)
 dnnl::primitive_attr Int8Conv::attr(Activation act) const {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (act_enc_ == ref::ConvInt8Act::U8)
-    attr.set_zero_points(DNNL_ARG_SRC, /*mask=*/0, {DNNL_RUNTIME_S32_VAL});
   dnnl::post_ops po;
   po.append_binary(dnnl::algorithm::binary_mul, oc_md_);
-  if (bias_mem_) po.append_binary(dnnl::algorithm::binary_add, oc_md_);
+  if (add_mem_) po.append_binary(dnnl::algorithm::binary_add, oc_md_);
   append_activation(po, act);
   attr.set_post_ops(po);
   return attr;
@@ -180,11 +207,12 @@ std::optional<dnnl::convolution_forward::primitive_desc> Int8Conv::try_primitive
     const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
     Activation act) const {
   const auto [strides, dilation, pad] = conv_geometry(desc_);
+  const memory::dims none(pad.size(), 0);  // padded explicitly by quantize
   try {
     // od outlives first_impl's iteration.
     const dnnl::convolution_forward::desc od(dnnl::prop_kind::forward_inference,
                                              dnnl::algorithm::convolution_direct, src, weights, dst,
-                                             strides, dilation, pad, pad);
+                                             strides, dilation, none, none);
     return first_impl(dnnl::convolution_forward::primitive_desc(od, attr(act), onednn_engine()),
                       trusted_int8_impl);
   } catch (const dnnl::error&) {
@@ -199,7 +227,7 @@ Plan& Int8Conv::plan(const PlanKey& key, const Tensor& x, const Tensor& y) const
 void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   const auto& eng = onednn_engine();
   const tag cl = x.ndim() == 4 ? tag::nhwc : tag::ndhwc;
-  const memory::desc src_md(dims_of(x), src_type_, cl);
+  const memory::desc src_md(padded_dims(x), src_type_, cl);
   const memory::desc y_md(dims_of(y), onednn_dtype(y.dtype), strides_of(y));
   const bool y_cl = channels_last(y);
   const memory::desc dst_md = y_cl ? y_md : memory::desc(dims_of(y), onednn_dtype(y.dtype), cl);
@@ -231,8 +259,13 @@ void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
             {DNNL_ARG_DST, p.out.arg()},
             {DNNL_ARG_SCRATCHPAD, p.scratchpad},
             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scale_mem_}};
-  if (bias_mem_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] = bias_mem_;
-  if (act_enc_ == ref::ConvInt8Act::U8) p.args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zp_mem_;
+  if (add_mem_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] = add_mem_;
+}
+
+memory::dims Int8Conv::padded_dims(const Tensor& x) const {
+  memory::dims d = dims_of(x);
+  for (size_t i = 0; i < pad_.size(); ++i) d[2 + i] += 2 * pad_[i];
+  return d;
 }
 
 void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
@@ -270,13 +303,65 @@ void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
   const float mn = *std::min_element(mins.begin(), mins.end());
   const float mx = *std::max_element(maxs.begin(), maxs.end());
   const ref::ConvInt8Quant p = ref::conv_int8_quant(mn, mx, act_enc_);
-  parallel_for(blocks, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b)
-      quantize_int8_avx512(at(b), x.dtype, std::min(kBlock, n - b * kBlock), p, q + b * kBlock);
+  if (!padded_) {
+    parallel_for(blocks, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b)
+        quantize_int8_avx512(at(b), x.dtype, std::min(kBlock, n - b * kBlock), p, q + b * kBlock);
+    });
+  } else {
+    quantize_padded(x, flat.data, p, q);
+  }
+  for (int64_t o = 0; o < out_channels_; ++o) {
+    const float s = p.scale * w_scale_.t.ptr<float>()[o];
+    call_scale_.t.ptr<float>()[o] = s;
+    const float b = bias_buf_.t.empty() ? 0.f : bias_buf_.t.ptr<float>()[o];
+    call_bias_.t.ptr<float>()[o] =
+        b - static_cast<float>(int64_t{p.zero_point} * w_sum_[static_cast<size_t>(o)]) * s;
+  }
+}
+
+void Int8Conv::quantize_padded(const Tensor& x, const void* data, const ref::ConvInt8Quant& p,
+                               uint8_t* q) const {
+  // One task per row of the padded buffer (its last spatial dim x channels):
+  // a padding row is q = zp throughout, a source row gets zp on both sides.
+  const int sd = x.ndim() - 2;
+  const int64_t c = x.dim(1);
+  std::vector<int64_t> in(static_cast<size_t>(sd)), out(static_cast<size_t>(sd));
+  int64_t rows = x.dim(0);
+  for (int i = 0; i < sd; ++i) {
+    in[static_cast<size_t>(i)] = x.dim(2 + i);
+    out[static_cast<size_t>(i)] = in[static_cast<size_t>(i)] + 2 * pad_[static_cast<size_t>(i)];
+    if (i + 1 < sd) rows *= out[static_cast<size_t>(i)];
+  }
+  const int64_t w_in = in.back(), w_pad = pad_.back();
+  const size_t row_out = static_cast<size_t>(out.back() * c), edge = static_cast<size_t>(w_pad * c);
+  const auto fill = static_cast<uint8_t>(p.zero_point);  // q of x = 0 (S8: 0)
+  const size_t esize = dtype_size(x.dtype);
+  parallel_for(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      uint8_t* dst = q + static_cast<size_t>(r) * row_out;
+      // r = ((n * out[0] + i0) * out[1] + i1) ...: the source row, if any.
+      int64_t rest = r, src = 0, stride = 1;
+      bool inside = true;
+      for (int i = sd - 2; i >= 0; --i) {
+        const int64_t idx = rest % out[static_cast<size_t>(i)] - pad_[static_cast<size_t>(i)];
+        rest /= out[static_cast<size_t>(i)];
+        inside = inside && idx >= 0 && idx < in[static_cast<size_t>(i)];
+        src += idx * stride;
+        stride *= in[static_cast<size_t>(i)];
+      }
+      src += rest * stride;  // the batch index
+      if (!inside) {
+        std::memset(dst, fill, row_out);
+        continue;
+      }
+      std::memset(dst, fill, edge);
+      quantize_int8_avx512(
+          static_cast<const char*>(data) + static_cast<size_t>(src * w_in * c) * esize, x.dtype,
+          w_in * c, p, dst + edge);
+      std::memset(dst + edge + static_cast<size_t>(w_in * c), fill, edge);
+    }
   });
-  for (int64_t o = 0; o < out_channels_; ++o)
-    call_scale_.t.ptr<float>()[o] = p.scale * w_scale_.t.ptr<float>()[o];
-  zero_point_ = p.zero_point;
 }
 
 void Int8Conv::run(const Tensor& x, const Tensor& y, Activation act) const {
@@ -286,7 +371,9 @@ void Int8Conv::run(const Tensor& x, const Tensor& y, Activation act) const {
   dnnl::stream& s = onednn_stream();
   CallBuffers& buf = onednn_call_buffers();
   p.scratchpad.set_data_handle(buf.get(CallBuffers::kScratchpad, p.scratch_bytes));
-  auto* q = static_cast<uint8_t*>(buf.get(CallBuffers::kSrc, static_cast<size_t>(x.numel())));
+  int64_t q_size = 1;
+  for (int64_t d : padded_dims(x)) q_size *= d;
+  auto* q = static_cast<uint8_t*>(buf.get(CallBuffers::kSrc, static_cast<size_t>(q_size)));
   quantize(x, q);
   p.src.set_data_handle(q);
   p.out.bind(buf, y.data);

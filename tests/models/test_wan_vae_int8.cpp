@@ -23,22 +23,21 @@ namespace {
 
 const std::string kData = std::string(FLICK_TEST_DATA) + "/mg2/";
 const std::string kCheckpoint = kData + "weights/Wan2.1_VAE.pth";
-// Thresholds: the measured value less a margin. Measured (AMX,
-// ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI and AVX512_CORE_BF16 within 0.1 dB;
-// CPU and reference backends alike on the golden decode): golden 30.5 dB,
-// full width 43.0 dB. Margin 1.5 dB: summation-order changes move these by
-// a few 0.1 dB.
-constexpr double kGoldenMinDb = 29.0;
-constexpr double kFullWidthMinDb = 41.5;
+// Thresholds: the measured value less a margin. Measured (Zen 4; U8
+// activations, every residual block's convs INT8; CPU and reference backends
+// alike on the golden decode): golden 31.5 dB, full width 45.6 dB (with S8
+// activations and the full-resolution stage BF16: 30.5 / 43.0 dB). Margin
+// 1.5 dB: summation-order changes move these by a few 0.1 dB.
+constexpr double kGoldenMinDb = 30.0;
+constexpr double kFullWidthMinDb = 44.1;
 // The INT8 encoder's latents, rel L2 from the fp32 encoder's. Measured (Zen
-// 4; CPU and reference backends alike): golden 1.03x the reference bf16
-// encoder's own distance (0.0649 against 0.0629), full width 0.0172 (BF16
-// 0.0091). The thresholds leave ~15 % for summation order (the int8 products
-// are exact; the BF16 layers between them are not) and fail the
-// full-resolution stage in INT8 as well (1.28x, 0.0214), which
-// wan_vae_encoder.cpp keeps BF16.
-constexpr double kEncoderGoldenMaxRatio = 1.15;
-constexpr double kEncoderFullWidthMaxRelL2 = 0.02;
+// 4; CPU and reference backends alike): golden 1.12x the reference bf16
+// encoder's own distance (0.0706 against 0.0629), full width 0.0142 (BF16
+// 0.0091; S8 activations with the full-resolution blocks BF16: 1.03x,
+// 0.0172). The thresholds leave ~15 % for summation order (the int8
+// products are exact; the BF16 layers between them are not).
+constexpr double kEncoderGoldenMaxRatio = 1.25;
+constexpr double kEncoderFullWidthMaxRelL2 = 0.0165;
 
 double psnr(const std::vector<float>& a, const std::vector<float>& b) {
   double se = 0;

@@ -107,7 +107,8 @@ ConvSetup make(const Case& c, DType xt, bool channels_last, bool silu, uint32_t 
 
 // CPU INT8 conv against the reference INT8 conv. Both quantize x by the same
 // rule from the same min / max (bit-identical q) and sum exact integers, so
-// only the fp32 epilogue differs: acc * scale (+ bias, maybe as one FMA),
+// only the fp32 epilogue differs: acc * scale (+ bias, maybe as one FMA; the
+// CPU's acc includes the zero point's zp * wsum, taken out in its bias),
 // the activation (oneDNN's polynomials: test::act_rel_error, derivative
 // <= 1.13) and the store rounding (one output ulp). Bound per element:
 // 6 fp32 ulps of (|acc * scale| + |bias|) + the activation's error + one
