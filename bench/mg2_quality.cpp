@@ -190,7 +190,7 @@ std::vector<float> track(const Tensor& t) {
 Expected<std::vector<uint8_t>> mg2_pipeline_video(const std::string& golden_dir,
                                                   const std::string& weights_dir,
                                                   const Mg2ModeSpec& mode, Precision precision,
-                                                  Backend& backend) {
+                                                  Backend& backend, Precision vae_precision) {
   const std::string golden_path =
       golden_dir + "/pipeline_" + std::string(mode.name) + ".safetensors";
   FLICK_ASSIGN_OR_RETURN(WeightStore golden, WeightStore::open({golden_path}));
@@ -220,6 +220,7 @@ Expected<std::vector<uint8_t>> mg2_pipeline_video(const std::string& golden_dir,
   o.weights = weights_dir;
   o.mode = mode.mode;
   o.precision = precision;
+  o.vae_precision = vae_precision;
   o.width = in.image.width;
   o.height = in.image.height;
   o.dit_head_dim = kMg2TinyDitHeadDim;

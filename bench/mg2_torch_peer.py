@@ -20,7 +20,8 @@
    conditioning and load apart. The reference: with --ref-job,
    tools/mg2_ref_job.py runs the reference Matrix-Game pipeline itself
    (inference.py's job: VAE encode, CLIP, CausalInferencePipeline with its
-   fp16 streaming decoder) on the CPU on the same weights, same length.
+   streaming decoder, in bf16 unless --ref-decoder-dtype fp16 asks for the
+   reference's own fp16) on the CPU on the same weights, same length.
 
 Prints every figure and the ratios (PyTorch time / flick time: > 1 means
 flick is faster). Without torch it prints why and exits 0, so scripts can
@@ -143,11 +144,14 @@ def main():
                     help="also run the reference Matrix-Game pipeline's whole job on the CPU")
     ap.add_argument("--ref-latents", type=int, default=6,
                     help="latent frames of the reference job (6 = 21 frames, flick bench's job)")
-    ap.add_argument("--ref-decoder-dtype", choices=["fp16", "bf16"], default="fp16")
+    # bf16 by default: the reference's fp16 decoder (inference.py's dtype) runs
+    # PyTorch's fp16 Conv3d on one thread in a slow path on CPUs without fp16
+    # units (Zen 4: no frame decoded in 10+ minutes, twice; bench/RESULTS.md).
+    ap.add_argument("--ref-decoder-dtype", choices=["fp16", "bf16"], default="bf16")
     ap.add_argument("--lock", help="flock(1) file: shared for flick and the DiT peer, exclusive "
                     "for the reference job")
     ap.add_argument("--precisions", default="bf16,int8", help="flick bench runs, in order "
-                    "(bf16, int8, fp8, all-int8: int8 with the INT8 VAE decoder)")
+                    "(bf16, int8, fp8, all-int8: int8 with the INT8 VAE convs)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--layers", type=int, default=30, help="30 = the real model; fewer for a smoke run")
     ap.add_argument("--repeat", type=int, default=2)
