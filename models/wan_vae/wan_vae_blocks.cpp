@@ -117,6 +117,16 @@ Numerics normalized_only(const Numerics& num) {
   return n;
 }
 
+Expected<Precision> conv_precision(std::string_view what, Precision precision,
+                                   std::optional<Precision> conv) {
+  const Precision c = conv.value_or(precision);
+  if (c != precision && !(precision == Precision::BF16 && c == Precision::INT8))
+    return invalid_input(std::string(what) + ": " + precision_name(c) + " convolutions with " +
+                         precision_name(precision) +
+                         " activations are not supported (INT8 runs with BF16)");
+  return c;
+}
+
 float ref_weight_value(float v) { return round_bf16(f16_to_f32(f32_to_f16(v))); }
 
 Tensor Scratch::get(DType dtype, const Shape& shape) {

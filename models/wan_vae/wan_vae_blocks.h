@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -70,6 +71,12 @@ struct Numerics {
 // whose range grows block by block with a few large outliers (measured on
 // the full-size synthetic decode: see bench/RESULTS.md, "Wan VAE").
 Numerics normalized_only(const Numerics& num);
+
+// The convolutions' precision of an encoder / decoder run at `precision`:
+// `conv` (default: precision), INT8 only with BF16 activations. `what`
+// names the model in the error.
+Expected<Precision> conv_precision(std::string_view what, Precision precision,
+                                   std::optional<Precision> conv);
 
 // The value the reference's weight casts leave: bf16(fp16(v)).
 float ref_weight_value(float v);

@@ -44,12 +44,8 @@ Expected<WanVaeDecoder> WanVaeDecoder::load(const WeightView& root, Backend& bac
                                             std::optional<Precision> conv_precision) {
   WanVaeDecoder d;
   d.precision_ = precision;
-  d.conv_precision_ = conv_precision.value_or(precision);
-  if (d.conv_precision_ != precision &&
-      !(precision == Precision::BF16 && d.conv_precision_ == Precision::INT8))
-    return invalid_input(std::string("Wan VAE decoder: ") + precision_name(d.conv_precision_) +
-                         " convolutions with " + precision_name(precision) +
-                         " activations are not supported (INT8 runs with BF16)");
+  FLICK_ASSIGN_OR_RETURN(d.conv_precision_,
+                         wan_vae::conv_precision("Wan VAE decoder", precision, conv_precision));
   if (precision == Precision::F32) {
     d.num_ = wan_vae::Numerics::f32();
     // fp32: the constants as they are, 1/std in fp32.

@@ -57,12 +57,8 @@ Expected<WanVaeEncoder> WanVaeEncoder::load(const WeightView& root, Backend& bac
                                             Precision precision,
                                             std::optional<Precision> conv_precision) {
   WanVaeEncoder e;
-  e.conv_precision_ = conv_precision.value_or(precision);
-  if (e.conv_precision_ != precision &&
-      !(precision == Precision::BF16 && e.conv_precision_ == Precision::INT8))
-    return invalid_input(std::string("Wan VAE encoder: ") + precision_name(e.conv_precision_) +
-                         " convolutions with " + precision_name(precision) +
-                         " activations are not supported (INT8 runs with BF16)");
+  FLICK_ASSIGN_OR_RETURN(e.conv_precision_,
+                         wan_vae::conv_precision("Wan VAE encoder", precision, conv_precision));
   if (precision == Precision::F32) {
     e.num_ = wan_vae::Numerics::f32();
     for (int i = 0; i < 16; ++i) {

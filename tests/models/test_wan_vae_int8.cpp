@@ -19,6 +19,7 @@
 #include "models/wan_vae/wan_vae_synthetic.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/weights/weight_store.h"
+#include "tests/models/golden_compare.h"
 
 namespace flick {
 namespace {
@@ -138,22 +139,6 @@ TEST(WanVaeInt8, OnlyWithBf16Activations) {
   EXPECT_NE(dec.status().message().find("INT8"), std::string::npos) << dec.status().message();
 }
 
-// Relative L2 distance |a - b| / |b|.
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
-std::vector<float> to_f32(Backend& be, const Tensor& t) {
-  OwnedTensor c(DType::F32, t.shape);
-  be.copy(t, c.t);
-  return {c.t.ptr<float>(), c.t.ptr<float>() + t.numel()};
-}
-
 // The latents of `video` through the encoder at `precision` (INT8: BF16
 // activations, INT8 convolutions).
 std::vector<float> encode(Backend& be, const WeightView& root, Precision precision,
@@ -166,7 +151,7 @@ std::vector<float> encode(Backend& be, const WeightView& root, Precision precisi
   Expected<Tensor> z = enc->encode(video);
   EXPECT_TRUE(z.ok()) << z.status().message();
   if (!z.ok()) return {};
-  return to_f32(be, *z);
+  return testing::to_f32(*z);
 }
 
 class WanVaeEncoderInt8Golden : public ::testing::TestWithParam<const char*> {};
@@ -192,13 +177,13 @@ TEST_P(WanVaeEncoderInt8Golden, LatentsAsCloseToFp32AsTheReferenceBf16) {
   OwnedTensor video(DType::F32, Shape{1, 3, 21, 32, 48});
   Tensor first = video.t.slice(2, 0, 1);
   be->copy(*frame0, first);
-  const std::vector<float> fp32 = to_f32(*be, *want);
-  const double ref_err = rel_l2(to_f32(*be, *ref_bf16), fp32);
+  const std::vector<float> fp32 = testing::to_f32(*want);
+  const double ref_err = testing::rel_l2(testing::to_f32(*ref_bf16), fp32);
   const std::vector<float> bf16 = encode(*be, store->root(), Precision::BF16, video.t);
   const std::vector<float> int8 = encode(*be, store->root(), Precision::INT8, video.t);
   ASSERT_EQ(bf16.size(), fp32.size());
   ASSERT_EQ(int8.size(), fp32.size());
-  const double bf16_err = rel_l2(bf16, fp32), int8_err = rel_l2(int8, fp32);
+  const double bf16_err = testing::rel_l2(bf16, fp32), int8_err = testing::rel_l2(int8, fp32);
   std::printf("  latents rel L2 vs fp32: reference bf16 %.4f, bf16 %.4f, int8 %.4f\n", ref_err,
               bf16_err, int8_err);
   EXPECT_LE(int8_err, kEncoderGoldenMaxRatio * ref_err);
@@ -229,7 +214,7 @@ TEST(WanVaeEncoderInt8, FullWidthLatentsCloseToFp32) {
   ASSERT_EQ(fp32.size(), size_t{16 * 2 * 8 * 12});
   ASSERT_EQ(bf16.size(), fp32.size());
   ASSERT_EQ(int8.size(), fp32.size());
-  const double bf16_err = rel_l2(bf16, fp32), int8_err = rel_l2(int8, fp32);
+  const double bf16_err = testing::rel_l2(bf16, fp32), int8_err = testing::rel_l2(int8, fp32);
   std::printf("  full-width latents rel L2 vs fp32: bf16 %.4f, int8 %.4f\n", bf16_err, int8_err);
   EXPECT_LE(int8_err, kEncoderFullWidthMaxRelL2);
 }
