@@ -405,13 +405,17 @@ TEST_F(Sam3ImageModelGolden, Bf16AgreesWithTheF32Reference) {
 // elsewhere; see Sam3ImageModel::load for why the fusion encoder stays bf16)
 // against the fp32 golden. An int8 step is 1/127 of a token's or an output
 // channel's largest value, ~2x a bf16 step, over the decoder's ~60
-// quantized linears. Measured: scores 0.0038, boxes max 1.46 px mean
-// 0.31 px, mask IoU 0.991; taps as bf16 but decoder.hs5 2.3e-2 and
-// mask_logits 5.0e-2 (max) / 1.1e-2 (mean). The bounds keep the bf16 ones
-// for what a user sees (IoU, mean box error) and allow ~1.5x the measured
-// figures elsewhere.
+// quantized linears. Measured (session 6): scores 0.0038, boxes max 1.46 px
+// mean 0.31 px, mask IoU 0.991; taps as bf16 but decoder.hs5 2.3e-2 and
+// mask_logits 5.0e-2 (max) / 1.1e-2 (mean). Measured now (Zen 4): scores
+// 0.0041, boxes max 1.90 px mean 0.50 px, IoU 0.986 - and 0.47 px, 0.989
+// with the fusion encoder's self-attention on the general kernel instead of
+// the narrow-head one (runtime/cpu/attention_narrow_avx512.cpp): the same
+// arithmetic summed in another order moves the int8 boxes by that much. The
+// bounds keep the bf16 IoU for what a user sees, and allow ~1.2-1.5x the
+// measured figures elsewhere.
 TEST_F(Sam3ImageModelGolden, Int8AgreesWithTheF32Reference) {
-  expect_agrees_with_f32(path_, Precision::INT8, {{8e-2, 2.5e-2}, 0.02, 0.97, 3.0, 0.5});
+  expect_agrees_with_f32(path_, Precision::INT8, {{8e-2, 2.5e-2}, 0.02, 0.97, 3.0, 0.6});
 }
 
 // The full-size forward: the released input size (1008 x 1008, grid
