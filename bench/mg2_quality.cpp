@@ -190,7 +190,8 @@ std::vector<float> track(const Tensor& t) {
 Expected<std::vector<uint8_t>> mg2_pipeline_video(const std::string& golden_dir,
                                                   const std::string& weights_dir,
                                                   const Mg2ModeSpec& mode, Precision precision,
-                                                  Backend& backend, Precision vae_precision) {
+                                                  Backend& backend, Precision vae_precision,
+                                                  const Mg2Pipeline::Tap& tap) {
   const std::string golden_path =
       golden_dir + "/pipeline_" + std::string(mode.name) + ".safetensors";
   FLICK_ASSIGN_OR_RETURN(WeightStore golden, WeightStore::open({golden_path}));
@@ -227,7 +228,7 @@ Expected<std::vector<uint8_t>> mg2_pipeline_video(const std::string& golden_dir,
   o.clip_head_dim = kTinyClipHeadDim;
   FLICK_ASSIGN_OR_RETURN(std::unique_ptr<Mg2Pipeline> p, Mg2Pipeline::load(o, backend));
   CollectingSink sink;
-  FLICK_TRY(p->run(in, sink, RunContext{}));
+  FLICK_TRY(p->run(in, sink, RunContext{}, tap));
   return std::move(sink.video);
 }
 

@@ -56,12 +56,13 @@ FlowAgreement compare_flows(const std::vector<std::vector<float>>& ref,
 // The u8 video [T, H, W, 3] of the golden job of `mode` (its image, tracks,
 // seed 42) from Mg2Pipeline on the weights in `weights_dir` (the golden
 // directory's weights/, or a `flick convert` copy of it). vae_precision:
-// Mg2Options::vae_precision.
+// Mg2Options::vae_precision; tap: Mg2Pipeline::run's.
 Expected<std::vector<uint8_t>> mg2_pipeline_video(const std::string& golden_dir,
                                                   const std::string& weights_dir,
                                                   const Mg2ModeSpec& mode, Precision precision,
                                                   Backend& backend,
-                                                  Precision vae_precision = Precision::BF16);
+                                                  Precision vae_precision = Precision::BF16,
+                                                  const Mg2Pipeline::Tap& tap = {});
 
 // 10 log10(255^2 / MSE) over two u8 buffers of one size; +inf when equal.
 double psnr_u8(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);

@@ -621,7 +621,8 @@ Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Nu
   cd.bias = b;
   cd.spatial_dims = 3;
   cd.stride = {1, 2, 2};
-  cd.precision = num.conv;
+  // Both convs read the raw residual stream: INT8 runs them as BF16.
+  cd.precision = normalized_only(num).conv;
   d.conv_ = be.pack_conv(cd);
   if (v.has("time_conv.weight")) {
     FLICK_ASSIGN_OR_RETURN(OwnedTensor tw,
@@ -632,7 +633,7 @@ Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Nu
     td.bias = tb;
     td.spatial_dims = 3;
     td.stride = {2, 1, 1};
-    td.precision = num.conv;
+    td.precision = cd.precision;
     d.time_conv_ = be.pack_conv(td);
   }
   return d;

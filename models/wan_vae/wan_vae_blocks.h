@@ -292,7 +292,9 @@ class Upsample {
 // halves time with a (3, 1, 1) stride-2 conv over [last frame of the previous
 // chunk, x]. The first chunk of a video (1 frame) skips it and only remembers
 // its frame. Keys resample.1.{weight [C, C, 3, 3], bias},
-// time_conv.{weight [C, C, 3, 1, 1], bias}. Workspace: pad, aux.
+// time_conv.{weight [C, C, 3, 1, 1], bias}. Both convs read the raw residual
+// stream, so num.conv INT8 runs them as BF16 (normalized_only), as Upsample's.
+// Workspace: pad, aux.
 class Downsample {
  public:
   static Expected<Downsample> load(const WeightView& v, Backend& be, const Numerics& num);

@@ -114,7 +114,7 @@ Status WanVaeEncoder::load_weights(const WeightView& root) {
   for (int64_t i = 0; i < cfg_.downsamples; ++i) {
     const WeightView l = downs.sub(std::to_string(i));
     if (l.has("resample.1.weight")) {
-      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, normalized_only(body)));
+      FLICK_ASSIGN_OR_RETURN(Downsample d, Downsample::load(l, be, body));
       FLICK_TRY(check_in(l, d.channels()));
       downs_.emplace_back(std::move(d));
     } else {

@@ -109,8 +109,8 @@ class Int8Conv final : public PackedConv {
   memory::dims weight_dims() const { return conv_weight_dims(desc_); }
   Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
   void build(Plan& p, const Tensor& x, const Tensor& y) const;
-  // x's dims with the explicit padding.
-  memory::dims padded_dims(const Tensor& x) const;
+  // dims [N, C, spatial...] with the explicit padding added.
+  memory::dims padded(memory::dims d) const;
   // x as dense channels-last q, padded (CallBuffers::kSrc); sets the call's
   // scales and bias.
   void quantize(const Tensor& x, uint8_t* q) const;
@@ -127,9 +127,8 @@ class Int8Conv final : public PackedConv {
   // plan may want beside the packed one (I8 weights are a quarter of the
   // F32 ones the loader frees).
   OwnedTensor w_plain_, w_scale_, bias_buf_;
-  std::vector<int32_t> w_sum_;  // [O]: sum of the s8 weights of output o
-  std::vector<int64_t> pad_;    // per spatial dim, both sides (desc_'s padding)
-  bool padded_ = false;
+  std::vector<int32_t> w_sum_;      // [O]: sum of the s8 weights of output o
+  std::vector<int64_t> pad_;        // per spatial dim, both sides (desc_'s padding)
   mutable OwnedTensor call_scale_;  // F32 [O]: x_scale * w_scale[o] of the call
   mutable OwnedTensor call_bias_;   // F32 [O]: bias[o] - zp * wsum[o] * call_scale[o]
   memory weights_, scale_mem_, add_mem_;
@@ -159,10 +158,7 @@ Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w)
   // U8 always adds (the zero point's term); S8 only a bias.
   if (w.has_bias() || act_enc_ == ref::ConvInt8Act::U8)
     add_mem_ = memory(oc_md_, eng, call_bias_.t.data);
-  for (int64_t p : conv_geometry(d).padding) {
-    pad_.push_back(p);
-    padded_ = padded_ || p != 0;
-  }
+  for (int64_t p : conv_geometry(d).padding) pad_.push_back(p);
   {
     const int64_t k = w.w.t.numel() / out_channels_;
     const int8_t* wp = w.w.t.ptr<int8_t>();
@@ -176,10 +172,9 @@ Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w)
   desc_.w_scale = w_scale_.t;
   desc_.bias = bias_buf_.t;
 
-  ConvPackShapes pack = conv_pack_shapes(d);
-  for (size_t i = 0; i < pad_.size(); ++i) pack.x[2 + i] += 2 * pad_[i];
+  const ConvPackShapes pack = conv_pack_shapes(d);
   auto pd =
-      try_primitive_desc(memory::desc(pack.x, src_type_, pack.channels_last),
+      try_primitive_desc(memory::desc(padded(pack.x), src_type_, pack.channels_last),
                          memory::desc(weight_dims(), odt::s8, tag::any),
                          memory::desc(pack.y, odt::bf16, pack.channels_last), Activation::None);
   FLICK_CHECK(pd.has_value(), "oneDNN has no INT8 convolution for weight " + d.w.str());
@@ -227,7 +222,7 @@ Plan& Int8Conv::plan(const PlanKey& key, const Tensor& x, const Tensor& y) const
 void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   const auto& eng = onednn_engine();
   const tag cl = x.ndim() == 4 ? tag::nhwc : tag::ndhwc;
-  const memory::desc src_md(padded_dims(x), src_type_, cl);
+  const memory::desc src_md(padded(dims_of(x)), src_type_, cl);
   const memory::desc y_md(dims_of(y), onednn_dtype(y.dtype), strides_of(y));
   const bool y_cl = channels_last(y);
   const memory::desc dst_md = y_cl ? y_md : memory::desc(dims_of(y), onednn_dtype(y.dtype), cl);
@@ -262,8 +257,7 @@ void Int8Conv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   if (add_mem_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1] = add_mem_;
 }
 
-memory::dims Int8Conv::padded_dims(const Tensor& x) const {
-  memory::dims d = dims_of(x);
+memory::dims Int8Conv::padded(memory::dims d) const {
   for (size_t i = 0; i < pad_.size(); ++i) d[2 + i] += 2 * pad_[i];
   return d;
 }
@@ -303,7 +297,7 @@ void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
   const float mn = *std::min_element(mins.begin(), mins.end());
   const float mx = *std::max_element(maxs.begin(), maxs.end());
   const ref::ConvInt8Quant p = ref::conv_int8_quant(mn, mx, act_enc_);
-  if (!padded_) {
+  if (std::all_of(pad_.begin(), pad_.end(), [](int64_t v) { return v == 0; })) {
     parallel_for(blocks, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b)
         quantize_int8_avx512(at(b), x.dtype, std::min(kBlock, n - b * kBlock), p, q + b * kBlock);
@@ -372,7 +366,7 @@ void Int8Conv::run(const Tensor& x, const Tensor& y, Activation act) const {
   CallBuffers& buf = onednn_call_buffers();
   p.scratchpad.set_data_handle(buf.get(CallBuffers::kScratchpad, p.scratch_bytes));
   int64_t q_size = 1;
-  for (int64_t d : padded_dims(x)) q_size *= d;
+  for (int64_t d : padded(dims_of(x))) q_size *= d;
   auto* q = static_cast<uint8_t*>(buf.get(CallBuffers::kSrc, static_cast<size_t>(q_size)));
   quantize(x, q);
   p.src.set_data_handle(q);

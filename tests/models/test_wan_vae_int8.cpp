@@ -1,5 +1,5 @@
 // The Wan VAE decoder with INT8 convolutions (WanVaeDecoder::load with
-// conv_precision INT8: the residual blocks' and upsamplers' convs, see
+// conv_precision INT8: the residual blocks' own convs, see
 // wan_vae_decoder.cpp) against the BF16 decoder: PSNR of the decoded frames
 // (values in [-1, 1], peak-to-peak 2: PSNR = 10 log10(4 / MSE)). The
 // encoder with INT8 convolutions (WanVaeEncoder::load, conv_precision INT8)
@@ -45,6 +45,10 @@ constexpr double kEncoderFullWidthMaxRelL2 = 0.0165;
 // VAE's. Measured (Zen 4): universal 32.4, gta_drive 32.9, templerun 35.0 dB
 // (with the INT8 decoder alone: 34.7, 33.3, 36.8 dB). Margin 1.4 dB.
 constexpr double kPipelineMinDb = 31.0;
+// Its conditioning latents ("img_cond") against the BF16 encoder's: measured
+// 0.093, 0.084, 0.093 (the tiny VAE: compare the encoder golden's 0.07 from
+// fp32); bound 0.11.
+constexpr double kPipelineCondMaxRelL2 = 0.11;
 
 double psnr(const std::vector<float>& a, const std::vector<float>& b) {
   double se = 0;
@@ -225,20 +229,37 @@ TEST_P(WanVaeInt8Pipeline, GoldenJobVideoCloseToBf16Vae) {
   // The whole golden job of each mode (tiny models) with vae_precision
   // "int8" - the conditioning encode and the decode - against the same job
   // with the BF16 VAE: PSNR of the u8 frames. The tiny VAE's 2-8 channel RMS
-  // norms amplify every rounding (its decoder alone: kGoldenMinDb).
+  // norms amplify every rounding (its decoder alone: kGoldenMinDb). The
+  // conditioning latents ("img_cond") must differ from the BF16 encoder's
+  // (the INT8 encoder ran: the video bound alone would also pass with the
+  // decoder INT8 and the encoder BF16) and stay within
+  // kPipelineCondMaxRelL2 of them.
   if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
   const Mg2ModeSpec& mode = GetParam();
   std::unique_ptr<Backend> be = make_cpu_backend();
   const std::string golden = std::string(FLICK_TEST_DATA) + "/mg2";
-  auto bf16 = bench::mg2_pipeline_video(golden, golden + "/weights", mode, Precision::BF16, *be);
+  std::vector<float> cond[2];
+  auto tap_cond = [&](int i) {
+    return [&cond, i](std::string_view name, const Tensor& t) {
+      if (name == "img_cond") cond[i] = testing::to_f32(t);
+    };
+  };
+  auto bf16 = bench::mg2_pipeline_video(golden, golden + "/weights", mode, Precision::BF16, *be,
+                                        Precision::BF16, tap_cond(0));
   ASSERT_TRUE(bf16.ok()) << bf16.status().message();
   auto int8 = bench::mg2_pipeline_video(golden, golden + "/weights", mode, Precision::BF16, *be,
-                                        Precision::INT8);
+                                        Precision::INT8, tap_cond(1));
   ASSERT_TRUE(int8.ok()) << int8.status().message();
   ASSERT_EQ(bf16->size(), int8->size());
+  ASSERT_FALSE(cond[0].empty());
+  ASSERT_EQ(cond[0].size(), cond[1].size());
   const double db = bench::psnr_u8(*bf16, *int8);
-  std::printf("  %s: video PSNR, INT8 VAE vs BF16 VAE: %.2f dB\n", mode.name.data(), db);
+  const double cond_err = testing::rel_l2(cond[1], cond[0]);
+  std::printf("  %s: video PSNR, INT8 VAE vs BF16 VAE: %.2f dB; img_cond rel L2 %.4f\n",
+              mode.name.data(), db, cond_err);
   EXPECT_GE(db, kPipelineMinDb);
+  EXPECT_GT(cond_err, 0.0);
+  EXPECT_LE(cond_err, kPipelineCondMaxRelL2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WanVaeInt8Pipeline, ::testing::ValuesIn(mg2_modes()),

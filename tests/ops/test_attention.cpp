@@ -798,10 +798,9 @@ TEST(AttentionAmx, MasksAcrossTilesAndBlocks) {
 // scores never raise it. The key index wraps at 700, so the third block
 // falls back below the max; centred on 350, so that scores stay within
 // +-63 in log2 units (fp32 kernels' rounding of larger scores would exceed
-// their tolerance).
-// Lq queries sharing a direction against 1400 keys whose component along it
-// rises and falls with the key index (three slopes): the running max of
-// every row moves up and down across the key blocks.
+// their tolerance). Here: Lq queries sharing a direction against 1400 keys
+// whose component along it follows those slopes, so the running max of
+// every row moves up and down across any kernel's key blocks.
 void check_rising_and_falling_scores(std::mt19937& rng, int64_t Lq, int64_t D,
                                      const std::string& what) {
   const int64_t B = 1, Lk = 1400, H = 2;
