@@ -62,11 +62,22 @@ struct Cost<matmul_op> {
 
 template <>
 struct Cost<conv_op> {
+  // "conv.bf16 3x3/2 dw 96->96 @126": precision, kernel / stride, depthwise or
+  // grouped, in -> out channels, output side (first spatial dim after time).
   // w: [O, I / groups, *kernel]; every output element is one dot over w's row.
   static OpCost of(const Tensor&, const PackedConv& w, const Tensor& y, Activation) {
-    const Tensor& wt = w.desc().w;
+    const ConvDesc& d = w.desc();
+    const Tensor& wt = d.w;
     const double per_out = static_cast<double>(wt.numel()) / static_cast<double>(wt.dim(0));
-    return {"conv", 2.0 * static_cast<double>(y.numel()) * per_out};
+    const int sd = d.spatial_dims;
+    std::string name = std::string("conv.") + precision_name(d.precision) + " ";
+    for (int i = 0; i < sd; ++i) name += (i ? "x" : "") + std::to_string(wt.dim(2 + i));
+    if (d.stride[0] != 1 || d.stride[sd - 1] != 1) name += "/" + std::to_string(d.stride[sd - 1]);
+    const int64_t in = wt.dim(1) * d.groups;
+    if (d.groups > 1) name += d.groups == in ? " dw" : " g" + std::to_string(d.groups);
+    name += " " + std::to_string(in) + "->" + std::to_string(wt.dim(0)) + " @" +
+            std::to_string(y.dim(-1));
+    return {name, 2.0 * static_cast<double>(y.numel()) * per_out};
   }
 };
 

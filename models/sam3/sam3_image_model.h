@@ -35,8 +35,9 @@ struct Sam3Options {
   // the weights, the one flick installs (share/flick/sam3), the source
   // tree's (models/sam3/data); the error names the paths tried.
   std::string vocab;
-  // F32, BF16 or INT8 (W8A8 linears in the DETR decoder, bf16 elsewhere;
-  // needs AVX-512 VNNI or AMX on the CPU).
+  // F32, BF16 or INT8 (W8A8 linears in the DETR decoder, INT8 convolutions
+  // in the neck, bf16 elsewhere: Sam3ImageModel::load; needs AVX-512 VNNI
+  // or AMX on the CPU).
   Precision precision = Precision::F32;
   // The square input side: 1008 for the released models; tests use less
   // (a multiple of 14, checked at load: the image grid is S / 14).

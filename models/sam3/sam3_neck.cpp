@@ -59,9 +59,9 @@ Expected<Sam3Neck> Sam3Neck::load(const WeightView& vision, Backend& backend, Pr
   if (m.cfg_.in_channels % 4 != 0 || m.cfg_.d_model % 4 != 0 || grid < 1)
     return invalid_input(convs.full_name("2.conv_1x1.weight") + ": channels " + c1->shape_str() +
                          " (C and d must be multiples of 4), grid " + std::to_string(grid));
-  if (precision != Precision::F32 && precision != Precision::BF16)
+  if (precision != Precision::F32 && precision != Precision::BF16 && precision != Precision::INT8)
     return invalid_input(std::string("SAM3 neck: precision ") + precision_name(precision) +
-                         " is not supported (F32 or BF16)");
+                         " is not supported (F32, BF16 or INT8)");
   m.backend_ = &backend;
   m.precision_ = precision;
   m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;

@@ -17,9 +17,13 @@
 // In F32 the 1x1 conv after the last convT of levels 0 and 1 is folded into
 // that convT (sam3_neck.cpp, load_weights), which then writes d channels.
 //
-// Precision F32 or BF16 (weights and stored activations rounded to bf16,
+// Precision F32, BF16 (weights and stored activations rounded to bf16,
 // fp32 accumulation; the position encodings are rounded to bf16 as the
-// reference's `.to(sam3_x_out.dtype)` does).
+// reference's `.to(sam3_x_out.dtype)` does) or INT8 (every convolution INT8,
+// runtime/ref/conv_int8.h: weights per output channel, activations per call;
+// activations stored bf16 as in BF16). INT8 convs are half the image side's
+// time at 1008^2 in bf16 (the 3x3 at 288^2 alone 0.22 s on a Zen 4); their
+// error on the goldens: tests/sam3 (Neck/cpu_int8, Int8AgreesWith...).
 #pragma once
 
 #include <array>

@@ -17,8 +17,9 @@
 // Epilogue: F32 / BF16: oneDNN bias, then the activation post-op.
 //           FP8: acc * scale[o] (binary_mul), + bias (binary_add), activation.
 // Implementation: oneDNN's first choice, except for large frames (see
-// prefer_direct_amx) and F32 3x3 stride-1 convolutions, which run on its
-// Winograd kernel where the host has one (kWinogradMinPixels).
+// prefer_direct_amx) and 3x3 stride-1 convolutions, F32 and (without AMX)
+// BF16, which run on its Winograd kernel where the host has one
+// (kWinogradMinPixels, bf16_on_winograd).
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -67,6 +68,34 @@ bool prefer_direct_amx(const Tensor& y) {
 // the weights in oneDNN's Winograd layout too (6x6 per 3x3 kernel, 4x the
 // f32 size: 151 MB for a 1024 -> 1024 conv), reordered on its first call.
 constexpr int64_t kWinogradMinPixels = 32 * 32;
+
+// BF16 3x3 stride-1 2-d convolutions take the same Winograd kernel on hosts
+// where oneDNN's best bf16 convolution is vdpbf16ps (AVX-512 BF16, no AMX):
+// an f32 convolution on the bf16 operands (exact in f32), i.e. the products
+// a bf16 convolution forms, summed in fp32 with the transforms' few extra
+// roundings (the bound above), then rounded to y's dtype as the direct
+// kernel's fp32 sums are. F(4x4, 3x3) needs 4x fewer multiplies at half
+// vdpbf16ps's rate. Measured (Zen 4, 2 threads, EfficientSAM3 at 1008^2,
+// bf16, in the model, input and output reorders included): 256 -> 256 at
+// 288^2 219 -> 197 ms (neck) and 227 -> 176 ms (pixel decoder), 144^2 57 ->
+// 42 ms, 72^2 13.5 -> 12 ms; frame + prompt 1.97 -> 1.85 s. With AMX the
+// direct bf16 kernel is several times faster, so there it stays. The f32
+// Winograd weights take 16x the bf16 weights' bytes, so wide layers stay
+// direct: the 1024 -> 1024 conv (41 -> 28 ms) would hold 151 MB.
+constexpr int64_t kWinogradBf16MaxWeights = 512 * 512 * 9;
+
+bool bf16_on_winograd(const ConvDesc& d) {
+  static const bool host = [] {
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    return (isa & avx512) == avx512 &&
+           dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return host && d.precision == Precision::BF16 && d.w_scale.empty() && d.spatial_dims == 2 &&
+         d.groups == 1 && d.w.dim(2) == 3 && d.w.dim(3) == 3 && d.stride[0] == 1 &&
+         d.stride[1] == 1 && d.dilation[0] == 1 && d.dilation[1] == 1 &&
+         d.w.numel() <= kWinogradBf16MaxWeights;
+}
 
 struct PlanKey {
   Shape x_shape;
@@ -137,8 +166,9 @@ class OnednnConv final : public PackedConv {
   ConvDesc desc_;
   int64_t out_channels_;
   odt src_type_;
-  // BF16 / FP8 where oneDNN has no bf16 kernels (below AVX-512): an f32
-  // convolution on the same bf16-rounded operands (see matmul.cpp).
+  // BF16 / FP8 where oneDNN has no bf16 kernels (below AVX-512), or BF16
+  // taken to the f32 Winograd kernel (bf16_on_winograd): an f32 convolution
+  // on the same bf16-rounded operands (see matmul.cpp).
   bool emulate_bf16_ = false;
   OwnedTensor bias_buf_, scale_buf_;
   memory bias_, scale_, weights_;
@@ -179,7 +209,8 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
                               memory::desc(pack.y, src_type_, pack.channels_last),
                               Activation::None);
   };
-  auto pd = pack_pd();
+  std::optional<dnnl::convolution_forward::primitive_desc> pd;
+  if (!bf16_on_winograd(d)) pd = pack_pd();
   if (!pd && src_type_ == odt::bf16) {
     emulate_bf16_ = true;
     src_type_ = odt::f32;
@@ -246,8 +277,8 @@ std::optional<dnnl::convolution_forward::primitive_desc> OnednnConv::try_winogra
     const Tensor& x, const Tensor& y, Activation act) const {
   const ConvDesc& d = desc_;
   const int n = y.ndim();
-  if (n != 4 || src_type_ != odt::f32 || emulate_bf16_ || scale_ || d.spatial_dims != 2 ||
-      d.groups != 1 || d.w.dim(2) != 3 || d.w.dim(3) != 3 || d.stride[0] != 1 || d.stride[1] != 1 ||
+  if (n != 4 || src_type_ != odt::f32 || scale_ || d.spatial_dims != 2 || d.groups != 1 ||
+      d.w.dim(2) != 3 || d.w.dim(3) != 3 || d.stride[0] != 1 || d.stride[1] != 1 ||
       d.dilation[0] != 1 || d.dilation[1] != 1 || y.dim(n - 1) * y.dim(n - 2) < kWinogradMinPixels)
     return std::nullopt;
   try {

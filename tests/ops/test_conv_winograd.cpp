@@ -83,11 +83,19 @@ TEST(ConvWinograd, F32ThreeByThreeAgainstReference) {
   }
 }
 
-// Small frames (under 32^2 outputs) and BF16 keep the direct kernels.
-TEST(ConvWinograd, SmallFramesAndBf16StayDirect) {
+// Whether BF16 3x3 convolutions should take the f32 Winograd kernel here:
+// AVX-512 BF16 without AMX (runtime/cpu/conv.cpp, bf16_on_winograd).
+bool bf16_winograd_host() {
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  const auto isa = dnnl::get_effective_cpu_isa();
+  return (static_cast<unsigned>(isa) & bf16) == bf16 && isa < dnnl::cpu_isa::avx512_core_amx;
+}
+
+// Small frames (under 32^2 outputs) keep the direct kernels, F32 and BF16.
+TEST(ConvWinograd, SmallFramesStayDirect) {
   OwnedTensor wt = test::random_tensor(DType::F32, {32, 32, 3, 3}, 21, 1.f / 17.f);
   for (Precision p : {Precision::F32, Precision::BF16}) {
-    const int64_t side = p == Precision::F32 ? 24 : 40;
+    const int64_t side = 24;
     auto cc = cpu::pack_conv(conv3x3(wt, Tensor{}, p));
     auto rc = ref::pack_conv(conv3x3(wt, Tensor{}, p));
     const DType dt = p == Precision::F32 ? DType::F32 : DType::BF16;
@@ -99,6 +107,47 @@ TEST(ConvWinograd, SmallFramesAndBf16StayDirect) {
     // Direct f32 / bf16 products with fp32 sums of 288 terms.
     EXPECT_LE(errors(y, yr).max_rel, 1e-5);
   }
+}
+
+// BF16: on AVX-512 BF16 hosts without AMX, Winograd in f32 on the bf16
+// operands; elsewhere the direct bf16 kernel. Either way the reference's bf16
+// convolution (bf16-rounded weights and inputs, products summed in double),
+// to the f32 bound above: bf16 inputs are exact in f32, so only the sums'
+// roundings differ. F32 inputs are rounded to bf16 first (the precision's
+// contract): a kernel that skipped that would differ by ~1e-3. Channels-last
+// input and output as EfficientSAM3's neck feeds them, bias and ReLU fused
+// (oneDNN's Winograd takes no GELU post-op: such a layer runs direct).
+TEST(ConvWinograd, Bf16ThreeByThreeAgainstReference) {
+  const int64_t c = 64, o = 48, h = 40, w = 36;
+  OwnedTensor wt = test::random_tensor(DType::F32, {o, c, 3, 3}, 31, 1.f / 24.f);
+  OwnedTensor b = test::random_tensor(DType::F32, {o}, 32, 0.5f);
+  auto rc = ref::pack_conv(conv3x3(wt, b, Precision::BF16));
+  auto cc = cpu::pack_conv(conv3x3(wt, b, Precision::BF16));
+  for (DType dt : {DType::BF16, DType::F32}) {
+    OwnedTensor xs = test::random_tensor(dt, {1, h, w, c}, 33);  // NHWC
+    const Tensor x = xs.t.permute({0, 3, 1, 2});                 // [1, c, h, w] view
+    OwnedTensor ys(DType::F32, {1, h, w, o}), yr(DType::F32, {1, o, h, w});
+    Tensor y = ys.t.permute({0, 3, 1, 2});
+    cpu::conv(x, *cc, y, Activation::Relu);
+    ref::conv(x, *rc, yr, Activation::Relu);
+    OwnedTensor y_nchw(DType::F32, {1, o, h, w});
+    ref::copy(y, y_nchw.t);
+    const Errors e = errors(y_nchw, yr);
+    const std::string impl = cpu::conv_impl(*cc);
+    EXPECT_LE(e.max_rel, 1e-5) << impl;
+    EXPECT_LE(e.mean_rel, 1e-6) << impl;
+    EXPECT_EQ(impl.find("wino") != std::string::npos, bf16_winograd_host()) << impl;
+    std::printf("[ conv     ] 3x3 bf16 (%s in), %s: max %.2e mean %.2e\n",
+                dt == DType::BF16 ? "bf16" : "f32", impl.c_str(), e.max_rel, e.mean_rel);
+  }
+  // Wide layers stay direct (their f32 Winograd weights would take 16x the
+  // bf16 bytes): 640 -> 512 channels.
+  OwnedTensor wide = test::random_tensor(DType::F32, {512, 640, 3, 3}, 34, 1.f / 80.f);
+  auto cw = cpu::pack_conv(conv3x3(wide, Tensor{}, Precision::BF16));
+  OwnedTensor xw = test::random_tensor(DType::BF16, {1, 640, 32, 32}, 35);
+  OwnedTensor yw(DType::BF16, {1, 512, 32, 32});
+  cpu::conv(xw, *cw, yw, Activation::None);
+  EXPECT_EQ(cpu::conv_impl(*cw).find("wino"), std::string::npos) << cpu::conv_impl(*cw);
 }
 
 }  // namespace

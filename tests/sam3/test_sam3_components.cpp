@@ -172,19 +172,18 @@ TEST_P(Sam3Golden, MobileClipText) {
 
 // ---- SAM3 dual neck (3 levels, scalp=1) + DETR sine position encoding ----
 
-TEST_P(Sam3Golden, Neck) {
+void expect_neck_matches_golden(const Case& c, const Tol& tol) {
   auto store = WeightStore::open({fixture("neck_tiny.safetensors")});
   ASSERT_TRUE(store.ok()) << store.status().message();
   const WeightView g = store->view("golden");
   auto input = g.get("input", DType::F32);
   ASSERT_TRUE(input.ok());
-  auto be = backend_for(GetParam());
-  auto m = Sam3Neck::load(store->view("detector.backbone.vision_backbone"), *be,
-                          GetParam().precision, input->dim(2));
+  auto be = backend_for(c);
+  auto m = Sam3Neck::load(store->view("detector.backbone.vision_backbone"), *be, c.precision,
+                          input->dim(2));
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->config().d_model, 32);
   EXPECT_EQ(m->config().in_channels, 64);
-  const Tol tol = tolerance(GetParam().precision);
   auto out = m->forward(*input);
   ASSERT_TRUE(out.ok()) << out.status().message();
   for (int l = 0; l < 3; ++l) {
@@ -196,11 +195,30 @@ TEST_P(Sam3Golden, Neck) {
     ASSERT_TRUE(want_pos.ok());
     // Constants: fp32 sin/cos of the same fp32 arguments (libm vs torch's
     // vectorised sin/cos differ by an ulp or so); bf16 rounds them once.
-    const double pos_tol = GetParam().precision == Precision::F32 ? 1e-6 : 4e-3;
+    const double pos_tol = c.precision == Precision::F32 ? 1e-6 : 4e-3;
     expect_close(pos, m->position(l), *want_pos, pos_tol, pos_tol);
   }
   EXPECT_TRUE(store->view("detector").check_all_used().ok())
       << store->view("detector").check_all_used().message();
+}
+
+TEST_P(Sam3Golden, Neck) {
+  expect_neck_matches_golden(GetParam(), tolerance(GetParam().precision));
+}
+
+// INT8 (every convolution: s8 weights per output channel, u8 activations
+// per call and tensor, runtime/ref/conv_int8.h; activations stored bf16) on
+// the reference backend (exact integer sums) and the CPU one, against the
+// fp32 golden. A u8 step is 1/255 of a tensor's range, ~2x a bf16 step
+// relative to its largest value, and the level-0 path chains four
+// quantized convolutions; measured (FLICK_SAM3_PRINT_ERRORS=1), the same on
+// both backends: max 1.3-1.4e-2, mean 2.4-3.0e-3 of each level's largest
+// value (bf16: 4-5e-3, 7e-4). Bounds 1.5x those.
+TEST(Sam3Components, NeckInt8) {
+  for (const char* backend : {"ref", "cpu"}) {
+    SCOPED_TRACE(backend);
+    expect_neck_matches_golden({backend, Precision::INT8}, {2.1e-2, 4.5e-3});
+  }
 }
 
 // ---- fusion encoder (pre-norm, pos at self-attention, prompt padding inside) ----
