@@ -14,8 +14,8 @@
 // 1x1 convolution C -> 4 C' scattered into the 2x-upsampled map; the maps
 // between the convolutions are channels-last (no oneDNN reorders). The position encodings are
 // constants, computed at load. The 0.5x level's weights are recognised and skipped (scalp=1).
-// In F32 the 1x1 conv after the last convT of levels 0 and 1 is folded into
-// that convT (sam3_neck.cpp, load_weights), which then writes d channels.
+// The 1x1 conv after the last convT of levels 0 and 1 is folded into that
+// convT (sam3_neck.cpp, load_weights), which then writes d channels.
 //
 // Precision F32, BF16 (weights and stored activations rounded to bf16,
 // fp32 accumulation; the position encodings are rounded to bf16 as the
@@ -90,12 +90,14 @@ class Sam3Neck {
 
   std::vector<OwnedTensor> owned_;
   std::vector<OwnedTensor> pos_;  // per level
+  // up4_1_ and up2_ carry their level's 1x1 conv (load_weights); level 2's
+  // stays a conv.
   ConvT up4_0_, up4_1_, up2_;
-  // conv1x1_[l] is null where it is folded into the level's convT (F32).
-  std::array<std::unique_ptr<PackedConv>, Sam3NeckConfig::kLevels> conv1x1_, conv3x3_;
+  std::unique_ptr<PackedConv> conv1x1_level2_;
+  std::array<std::unique_ptr<PackedConv>, Sam3NeckConfig::kLevels> conv3x3_;
 
   Arena arena_;
-  Arena::BufferId cols_ = -1, up_a_ = -1, up_b_ = -1, mid_ = -1;
+  Arena::BufferId cols_ = -1, up_a_ = -1, mid_ = -1;
   std::array<Arena::BufferId, Sam3NeckConfig::kLevels> out_{-1, -1, -1};
 };
 

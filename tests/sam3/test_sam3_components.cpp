@@ -212,7 +212,7 @@ TEST_P(Sam3Golden, Neck) {
 // fp32 golden. A u8 step is 1/255 of a tensor's range, ~2x a bf16 step
 // relative to its largest value, and the level-0 path chains four
 // quantized convolutions; measured (FLICK_SAM3_PRINT_ERRORS=1), the same on
-// both backends: max 1.3-1.4e-2, mean 2.4-3.0e-3 of each level's largest
+// both backends: max 1.3-1.4e-2, mean 2.2-3.0e-3 of each level's largest
 // value (bf16: 4-5e-3, 7e-4). Bounds 1.5x those.
 TEST(Sam3Components, NeckInt8) {
   for (const char* backend : {"ref", "cpu"}) {
