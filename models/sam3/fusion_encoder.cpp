@@ -97,6 +97,7 @@ Status FusionEncoder::load_weights(const WeightView& encoder) {
 void FusionEncoder::plan() {
   const FusionEncoderConfig& c = cfg_;
   const int64_t t = c.tokens, d = c.d_model, p = c.max_prompt;
+  x0_ = arena_.request("fusion.x_after_self0", act_, {t, d});
   x_ = arena_.request("fusion.x", act_, {t, d});
   pos_ = arena_.request("fusion.pos", act_, {t, d});
   h_ = arena_.request("fusion.h", act_, {t, d});
@@ -121,11 +122,9 @@ int64_t FusionEncoder::ffn_rows() const {
   return act_ == DType::F32 ? std::min(kF32FfnRows, cfg_.tokens) : cfg_.tokens;
 }
 
-Expected<Tensor> FusionEncoder::forward(const Tensor& image, const Tensor& pos,
-                                        const Tensor& prompt, const Tensor& prompt_valid,
-                                        const Tap& tap) {
+Status FusionEncoder::encode_image(const Tensor& image, const Tensor& pos) {
   const FusionEncoderConfig& c = cfg_;
-  const int64_t t = c.tokens, d = c.d_model, hd = d / c.heads;
+  const int64_t t = c.tokens, d = c.d_model;
   const int64_t g = image.ndim() == 4 ? image.dim(2) : 0;
   auto is_float = [](const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; };
   if (image.ndim() != 4 || image.shape != Shape{1, d, g, g} || g * g != t ||
@@ -133,6 +132,29 @@ Expected<Tensor> FusionEncoder::forward(const Tensor& image, const Tensor& pos,
     return invalid_input("SAM3 fusion encoder: expected image and pos [1, " + std::to_string(d) +
                          ", g, g] with g*g = " + std::to_string(t) + ", got " + image.str() +
                          " and " + pos.str());
+  Backend& be = *backend_;
+  have_image_ = false;
+  // [1, d, g, g] -> [T, d] (src.flatten(2).transpose(1, 2)).
+  Tensor x0 = arena_.get(x0_), p = arena_.get(pos_);
+  be.copy(image.reshape({d, t}).permute({1, 0}), x0);
+  be.copy(pos.reshape({d, t}).permute({1, 0}), p);
+  if (!layers_.empty()) self_attention(0, x0);
+  have_image_ = true;
+  return ok_status();
+}
+
+Expected<Tensor> FusionEncoder::forward(const Tensor& image, const Tensor& pos,
+                                        const Tensor& prompt, const Tensor& prompt_valid,
+                                        const Tap& tap) {
+  FLICK_TRY(encode_image(image, pos));
+  return forward(prompt, prompt_valid, tap);
+}
+
+Expected<Tensor> FusionEncoder::forward(const Tensor& prompt, const Tensor& prompt_valid,
+                                        const Tap& tap) {
+  const FusionEncoderConfig& c = cfg_;
+  const int64_t t = c.tokens, d = c.d_model;
+  auto is_float = [](const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; };
   const int64_t np = prompt.ndim() == 2 ? prompt.dim(0) : 0;
   if (prompt.ndim() != 2 || prompt.dim(1) != d || np < 1 || np > c.max_prompt ||
       !is_float(prompt) || prompt_valid.dtype != DType::U8 || prompt_valid.shape != Shape{np})
@@ -140,60 +162,75 @@ Expected<Tensor> FusionEncoder::forward(const Tensor& image, const Tensor& pos,
         "SAM3 fusion encoder: expected a prompt [P <= " + std::to_string(c.max_prompt) + ", " +
         std::to_string(d) + "] and U8 validity [P], got " + prompt.str() + " and " +
         prompt_valid.str());
+  if (!have_image_) return usage_error("SAM3 fusion encoder: forward() before encode_image()");
   Backend& be = *backend_;
-
-  // [1, d, g, g] -> [T, d] (src.flatten(2).transpose(1, 2)).
-  Tensor x = arena_.get(x_), p = arena_.get(pos_);
-  be.copy(image.reshape({d, t}).permute({1, 0}), x);
-  be.copy(pos.reshape({d, t}).permute({1, 0}), p);
   Tensor pr = arena_.get(prompt_).slice(0, 0, np);  // [P, d]
   be.copy(prompt, pr);
   Tensor valid = arena_.get(valid_).slice(1, 0, np);  // [1, P]
   be.copy(prompt_valid.reshape({1, np}), valid);
 
-  Tensor h = arena_.get(h_), hp = arena_.get(hp_), qk = arena_.get(qk_), v = arena_.get(v_),
-         attn = arena_.get(attn_), o = arena_.get(o_), f = arena_.get(ffn_);
-  Tensor kv = arena_.get(kv_).slice(0, 0, np);  // [P, 2d]
-  const Tensor qk5 = qk.reshape({1, t, 2, c.heads, hd});
-  const Tensor sq = qk5.select(2, 0), sk = qk5.select(2, 1);
-  const Tensor sv = v.reshape({1, t, c.heads, hd});
-  const Tensor cq = h.reshape({1, t, c.heads, hd});  // cross-attention queries reuse h
-  const Tensor kv5 = kv.reshape({1, np, 2, c.heads, hd});
-  const Tensor ck = kv5.select(2, 0), cv = kv5.select(2, 1);
-  Tensor attn4 = attn.reshape({1, t, c.heads, hd});
-  AttentionParams cross;
-  cross.key_padding = valid;
-
+  Tensor x = arena_.get(x_);  // [T, d]
+  be.copy(arena_.get(x0_), x);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
-    // Self-attention: q = k = LN1(x) + pos, v = LN1(x) (forward_pre).
-    be.layer_norm(x, l.n1_w, l.n1_b, c.eps, h);
-    be.add(h, p, hp);
-    be.linear(hp, *l.sa_qk, qk, Activation::None);
-    be.linear(h, *l.sa_v, v, Activation::None);
-    be.attention(sq, sk, sv, attn4, AttentionParams{});
-    be.linear(attn, *l.sa_out, o, Activation::None);
-    be.add(x, o, x);
-    // Cross-attention to the prompt (no pos on either side).
-    be.layer_norm(x, l.n2_w, l.n2_b, c.eps, hp);
-    be.linear(hp, *l.ca_q, h, Activation::None);
-    be.linear(pr, *l.ca_kv, kv, Activation::None);
-    be.attention(cq, ck, cv, attn4, cross);
-    be.linear(attn, *l.ca_out, o, Activation::None);
-    be.add(x, o, x);
-    // FFN: linear2(relu(linear1(LN3 x))), in chunks of rows (ffn_rows()).
-    for (int64_t r = 0; r < t; r += f.dim(0)) {
-      const int64_t n = std::min(f.dim(0), t - r);
-      Tensor xr = x.slice(0, r, n), hr = h.slice(0, r, n), or_ = o.slice(0, r, n);
-      Tensor fr = f.slice(0, 0, n);
-      be.layer_norm(xr, l.n3_w, l.n3_b, c.eps, hr);
-      be.linear(hr, *l.fc1, fr, Activation::Relu);
-      be.linear(fr, *l.fc2, or_, Activation::None);
-      be.add(xr, or_, xr);
-    }
+    if (i > 0) self_attention(i, x);  // layer 0's: encode_image
+    cross_attention_and_ffn(i, x, np);
     if (tap) tap("layer" + std::to_string(i), x.reshape({1, t, d}));
   }
   return x.reshape({1, t, d});
+}
+
+void FusionEncoder::self_attention(size_t i, Tensor& x) {
+  const FusionEncoderConfig& c = cfg_;
+  const int64_t t = c.tokens, d = c.d_model, hd = d / c.heads;
+  const Layer& l = layers_[i];
+  Backend& be = *backend_;
+  Tensor h = arena_.get(h_), hp = arena_.get(hp_), qk = arena_.get(qk_), v = arena_.get(v_),
+         attn = arena_.get(attn_), o = arena_.get(o_), p = arena_.get(pos_);
+  const Tensor qk5 = qk.reshape({1, t, 2, c.heads, hd});
+  Tensor attn4 = attn.reshape({1, t, c.heads, hd});
+  // q = k = LN1(x) + pos, v = LN1(x) (forward_pre).
+  be.layer_norm(x, l.n1_w, l.n1_b, c.eps, h);
+  be.add(h, p, hp);
+  be.linear(hp, *l.sa_qk, qk, Activation::None);
+  be.linear(h, *l.sa_v, v, Activation::None);
+  be.attention(qk5.select(2, 0), qk5.select(2, 1), v.reshape({1, t, c.heads, hd}), attn4,
+               AttentionParams{});
+  be.linear(attn, *l.sa_out, o, Activation::None);
+  be.add(x, o, x);
+}
+
+void FusionEncoder::cross_attention_and_ffn(size_t i, Tensor& x, int64_t np) {
+  const FusionEncoderConfig& c = cfg_;
+  const int64_t t = c.tokens, d = c.d_model, hd = d / c.heads;
+  const Layer& l = layers_[i];
+  Backend& be = *backend_;
+  Tensor h = arena_.get(h_), hp = arena_.get(hp_), attn = arena_.get(attn_), o = arena_.get(o_),
+         f = arena_.get(ffn_);
+  Tensor pr = arena_.get(prompt_).slice(0, 0, np);    // [P, d]
+  Tensor valid = arena_.get(valid_).slice(1, 0, np);  // [1, P]
+  Tensor kv = arena_.get(kv_).slice(0, 0, np);        // [P, 2d]
+  const Tensor kv5 = kv.reshape({1, np, 2, c.heads, hd});
+  Tensor attn4 = attn.reshape({1, t, c.heads, hd});
+  AttentionParams cross;
+  cross.key_padding = valid;
+  // Cross-attention to the prompt (no pos on either side); its queries
+  // reuse h.
+  be.layer_norm(x, l.n2_w, l.n2_b, c.eps, hp);
+  be.linear(hp, *l.ca_q, h, Activation::None);
+  be.linear(pr, *l.ca_kv, kv, Activation::None);
+  be.attention(h.reshape({1, t, c.heads, hd}), kv5.select(2, 0), kv5.select(2, 1), attn4, cross);
+  be.linear(attn, *l.ca_out, o, Activation::None);
+  be.add(x, o, x);
+  // FFN: linear2(relu(linear1(LN3 x))), in chunks of rows (ffn_rows()).
+  for (int64_t r = 0; r < t; r += f.dim(0)) {
+    const int64_t n = std::min(f.dim(0), t - r);
+    Tensor xr = x.slice(0, r, n), hr = h.slice(0, r, n), or_ = o.slice(0, r, n);
+    Tensor fr = f.slice(0, 0, n);
+    be.layer_norm(xr, l.n3_w, l.n3_b, c.eps, hr);
+    be.linear(hr, *l.fc1, fr, Activation::Relu);
+    be.linear(fr, *l.fc2, or_, Activation::None);
+    be.add(xr, or_, xr);
+  }
 }
 
 }  // namespace flick

@@ -216,6 +216,8 @@ Status Sam3ImageModel::encode_image(const FrameView& frame, const Tap& tap) {
   // prompt): once per frame, shared by every prompt.
   FLICK_ASSIGN_OR_RETURN(Tensor cls, m.geometry->forward(m.levels[2], m.neck->position(2)));
   m.backend->copy(cls, m.cls.t);  // [1, d]
+  // So does the fusion encoder's first self-attention (FusionEncoder::encode_image).
+  FLICK_TRY(m.encoder->encode_image(m.levels[2], m.neck->position(2)));
   m.frame_w = frame.width;
   m.frame_h = frame.height;
   m.have_frame = true;
@@ -267,8 +269,8 @@ Expected<Sam3Detections> Sam3ImageModel::detect(std::string_view prompt, float t
   if (tap) tap("prompt", m.prompt.t);  // [L + 1, d]
 
   const Tensor& pos = m.neck->position(2);
-  FLICK_ASSIGN_OR_RETURN(Tensor memory, m.encoder->forward(m.levels[2], pos, m.prompt.t,
-                                                           m.prompt_valid.t));  // [1, T, d]
+  FLICK_ASSIGN_OR_RETURN(Tensor memory,
+                         m.encoder->forward(m.prompt.t, m.prompt_valid.t));  // [1, T, d]
   if (tap) tap("memory", memory);
 
   DetrDecoder::Tap dtap;

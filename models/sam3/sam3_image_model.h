@@ -3,9 +3,10 @@
 //
 //   frame   RGB8 [H, W] -> resize 1008 x 1008 (torchvision v2, antialias) ->
 //           (v/255 - 0.5)/0.5                                   // [1, 3, S, S]
-//   image   = RepViT trunk + head -> SAM3 neck (scalp 1)        // once per frame
+//   image   = RepViT trunk + head -> SAM3 neck (scalp 1), geometry CLS,
+//             the fusion encoder's first self-attention        // once per frame
 //   prompt  = CLIP BPE tokens -> MobileCLIP text -> projector   // cached per prompt
-//   per prompt: geometry CLS, fusion encoder, DETR decoder, dot scoring,
+//   per prompt: the rest of the fusion encoder, DETR decoder, dot scoring,
 //           seg head -> post-processing at the frame's size
 //
 // One frame at a time: encode_image() keeps the image side in the model's

@@ -241,6 +241,7 @@ TEST_P(Sam3Golden, FusionEncoder) {
   EXPECT_EQ(m->config().d_model, 32);
   EXPECT_EQ(m->config().ffn, 64);
   const Tol tol = tolerance(GetParam().precision);
+  EXPECT_EQ(m->forward(*prompt, *valid).status().code(), StatusCode::kUsage);  // no image yet
   int taps = 0;
   auto out = m->forward(*image, *pos, *prompt, *valid, [&](std::string_view name, const Tensor& t) {
     auto want = g.get(name, DType::F32);
@@ -254,14 +255,20 @@ TEST_P(Sam3Golden, FusionEncoder) {
   ASSERT_TRUE(want.ok());
   expect_close("memory", *out, *want, tol.max_rel, tol.mean_rel);
   EXPECT_TRUE(store->view("detector").check_all_used().ok());
-  // The padding matters: treating every prompt token as valid changes the memory.
+  const std::vector<float> first = floats(*out);
+  // Another prompt on the same image (encode_image's state, kept): the
+  // padding matters, treating every prompt token as valid changes the memory.
+  OwnedTensor all(DType::U8, valid->shape);
+  for (int64_t i = 0; i < all.t.numel(); ++i) all.t.ptr<uint8_t>()[i] = 1;
+  auto unmasked = m->forward(*prompt, all.t);
+  ASSERT_TRUE(unmasked.ok());
   if (GetParam().precision == Precision::F32) {
-    OwnedTensor all(DType::U8, valid->shape);
-    for (int64_t i = 0; i < all.t.numel(); ++i) all.t.ptr<uint8_t>()[i] = 1;
-    auto unmasked = m->forward(*image, *pos, *prompt, all.t);
-    ASSERT_TRUE(unmasked.ok());
     EXPECT_GT(compare(*unmasked, *want).max_abs, 1e-3);
   }
+  // ... and leaves that state as it was: the first prompt again, bit for bit.
+  auto again = m->forward(*prompt, *valid);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(floats(*again), first);
 }
 
 // ---- geometry encoder CLS token (text-only prompt) ----

@@ -544,6 +544,12 @@ TEST(Sam3ImageModel, TinyCheckpointRunsEveryPrompt) {
   ASSERT_TRUE(b.ok());
   EXPECT_NE(text_a, text_b);
   EXPECT_NE(a->score, b->score);
+  // The frame's state (the image side, the fusion encoder's first
+  // self-attention) outlives a prompt: the first one again, bit for bit.
+  auto a3 = m->detect("a cat", 0.f);
+  ASSERT_TRUE(a3.ok());
+  EXPECT_EQ(a->score, a3->score);
+  EXPECT_EQ(a->box_xyxy, a3->box_xyxy);
   // A threshold above every score keeps nothing.
   const float top = *std::max_element(a->score.begin(), a->score.end());
   auto none = m->detect("a cat", top);
