@@ -63,7 +63,7 @@ struct Cost<matmul_op> {
 template <>
 struct Cost<conv_op> {
   // "conv.bf16 3x3/2 dw 96->96 @126": precision, kernel / stride, depthwise or
-  // grouped, in -> out channels, output side (first spatial dim after time).
+  // grouped, in -> out channels, output width.
   // w: [O, I / groups, *kernel]; every output element is one dot over w's row.
   static OpCost of(const Tensor&, const PackedConv& w, const Tensor& y, Activation) {
     const ConvDesc& d = w.desc();

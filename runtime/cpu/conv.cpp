@@ -80,8 +80,9 @@ constexpr int64_t kWinogradMinPixels = 32 * 32;
 // 288^2 219 -> 197 ms (neck) and 227 -> 176 ms (pixel decoder), 144^2 57 ->
 // 42 ms, 72^2 13.5 -> 12 ms; frame + prompt 1.97 -> 1.85 s. With AMX the
 // direct bf16 kernel is several times faster, so there it stays. The f32
-// Winograd weights take 16x the bf16 weights' bytes, so wide layers stay
-// direct: the 1024 -> 1024 conv (41 -> 28 ms) would hold 151 MB.
+// Winograd weights (6x6 per 3x3 kernel, f32) take 8x the bf16 weights'
+// bytes, so wide layers stay direct: the 1024 -> 1024 conv (41 -> 28 ms)
+// would hold 151 MB. Frames under kWinogradMinPixels keep the bf16 kernel.
 constexpr int64_t kWinogradBf16MaxWeights = 512 * 512 * 9;
 
 bool bf16_on_winograd(const ConvDesc& d) {
@@ -166,9 +167,10 @@ class OnednnConv final : public PackedConv {
   ConvDesc desc_;
   int64_t out_channels_;
   odt src_type_;
-  // BF16 / FP8 where oneDNN has no bf16 kernels (below AVX-512), or BF16
-  // taken to the f32 Winograd kernel (bf16_on_winograd): an f32 convolution
-  // on the same bf16-rounded operands (see matmul.cpp).
+  // BF16 / FP8 where oneDNN has no bf16 kernels (below AVX-512): an f32
+  // convolution on the same bf16-rounded operands (see matmul.cpp). A BF16
+  // plan on the f32 Winograd kernel (bf16_on_winograd) does the same for
+  // its call shape only.
   bool emulate_bf16_ = false;
   OwnedTensor bias_buf_, scale_buf_;
   memory bias_, scale_, weights_;
@@ -209,8 +211,7 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
                               memory::desc(pack.y, src_type_, pack.channels_last),
                               Activation::None);
   };
-  std::optional<dnnl::convolution_forward::primitive_desc> pd;
-  if (!bf16_on_winograd(d)) pd = pack_pd();
+  auto pd = pack_pd();
   if (!pd && src_type_ == odt::bf16) {
     emulate_bf16_ = true;
     src_type_ = odt::f32;
@@ -277,9 +278,10 @@ std::optional<dnnl::convolution_forward::primitive_desc> OnednnConv::try_winogra
     const Tensor& x, const Tensor& y, Activation act) const {
   const ConvDesc& d = desc_;
   const int n = y.ndim();
-  if (n != 4 || src_type_ != odt::f32 || scale_ || d.spatial_dims != 2 || d.groups != 1 ||
-      d.w.dim(2) != 3 || d.w.dim(3) != 3 || d.stride[0] != 1 || d.stride[1] != 1 ||
-      d.dilation[0] != 1 || d.dilation[1] != 1 || y.dim(n - 1) * y.dim(n - 2) < kWinogradMinPixels)
+  const bool f32 = src_type_ == odt::f32 || bf16_on_winograd(d);
+  if (n != 4 || !f32 || scale_ || d.spatial_dims != 2 || d.groups != 1 || d.w.dim(2) != 3 ||
+      d.w.dim(3) != 3 || d.stride[0] != 1 || d.stride[1] != 1 || d.dilation[0] != 1 ||
+      d.dilation[1] != 1 || y.dim(n - 1) * y.dim(n - 2) < kWinogradMinPixels)
     return std::nullopt;
   try {
     const memory::desc src(dims_of(x), odt::f32, tag::any), dst(dims_of(y), odt::f32, tag::any);
@@ -314,8 +316,10 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   // implementation wants another layout.
   const memory::desc any_weights(weight_dims(), src_type_, tag::any);
   auto best = primitive_desc(src_md, any_weights, dst_md, p.key.act);
+  bool f32_wino_of_bf16 = false;  // x rounded to bf16 as emulate_bf16_ does
   if (auto wino = try_winograd(x, y, p.key.act)) {
     best = *wino;
+    f32_wino_of_bf16 = src_type_ != odt::f32;
   } else if (prefer_direct_amx(y)) {
     if (auto direct = find_impl(src_md, any_weights, dst_md, p.key.act, kDirectAmx)) best = *direct;
   }
@@ -326,11 +330,13 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   if (!pd) {
     pd = best;
     p.weights_copy = memory(best.weights_desc(), eng);
-    // oneDNN reorders into its Winograd weight format only from a plain one.
+    // oneDNN reorders into its Winograd weight format only from a plain one
+    // (of its f32 type: bf16 packed weights convert exactly).
     const bool via_plain = best.weights_desc().data.format_kind == dnnl_format_kind_wino;
     memory from = weights;
     if (via_plain) {
-      from = memory({weight_dims(), src_type_, plain_weight_tag(weight_dims())}, eng);
+      from = memory(
+          {weight_dims(), best.weights_desc().data_type(), plain_weight_tag(weight_dims())}, eng);
       dnnl::reorder(weights, from).execute(onednn_stream(), weights, from);
     }
     dnnl::reorder(from, p.weights_copy).execute(onednn_stream(), from, p.weights_copy);
@@ -345,7 +351,7 @@ void OnednnConv::build(Plan& p, const Tensor& x, const Tensor& y) const {
   p.x_direct = !emulate_bf16_ && pd->src_desc() == x_md;
   if (!p.x_direct) p.src_bytes = pd->src_desc().get_size();
   p.src = memory(pd->src_desc(), eng, DNNL_MEMORY_NONE);
-  if (!p.x_direct) p.x_in.emplace(x_md, p.src, emulate_bf16_);
+  if (!p.x_direct) p.x_in.emplace(x_md, p.src, emulate_bf16_ || f32_wino_of_bf16);
   p.out = ConvDst(pd->dst_desc(), y_md);
 
   p.args = {{DNNL_ARG_SRC, p.src},

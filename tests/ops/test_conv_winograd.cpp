@@ -140,7 +140,14 @@ TEST(ConvWinograd, Bf16ThreeByThreeAgainstReference) {
     std::printf("[ conv     ] 3x3 bf16 (%s in), %s: max %.2e mean %.2e\n",
                 dt == DType::BF16 ? "bf16" : "f32", impl.c_str(), e.max_rel, e.mean_rel);
   }
-  // Wide layers stay direct (their f32 Winograd weights would take 16x the
+  // The same packed conv on a frame under 32^2: the bf16 direct kernel.
+  OwnedTensor xs = test::random_tensor(DType::BF16, {1, c, 20, 20}, 36);
+  OwnedTensor ys(DType::F32, {1, o, 20, 20}), yr(DType::F32, {1, o, 20, 20});
+  cpu::conv(xs, *cc, ys, Activation::None);
+  ref::conv(xs, *rc, yr, Activation::None);
+  EXPECT_EQ(cpu::conv_impl(*cc).find("wino"), std::string::npos) << cpu::conv_impl(*cc);
+  EXPECT_LE(errors(ys, yr).max_rel, 1e-5);
+  // Wide layers stay direct (their f32 Winograd weights would take 8x the
   // bf16 bytes): 640 -> 512 channels.
   OwnedTensor wide = test::random_tensor(DType::F32, {512, 640, 3, 3}, 34, 1.f / 80.f);
   auto cw = cpu::pack_conv(conv3x3(wide, Tensor{}, Precision::BF16));
