@@ -21,9 +21,10 @@
 // fp32 accumulation; the position encodings are rounded to bf16 as the
 // reference's `.to(sam3_x_out.dtype)` does) or INT8 (every convolution INT8,
 // runtime/ref/conv_int8.h: weights per output channel, activations per call;
-// activations stored bf16 as in BF16). INT8 convs are half the image side's
-// time at 1008^2 in bf16 (the 3x3 at 288^2 alone 0.22 s on a Zen 4); their
-// error on the goldens: tests/sam3 (Neck/cpu_int8, Int8AgreesWith...).
+// activations stored bf16 as in BF16). The neck's convs are half the bf16
+// image side at 1008^2 (the 3x3 at 288^2 alone 0.2 s on a Zen 4); their
+// INT8 error on the goldens: tests/sam3 (Sam3Components.NeckInt8,
+// Sam3ImageModelGolden.Int8*AgreesWithTheF32Reference).
 #pragma once
 
 #include <array>
