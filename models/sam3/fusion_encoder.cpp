@@ -11,6 +11,9 @@ namespace {
 
 const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
+// The activations forward() and encode_image() take.
+bool is_float(const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; }
+
 }  // namespace
 
 Expected<FusionEncoder> FusionEncoder::load(const WeightView& encoder, Backend& backend,
@@ -126,7 +129,6 @@ Status FusionEncoder::encode_image(const Tensor& image, const Tensor& pos) {
   const FusionEncoderConfig& c = cfg_;
   const int64_t t = c.tokens, d = c.d_model;
   const int64_t g = image.ndim() == 4 ? image.dim(2) : 0;
-  auto is_float = [](const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; };
   if (image.ndim() != 4 || image.shape != Shape{1, d, g, g} || g * g != t ||
       pos.shape != image.shape || !is_float(image) || !is_float(pos))
     return invalid_input("SAM3 fusion encoder: expected image and pos [1, " + std::to_string(d) +
@@ -154,7 +156,6 @@ Expected<Tensor> FusionEncoder::forward(const Tensor& prompt, const Tensor& prom
                                         const Tap& tap) {
   const FusionEncoderConfig& c = cfg_;
   const int64_t t = c.tokens, d = c.d_model;
-  auto is_float = [](const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; };
   const int64_t np = prompt.ndim() == 2 ? prompt.dim(0) : 0;
   if (prompt.ndim() != 2 || prompt.dim(1) != d || np < 1 || np > c.max_prompt ||
       !is_float(prompt) || prompt_valid.dtype != DType::U8 || prompt_valid.shape != Shape{np})

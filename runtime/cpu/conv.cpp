@@ -85,17 +85,15 @@ constexpr int64_t kWinogradMinPixels = 32 * 32;
 // would hold 151 MB. Frames under kWinogradMinPixels keep the bf16 kernel.
 constexpr int64_t kWinogradBf16MaxWeights = 512 * 512 * 9;
 
+// Whether a BF16 conv may take the f32 Winograd kernel on this host (the
+// layer's shape and frame are try_winograd's to check, as for F32).
 bool bf16_on_winograd(const ConvDesc& d) {
   static const bool host = [] {
-    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    return (isa & avx512) == avx512 &&
-           dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+    const auto isa = dnnl::get_effective_cpu_isa();
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (static_cast<unsigned>(isa) & bf16) == bf16 && isa < dnnl::cpu_isa::avx512_core_amx;
   }();
-  return host && d.precision == Precision::BF16 && d.w_scale.empty() && d.spatial_dims == 2 &&
-         d.groups == 1 && d.w.dim(2) == 3 && d.w.dim(3) == 3 && d.stride[0] == 1 &&
-         d.stride[1] == 1 && d.dilation[0] == 1 && d.dilation[1] == 1 &&
-         d.w.numel() <= kWinogradBf16MaxWeights;
+  return host && d.precision == Precision::BF16 && d.w.numel() <= kWinogradBf16MaxWeights;
 }
 
 struct PlanKey {

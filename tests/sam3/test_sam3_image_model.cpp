@@ -414,10 +414,9 @@ TEST_F(Sam3ImageModelGolden, Bf16AgreesWithTheF32Reference) {
 }
 
 // INT8 (W8A8 attention projections and FFN of the DETR decoder, INT8
-// convolutions in the neck, bf16 elsewhere; see
-// Sam3ImageModel::load for why the fusion encoder stays bf16) against the
-// fp32 golden. An int8 step is 1/127 of a token's or an output channel's
-// largest value (1/255 of a conv input's range), ~2x a bf16 step, over the
+// convolutions in the neck, bf16 elsewhere; see Sam3ImageModel::load for why
+// the fusion encoder stays bf16) against the fp32 golden. An int8 step is 1/127 of a token's or an
+// output channel's largest value (1/255 of a conv input's range), ~2x a bf16 step, over the
 // decoder's ~60 quantized linears. Measured (session 6, decoder only):
 // scores 0.0038, boxes max 1.46 px mean 0.31 px, mask IoU 0.991; taps as
 // bf16 but decoder.hs5 2.3e-2 and mask_logits 5.0e-2 (max) / 1.1e-2 (mean).
@@ -425,17 +424,17 @@ TEST_F(Sam3ImageModelGolden, Bf16AgreesWithTheF32Reference) {
 // 0.50 px, IoU 0.986 - and 0.47 px, 0.989 with the fusion encoder's
 // self-attention on the general kernel instead of the narrow-head one: the
 // same arithmetic summed in another order moves the int8 boxes by that
-// much. Session 11 (neck convs INT8 too, its 1x1 convs folded, bf16 3x3 convs on Winograd):
-// scores 0.0041, boxes max 1.80 px mean 0.49 px, IoU 0.990, mask_logits
-// 4.9e-2 / 9.8e-3. The bounds keep the bf16 IoU for what a user
-// sees, and allow ~1.2-1.5x the measured figures elsewhere.
+// much. Session 11 (neck convs INT8 too, its 1x1 convs folded, bf16 3x3
+// convs on Winograd): scores 0.0041, boxes max 1.80 px mean 0.49 px, IoU
+// 0.990, mask_logits 4.9e-2 / 9.8e-3. The bounds keep the bf16 IoU for what
+// a user sees, and allow ~1.2-1.5x the measured figures elsewhere.
 TEST_F(Sam3ImageModelGolden, Int8AgreesWithTheF32Reference) {
   expect_agrees_with_f32(path_, Precision::INT8, {{8e-2, 2.5e-2}, 0.02, 0.97, 3.0, 0.6});
 }
 
 // INT8 at the released input size (1008^2: the neck's 3x3 INT8 conv at
-// 288^2) against the fp32 golden's outputs (4096
-// sampled mask logits). Bounds as at 224. Measured (Zen 4): scores 0.0034,
+// 288^2) against the fp32 golden's outputs (4096 sampled mask logits).
+// Bounds as at 224. Measured (Zen 4): scores 0.0034,
 // boxes max 1.53 px mean 0.41 px, IoU 1.0 over the 296 sampled mask pixels
 // either side marks, mask_logits 3.6e-2 max / 9.3e-3 mean; bf16 on the same
 // run: 0.0020, 1.12 / 0.29 px, 1.0, 3.0e-2 / 7.4e-3.
