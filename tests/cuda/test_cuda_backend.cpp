@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -271,6 +272,225 @@ TEST_F(CudaBackendTest, Conv3d) {
   ref->conv(x, *pr, e, Activation::Silu);
   // One extra bf16 rounding of the conv result before the bias (see
   // CudaBackend::conv): two bf16 ulps, through the absolute floor.
+  EXPECT_LE(worst(dy.host(), e, 1e-2), 1.0);
+}
+
+// The ops the tests above leave out, each against the reference.
+TEST_F(CudaBackendTest, PointwiseAndMovement) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    auto x = randn(dt, {2, 6, 3, 40}, 30, 1.5f), r = randn(dt, {1, 6, 1, 40}, 31);
+    auto w = randn(DType::F32, {6}, 32), b = randn(DType::F32, {6}, 33);
+    DeviceTensor dx(x), dr(r), dw(w), db(b), dy(dt, x.t.shape);
+    OwnedTensor e(dt, x.t.shape);
+    cuda->group_norm(dx, 3, dw, db, 1e-5f, dy);
+    ref->group_norm(x, 3, w, b, 1e-5f, e);
+    EXPECT_LE(worst(dy.host(), e, 1e-4), 1.0) << "group_norm " << dtype_name(dt);
+    for (bool t : {false, true}) {
+      cuda->gelu(dx, dy, t);
+      ref->gelu(x, e, t);
+      EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0) << "gelu " << t << " " << dtype_name(dt);
+    }
+    cuda->silu(dx, dy);
+    ref->silu(x, e);
+    EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0) << "silu " << dtype_name(dt);
+    for (Activation a : {Activation::Relu, Activation::Sigmoid, Activation::GeluErf}) {
+      cuda->activation(dx, dy, a);
+      ref->activation(x, e, a);
+      EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0) << "activation " << static_cast<int>(a);
+    }
+    cuda->add(dx, dr, dy);  // broadcast over dims 0 and 2
+    ref->add(x, r, e);
+    EXPECT_LE(worst(dy.host(), e, 0.0), 1.0) << "add " << dtype_name(dt);
+    cuda->mul(dx, dr, dy);
+    ref->mul(x, r, e);
+    EXPECT_LE(worst(dy.host(), e, 0.0), 1.0) << "mul " << dtype_name(dt);
+    cuda->mul_add(dx, dr, dx, dy);
+    ref->mul_add(x, r, x, e);
+    EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0) << "mul_add " << dtype_name(dt);
+    cuda->affine(dx, 0.37f, -1.25f, dy);
+    ref->affine(x, 0.37f, -1.25f, e);
+    EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0) << "affine " << dtype_name(dt);
+    // copy: a transposed view into another dtype.
+    const DType other = dt == DType::F32 ? DType::BF16 : DType::F32;
+    Tensor xt = dx.t, ht = x.t;
+    std::swap(xt.shape[1], xt.shape[3]), std::swap(xt.strides[1], xt.strides[3]);
+    std::swap(ht.shape[1], ht.shape[3]), std::swap(ht.strides[1], ht.strides[3]);
+    DeviceTensor dc(other, xt.shape);
+    OwnedTensor ec(other, xt.shape);
+    cuda->copy(xt, dc);
+    ref->copy(ht, ec);
+    EXPECT_LE(worst(dc.host(), ec, 0.0), 1.0) << "copy " << dtype_name(dt);
+    // concat along dim 1 and 3.
+    for (int dim : {1, 3}) {
+      Shape cs = x.t.shape;
+      cs[dim] *= 2;
+      DeviceTensor dcat(dt, cs);
+      OwnedTensor ecat(dt, cs);
+      const Tensor dparts[2] = {dx.t, dx.t}, hparts[2] = {x.t, x.t};
+      cuda->concat(dparts, dim, dcat);
+      ref->concat(hparts, dim, ecat);
+      EXPECT_LE(worst(dcat.host(), ecat, 0.0), 1.0) << "concat " << dim;
+    }
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+      DeviceTensor dred(DType::F32, {2, 6, 1, 40});
+      OwnedTensor ered(DType::F32, {2, 6, 1, 40});
+      cuda->reduce(dx, 2, op, dred);
+      ref->reduce(x, 2, op, ered);
+      EXPECT_LE(worst(dred.host(), ered, 1e-4), 1.0) << "reduce " << static_cast<int>(op);
+    }
+  }
+  {
+    // upsample_nearest, 2-d and 3-d (the VAE's temporal and spatial x2).
+    auto x2 = randn(DType::BF16, {1, 5, 7, 9}, 34), x3 = randn(DType::BF16, {1, 4, 3, 5, 6}, 35);
+    DeviceTensor d2(x2), d3(x3), y2(DType::BF16, {1, 5, 14, 18}),
+        y3(DType::BF16, {1, 4, 6, 10, 12});
+    OwnedTensor e2(DType::BF16, {1, 5, 14, 18}), e3(DType::BF16, {1, 4, 6, 10, 12});
+    cuda->upsample_nearest(d2, y2);
+    ref->upsample_nearest(x2, e2);
+    EXPECT_LE(worst(y2.host(), e2, 0.0), 1.0) << "upsample_nearest 2-d";
+    cuda->upsample_nearest(d3, y3);
+    ref->upsample_nearest(x3, e3);
+    EXPECT_LE(worst(y3.host(), e3, 0.0), 1.0) << "upsample_nearest 3-d";
+  }
+  {
+    // rope over [B, L, H, D] with an F32 table.
+    auto x = randn(DType::BF16, {1, 30, 4, 64}, 36), cos = randn(DType::F32, {30, 32}, 37),
+         sin = randn(DType::F32, {30, 32}, 38);
+    DeviceTensor dx(x), dc(cos), ds(sin), dy(DType::BF16, x.t.shape);
+    OwnedTensor e(DType::BF16, x.t.shape);
+    cuda->rope(dx, dc, ds, dy);
+    ref->rope(x, cos, sin, e);
+    EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0) << "rope";
+  }
+  {
+    // quantize_rows_int8: the integers and scales bit-exact with the
+    // reference (W8A8's exactness rests on it); a zero row gets scale 1.
+    auto x = randn(DType::BF16, {33, 200}, 39, 4.f);
+    for (int j = 0; j < 200; ++j) store_from_f32(DType::BF16, x.t.data, 5 * 200 + j, 0.f);
+    DeviceTensor dx(x), dq(DType::I8, {33, 200}), ds(DType::F32, {33});
+    OwnedTensor eq(DType::I8, {33, 200}), es(DType::F32, {33});
+    cuda->quantize_rows_int8(dx, dq, ds);
+    ref->quantize_rows_int8(x, eq, es);
+    auto hq = dq.host(), hs = ds.host();
+    EXPECT_EQ(std::memcmp(hq.t.data, eq.t.data, eq.t.nbytes()), 0) << "quantize_rows_int8 q";
+    EXPECT_EQ(std::memcmp(hs.t.data, es.t.data, es.t.nbytes()), 0) << "quantize_rows_int8 scale";
+  }
+}
+
+TEST_F(CudaBackendTest, MatmulAndLinearVariants) {
+  // Batched matmul with a transposed b (K^T-like strides), F32 and BF16.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    auto a = randn(dt, {3, 45, 70}, 40), bt = randn(dt, {3, 50, 70}, 41);
+    Tensor hb = bt.t;  // [3, 70, 50] view of [3, 50, 70]
+    hb.shape = Shape{3, 70, 50};
+    hb.strides = {50 * 70, 1, 70};
+    DeviceTensor da(a), dbt(bt), dc(dt, {3, 45, 50});
+    Tensor db = dbt.t;
+    db.shape = hb.shape, db.strides = hb.strides;
+    OwnedTensor e(dt, {3, 45, 50});
+    cuda->matmul(da, db, dc);
+    ref->matmul(a, hb, e);
+    // fp32 accumulation in another order over K = 70.
+    EXPECT_LE(worst(dc.host(), e, dt == DType::F32 ? 1e-5 : 2e-3), 1.0)
+        << "matmul " << dtype_name(dt);
+  }
+  {
+    // Precision::F32 linear: plain fp32 (no TF32) within the summation order.
+    auto x = randn(DType::F32, {21, 384}, 42), w = randn(DType::F32, {96, 384}, 43, 0.05f);
+    LinearDesc d;
+    d.w = w.t;
+    d.precision = Precision::F32;
+    auto pc = cuda->pack_linear(d);
+    auto pr = ref->pack_linear(d);
+    DeviceTensor dx(x), dy(DType::F32, {21, 96});
+    OwnedTensor e(DType::F32, {21, 96});
+    cuda->linear(dx, *pc, dy, Activation::GeluErf);
+    ref->linear(x, *pr, e, Activation::GeluErf);
+    EXPECT_LE(worst(dy.host(), e, 1e-5), 1.0) << "linear f32";
+  }
+  {
+    // FP8 E4M3 weights at BF16 precision (dequantised at pack time), BF16
+    // activations with strided rows (a column slice of a wider buffer).
+    OwnedTensor w(DType::F8_E4M3, {64, 256}), ws(DType::F32, {64});
+    std::mt19937 g(44);
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (int64_t i = 0; i < 64 * 256; ++i) store_from_f32(DType::F8_E4M3, w.t.data, i, n(g));
+    for (int64_t i = 0; i < 64; ++i) ws.t.ptr<float>()[i] = 0.01f + 0.001f * static_cast<float>(i);
+    auto xw = randn(DType::BF16, {17, 512}, 45);
+    Tensor hx = xw.t;
+    hx.shape = Shape{17, 256};  // the first 256 of each 512-wide row
+    LinearDesc d;
+    d.w = w.t;
+    d.w_scale = ws.t;
+    auto pc = cuda->pack_linear(d);
+    auto pr = ref->pack_linear(d);
+    DeviceTensor dxw(xw), dy(DType::BF16, {17, 64});
+    Tensor dx = dxw.t;
+    dx.shape = hx.shape;
+    OwnedTensor e(DType::BF16, {17, 64});
+    cuda->linear(dx, *pc, dy);
+    ref->linear(hx, *pr, e);
+    EXPECT_LE(worst(dy.host(), e, 2e-3), 1.0) << "linear fp8 weights";
+  }
+}
+
+TEST_F(CudaBackendTest, AttentionShapesAndMasks) {
+  // The DiT's shape in small: 12 heads of 128, fewer queries than keys (the
+  // KV window), through cuDNN's SDPA.
+  {
+    auto q = randn(DType::BF16, {1, 96, 12, 128}, 50, 0.2f),
+         k = randn(DType::BF16, {1, 192, 12, 128}, 51, 0.2f),
+         v = randn(DType::BF16, {1, 192, 12, 128}, 52);
+    DeviceTensor dq(q), dk(k), dv(v), dout(DType::BF16, q.t.shape);
+    OwnedTensor e(DType::BF16, q.t.shape);
+    AttentionParams p;
+    p.scale = 0.05f;
+    cuda->attention(dq, dk, dv, dout, p);
+    ref->attention(q, k, v, e, p);
+    EXPECT_LE(worst(dout.host(), e, 1e-2), 1.0) << "Lq < Lk";
+  }
+  // Masks take the fallback: block-causal, key padding (a fully masked row
+  // gives zeros), an additive bias; F32 too.
+  for (DType dt : {DType::BF16, DType::F32}) {
+    const int64_t B = 2, Lq = 24, Lk = 40, H = 3, D = 32;
+    auto q = randn(dt, {B, Lq, H, D}, 53, 0.3f), k = randn(dt, {B, Lk, H, D}, 54, 0.3f),
+         v = randn(dt, {B, Lk, H, D}, 55), bias = randn(DType::F32, {1, H, Lq, Lk}, 56);
+    OwnedTensor pad(DType::U8, {B, Lk});
+    for (int64_t i = 0; i < B * Lk; ++i) pad.t.ptr<uint8_t>()[i] = (i % 7) != 3;
+    DeviceTensor dq(q), dk(k), dv(v), dbias(bias), dpad(pad), dout(dt, q.t.shape);
+    OwnedTensor e(dt, q.t.shape);
+    AttentionParams hp, dp;
+    hp.causal_block = dp.causal_block = 8;
+    hp.bias = bias.t, dp.bias = dbias.t;
+    hp.key_padding = pad.t, dp.key_padding = dpad.t;
+    cuda->attention(dq, dk, dv, dout, dp);
+    ref->attention(q, k, v, e, hp);
+    EXPECT_LE(worst(dout.host(), e, dt == DType::F32 ? 1e-4 : 1e-2), 1.0)
+        << "masked " << dtype_name(dt);
+  }
+}
+
+TEST_F(CudaBackendTest, Conv2dStridedAndF32Input) {
+  // A 2-d conv with stride 2 and asymmetric channels from an F32 input (the
+  // CUDA backend rounds inputs to bf16, as Precision::BF16 says).
+  auto x = randn(DType::F32, {1, 16, 21, 18}, 60),
+       w = randn(DType::BF16, {24, 16, 3, 3}, 61, 0.05f), bias = randn(DType::F32, {24}, 62);
+  ConvDesc d;
+  d.w = w.t;
+  d.bias = bias.t;
+  d.spatial_dims = 2;
+  d.padding = {1, 1};
+  d.stride = {2, 2};
+  auto pc = cuda->pack_conv(d);
+  auto pr = ref->pack_conv(d);
+  OwnedTensor xb(DType::BF16, x.t.shape);
+  ref->copy(x, xb);
+  DeviceTensor dx(x), dy(DType::F32, {1, 24, 11, 9});
+  OwnedTensor e(DType::F32, {1, 24, 11, 9});
+  cuda->conv(dx, *pc, dy, Activation::None);
+  ref->conv(xb, *pr, e, Activation::None);
+  // The bf16 rounding of the conv result before the bias: 2^-8 relative,
+  // plus the absolute floor.
   EXPECT_LE(worst(dy.host(), e, 1e-2), 1.0);
 }
 
