@@ -63,7 +63,9 @@ double time_ms(F&& f, int reps = 20) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count() / reps;
 }
 
-double g_peak = 0;  // TFLOP/s, from the command line
+double g_peak = 0;           // TFLOP/s, from the command line
+const char* g_section = "";  // --section: linear, attention, elementwise or conv alone
+bool on(const char* section) { return !*g_section || std::strcmp(section, g_section) == 0; }
 void report(const char* name, double ms, double flop, double bytes) {
   std::printf("%-44s %9.3f ms", name, ms);
   if (flop > 0) {
@@ -98,8 +100,10 @@ struct Linear {
 };
 
 int run(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; ++i)
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--peak-tflops") == 0) g_peak = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--section") == 0) g_section = argv[i + 1];
+  }
   auto b = load_cuda_backend();
   if (!b.ok()) {
     std::fprintf(stderr, "no CUDA backend: %s\n", b.status().message().c_str());
@@ -120,17 +124,20 @@ int run(int argc, char** argv) {
 
   double block_ms[2] = {0, 0};  // bf16, int8 linears
   const char* pname[2] = {"bf16", "int8"};
-  for (int pi = 0; pi < 2; ++pi) {
+  for (int pi = 0; pi < 2 && on("linear"); ++pi) {
     const Precision p = pi == 0 ? Precision::BF16 : Precision::INT8;
     Linear sq(be, C, C, p), f1(be, F, C, p), f2(be, C, F, p);
     const double ms_sq = time_ms([&] { be.linear(x, *sq.w, y); });
-    const double ms_f1 = time_ms([&] { be.linear(x, *f1.w, big, Activation::GeluTanh); });
+    const double ms_f1 = time_ms([&] { be.linear(x, *f1.w, big, Activation::RoundGeluTanh); });
+    const double ms_f1n = time_ms([&] { be.linear(x, *f1.w, big); });
     const double ms_f2 = time_ms([&] { be.linear(big, *f2.w, y); });
     char name[64];
     std::snprintf(name, sizeof name, "linear %s 2640x1536 -> 1536", pname[pi]);
     report(name, ms_sq, 2.0 * T * C * C, 0);
-    std::snprintf(name, sizeof name, "linear %s 2640x1536 -> 8960 +gelu", pname[pi]);
+    std::snprintf(name, sizeof name, "linear %s 2640x1536 -> 8960 +gelu (ffn.0)", pname[pi]);
     report(name, ms_f1, 2.0 * T * C * F, 0);
+    std::snprintf(name, sizeof name, "linear %s 2640x1536 -> 8960", pname[pi]);
+    report(name, ms_f1n, 2.0 * T * C * F, 0);
     std::snprintf(name, sizeof name, "linear %s 2640x8960 -> 1536", pname[pi]);
     report(name, ms_f2, 2.0 * T * C * F, 0);
     // Per block: q k v o (self), q o (cross), fc1, fc2.
@@ -138,29 +145,35 @@ int run(int argc, char** argv) {
   }
 
   AttentionParams ap;
-  const double ms_self = time_ms([&] { be.attention(q, k, v, o, ap); });
-  report("attention bf16 2640 q x 5280 k, 12x128", ms_self, 4.0 * T * KV * H * D, 0);
-  const double ms_cross = time_ms([&] { be.attention(q, kc, vc, o, ap); });
-  report("attention bf16 2640 q x 257 k, 12x128", ms_cross, 4.0 * T * CTX * H * D, 0);
+  double ms_self = 0, ms_cross = 0;
+  if (on("attention")) {
+    ms_self = time_ms([&] { be.attention(q, k, v, o, ap); });
+    report("attention bf16 2640 q x 5280 k, 12x128", ms_self, 4.0 * T * KV * H * D, 0);
+    ms_cross = time_ms([&] { be.attention(q, kc, vc, o, ap); });
+    report("attention bf16 2640 q x 257 k, 12x128", ms_cross, 4.0 * T * CTX * H * D, 0);
+  }
 
-  Dev lw(DType::F32, {C}), lb(DType::F32, {C});
-  const double rw = 2.0 * T * C * 2;  // bytes read + written, bf16
-  const double ms_ln = time_ms([&] { be.layer_norm(x, Tensor{}, Tensor{}, 1e-6f, y); });
-  report("layer_norm bf16 [2640, 1536]", ms_ln, 0, rw);
-  const double ms_mod = time_ms([&] { be.modulate(x, shift, scale, y); });
-  report("modulate bf16 [2640, 1536]", ms_mod, 0, rw);
-  const double ms_ma = time_ms([&] { be.mul_add(x, y, scale, y); });
-  report("mul_add bf16 [2640, 1536]", ms_ma, 0, rw * 1.5);
-  Tensor qh = q.t;
-  qh.shape = Shape{T, H, D};
-  qh.strides = {H * D, D, 1};
-  Rope3dParams rp;
-  rp.grid = {3, 22, 40};
-  rp.pairs = {22, 21, 21};
-  const double ms_rope = time_ms([&] { be.rope_3d(qh, rp, qh); });
-  report("rope_3d bf16 [2640, 12, 128]", ms_rope, 0, 2.0 * T * H * D * 2);
-  const double ms_rms = time_ms([&] { be.rms_norm(x, lw, 1e-6f, y); });
-  report("rms_norm bf16 [2640, 1536]", ms_rms, 0, rw);
+  double ms_ln = 0, ms_mod = 0, ms_ma = 0, ms_rope = 0, ms_rms = 0;
+  if (on("elementwise")) {
+    Dev lw(DType::F32, {C});
+    const double rw = 2.0 * T * C * 2;  // bytes read + written, bf16
+    ms_ln = time_ms([&] { be.layer_norm(x, Tensor{}, Tensor{}, 1e-6f, y); });
+    report("layer_norm bf16 [2640, 1536]", ms_ln, 0, rw);
+    ms_mod = time_ms([&] { be.modulate(x, shift, scale, y); });
+    report("modulate bf16 [2640, 1536]", ms_mod, 0, rw);
+    ms_ma = time_ms([&] { be.mul_add(x, y, scale, y); });
+    report("mul_add bf16 [2640, 1536]", ms_ma, 0, rw * 1.5);
+    Tensor qh = q.t;
+    qh.shape = Shape{T, H, D};
+    qh.strides = {H * D, D, 1};
+    Rope3dParams rp;
+    rp.grid = {3, 22, 40};
+    rp.pairs = {22, 21, 21};
+    ms_rope = time_ms([&] { be.rope_3d(qh, rp, qh); });
+    report("rope_3d bf16 [2640, 12, 128]", ms_rope, 0, 2.0 * T * H * D * 2);
+    ms_rms = time_ms([&] { be.rms_norm(x, lw, 1e-6f, y); });
+    report("rms_norm bf16 [2640, 1536]", ms_rms, 0, rw);
+  }
   // Elementwise per block: 3 norms, 2 modulates, 3 gated residuals, 2 RMS
   // norms (q, k) and 2 ropes, and the cross-attention's 2 norms.
   const double elem = 3 * ms_ln + 2 * ms_mod + 3 * ms_ma + 4 * ms_rms + 2 * ms_rope;
@@ -171,6 +184,7 @@ int run(int argc, char** argv) {
     int64_t c, h, w;
   } cases[] = {{384, 44, 80}, {384, 88, 160}, {192, 176, 320}, {96, 352, 640}};
   for (const ConvCase& cc : cases) {
+    if (!on("conv")) break;
     OwnedTensor wh(DType::BF16, {cc.c, cc.c, 3, 3, 3});
     std::mt19937 g(9);
     std::normal_distribution<float> n(0.f, 0.02f);
@@ -188,7 +202,7 @@ int run(int argc, char** argv) {
     report(name, ms, 2.0 * cc.c * cc.c * 27 * cc.h * cc.w, 0);
   }
 
-  for (int pi = 0; pi < 2; ++pi) {
+  for (int pi = 0; pi < 2 && !*g_section; ++pi) {
     const double blk = block_ms[pi] + ms_self + ms_cross + elem;
     std::printf(
         "op-sum DiT call estimate, %s linears: %.2f ms/block x 30 = %.1f ms "

@@ -15,7 +15,7 @@ LtDescs::~LtDescs() {
 Expected<std::unique_ptr<LtDescs>> lt_descs(const LtOperand& a, const LtOperand& b,
                                             cudaDataType_t d_type, int64_t m, int64_t n,
                                             int64_t ld_d, int64_t d_batch_stride, int batch,
-                                            size_t workspace_bytes) {
+                                            size_t workspace_bytes, bool bias_epilogue) {
   auto r = std::make_unique<LtDescs>();
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   const char* failed = nullptr;
@@ -33,6 +33,15 @@ Expected<std::unique_ptr<LtDescs>> lt_descs(const LtOperand& a, const LtOperand&
          "TRANSA");
     call(cublasLtMatmulDescSetAttribute(r->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
          "TRANSB");
+    if (bias_epilogue) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_32F;
+      call(cublasLtMatmulDescSetAttribute(r->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+           "EPILOGUE");
+      call(cublasLtMatmulDescSetAttribute(r->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                          sizeof bias_type),
+           "BIAS_DATA_TYPE");
+    }
   }
   auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols,
                     int64_t ld, int64_t bs) {

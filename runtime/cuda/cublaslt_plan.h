@@ -36,9 +36,12 @@ struct LtDescs {
 
 // D (m x n, ld_d) of d_type: CUDA_R_32I selects IMMA (compute and scale
 // 32I), anything else fp32 compute and scale. batch > 1: strided batches.
+// bias_epilogue: D = op(A) op(B) + bias[row] in fp32 before D's one rounding,
+// bias an fp32 vector of m whose pointer each call sets
+// (CUBLASLT_MATMUL_DESC_BIAS_POINTER).
 Expected<std::unique_ptr<LtDescs>> lt_descs(const LtOperand& a, const LtOperand& b,
                                             cudaDataType_t d_type, int64_t m, int64_t n,
                                             int64_t ld_d, int64_t d_batch_stride, int batch,
-                                            size_t workspace_bytes);
+                                            size_t workspace_bytes, bool bias_epilogue = false);
 
 }  // namespace flick::cuda

@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,29 +61,6 @@ cudaDataType_t cuda_type(DType t) {
     default: FLICK_CHECK(false, "cuBLASLt: unsupported dtype " + std::string(dtype_name(t)));
   }
   return CUDA_R_32F;
-}
-
-// D (m x n, col-major, ld) = op(A) op(B), `batch` strided batches, alpha 1
-// beta 0; descriptors from cublaslt_plan (also built by the deviceless probe).
-void lt_matmul(cublasLtHandle_t h, cudaStream_t stream, void* ws, size_t ws_bytes,
-               const LtOperand& a, const LtOperand& b, void* d, cudaDataType_t d_type, int64_t m,
-               int64_t n, int64_t ld_d, int64_t d_batch_stride, int batch) {
-  auto descs = lt_descs(a, b, d_type, m, n, ld_d, d_batch_stride, batch, ws_bytes);
-  FLICK_CHECK(descs.ok(), descs.status().message());
-  const LtDescs& l = **descs;
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  lt_check(cublasLtMatmulAlgoGetHeuristic(h, l.op, l.a, l.b, l.d, l.d, l.pref, 1, &res, &found),
-           "AlgoGetHeuristic");
-  FLICK_CHECK(found > 0, "cuBLASLt: no algorithm for this GEMM (m " + std::to_string(m) + ", n " +
-                             std::to_string(n) + ")");
-  const float alpha_f = 1.f, beta_f = 0.f;
-  const int32_t alpha_i = 1, beta_i = 0;
-  const void* alpha = l.imma ? static_cast<const void*>(&alpha_i) : &alpha_f;
-  const void* beta = l.imma ? static_cast<const void*>(&beta_i) : &beta_f;
-  lt_check(cublasLtMatmul(h, l.op, alpha, a.p, l.a, b.p, l.b, beta, d, l.d, d, l.d, &res.algo, ws,
-                          ws_bytes, stream),
-           "Matmul");
 }
 
 // Upload a host tensor (any dtype) as a contiguous device buffer of `to`.
@@ -163,6 +141,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     sdpa_plans_.clear();
     conv_plans_.clear();
+    lt_plans_.clear();
     if (dnn_) cudnnDestroy(dnn_);
     if (lt_) cublasLtDestroy(lt_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -235,10 +214,26 @@ class CudaBackend final : public Backend {
       ops::copy(launch_, x, dst);
       xp = cx, ld = w.k;
     }
+    // cuBLASLt writes y itself, the bias added in fp32 before y's one
+    // rounding (its bias epilogue), as the reference rounds; an activation
+    // then runs in place. Exact where the activation's input is that rounded
+    // value: no activation, RoundGeluTanh (rounds its input to y's dtype
+    // first: the FFN's PyTorch Linear + GELU), or an F32 y.
+    const bool direct =
+        act == Activation::None || act == Activation::RoundGeluTanh || y.dtype == DType::F32;
+    if (direct && ldy >= w.n) {
+      GemmCall g = linear_call(xp, w.wdt, M, w.k, ld, w.w.get(), w.wdt, w.n, y.data, y.dtype);
+      g.ld_d = ldy;
+      const float* bias = w.bias.get() ? static_cast<const float*>(w.bias.get()) : nullptr;
+      if (gemm(g, bias, /*bias_epilogue=*/bias != nullptr)) {
+        if (act != Activation::None) ops::activation(launch_, y, y, act);
+        return;
+      }
+    }
     // D^T = W X^T into an fp32 result, then bias + activation into y.
     float* acc = static_cast<float*>(acc_scratch_.get(static_cast<size_t>(M * w.n) * 4));
     gemm(linear_call(xp, w.wdt, M, w.k, ld, w.w.get(), w.wdt, w.n, acc, DType::F32));
-    ops::bias_act(launch_, acc, w.bias_view, -1, act, y);
+    ops::bias_act(launch_, acc, DType::F32, w.bias_view, -1, act, y);
   }
 
   // W8A8: q, sx = quantize_rows_int8(x); acc = q W^T in int32 (IMMA, TN);
@@ -268,6 +263,7 @@ class CudaBackend final : public Backend {
     f.y.s[1] = 1;
     f.act = ops::act_of(act);
     f.T = M, f.N = w.n;
+    if (M * w.n < (int64_t{1} << 31)) f.n_div = FastDiv(static_cast<uint32_t>(w.n));
     ops::check_float(y, "linear");
     launch_.for_each(M * w.n, f);
   }
@@ -342,12 +338,8 @@ class CudaBackend final : public Backend {
     void* ptrs[3] = {const_cast<void*>(xb.data), d.w.data, yb};
     const int64_t uids[3] = {kConvX, kConvW, kConvY};
     execute(plan, 3, uids, ptrs);
-    // y = act(conv + bias): the epilogue reads the bf16 result as fp32.
-    float* acc = static_cast<float*>(acc_scratch_.get(static_cast<size_t>(y.numel()) * 4));
-    Tensor yb_t = Tensor::view(yb, DType::BF16, y.shape, Device::CUDA);
-    Tensor acc_t = Tensor::view(acc, DType::F32, y.shape, Device::CUDA);
-    ops::copy(launch_, yb_t, acc_t);
-    ops::bias_act(launch_, acc, d.bias, 1, act, y);
+    // y = act(conv + bias), reading the bf16 result.
+    ops::bias_act(launch_, yb, DType::BF16, d.bias, 1, act, y);
   }
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
@@ -450,7 +442,28 @@ class CudaBackend final : public Backend {
     ops::quantize_rows_int8(launch_, x, q, scale);
   }
   void rope_3d(const Tensor& x, const Rope3dParams& p, Tensor& y) override {
-    ops::rope_3d(launch_, x, p, y);
+    // The angle table, uploaded once per grid / start / pairs / theta (a DiT
+    // call's q and k share one; a pipeline sees one per start frame). Kept
+    // for the next calls; the cache starts over past 256 tables.
+    std::vector<int64_t> key{p.grid[0],  p.grid[1],  p.grid[2],  p.start[0], p.start[1],
+                             p.start[2], p.pairs[0], p.pairs[1], p.pairs[2], 0};
+    std::memcpy(&key.back(), &p.theta, sizeof p.theta);
+    auto stage = [&](const Rope3dParams& params) {
+      auto it = rope_tables_.find(key);
+      if (it == rope_tables_.end()) {
+        const std::vector<double> t = ops::rope_3d_table(params);
+        if (rope_tables_.size() >= 256) {
+          cuda_check(cudaStreamSynchronize(stream_), "rope_3d tables");
+          rope_tables_.clear();
+        }
+        DeviceBlock b(t.size() * sizeof(double));
+        cuda_check(cudaMemcpy(b.get(), t.data(), t.size() * sizeof(double), cudaMemcpyHostToDevice),
+                   "rope_3d table");
+        it = rope_tables_.emplace(key, std::move(b)).first;
+      }
+      return static_cast<const double*>(it->second.get());
+    };
+    ops::rope_3d(launch_, x, p, y, stage);
   }
   void rope_unfused(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override {
     ops::rope_unfused(launch_, x, cos, sin, y);
@@ -480,17 +493,66 @@ class CudaBackend final : public Backend {
   };
 
   // One cuBLASLt call from a gemm_map.h mapping; an I32 result selects IMMA.
-  void gemm(const GemmCall& g) {
+  // The descriptors and the heuristic's algorithm are made once per shape
+  // (the first call of each GEMM, i.e. a pipeline's warm-up step). With
+  // bias_epilogue, false where cuBLASLt has no algorithm for it (the caller
+  // then adds the bias itself); without, that is an error.
+  bool gemm(const GemmCall& g, const float* bias = nullptr, bool bias_epilogue = false) {
     auto lt = [](const GemmOperand& o) {
       return LtOperand{o.p,           o.dtype == DType::I8 ? CUDA_R_8I : cuda_type(o.dtype),
                        o.trans,       o.rows,
                        o.cols,        o.ld,
                        o.batch_stride};
     };
-    lt_matmul(lt_, stream_, workspace_.get(), kWorkspace, lt(g.a), lt(g.b), g.d,
-              g.d_dtype == DType::I32 ? CUDA_R_32I : cuda_type(g.d_dtype), g.m, g.n, g.ld_d,
-              g.d_batch_stride, g.batch);
+    const LtOperand a = lt(g.a), b = lt(g.b);
+    const cudaDataType_t d_type = g.d_dtype == DType::I32 ? CUDA_R_32I : cuda_type(g.d_dtype);
+    const std::vector<int64_t> key{a.type,         a.trans,          a.rows,  a.cols,       a.ld,
+                                   a.batch_stride, b.type,           b.trans, b.rows,       b.cols,
+                                   b.ld,           b.batch_stride,   d_type,  g.m,          g.n,
+                                   g.ld_d,         g.d_batch_stride, g.batch, bias_epilogue};
+    auto it = lt_plans_.find(key);
+    if (it == lt_plans_.end()) {
+      auto descs = lt_descs(a, b, d_type, g.m, g.n, g.ld_d, g.d_batch_stride, g.batch, kWorkspace,
+                            bias_epilogue);
+      FLICK_CHECK(descs.ok(), descs.status().message());
+      LtPlan plan;
+      plan.descs = std::move(*descs);
+      const LtDescs& l = *plan.descs;
+      cublasLtMatmulHeuristicResult_t res{};
+      int found = 0;
+      const cublasStatus_t st =
+          cublasLtMatmulAlgoGetHeuristic(lt_, l.op, l.a, l.b, l.d, l.d, l.pref, 1, &res, &found);
+      if (!bias_epilogue) lt_check(st, "AlgoGetHeuristic");
+      plan.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+      plan.algo = res.algo;
+      it = lt_plans_.emplace(key, std::move(plan)).first;
+    }
+    LtPlan& plan = it->second;
+    if (!plan.found) {
+      FLICK_CHECK(bias_epilogue, "cuBLASLt: no algorithm for this GEMM (m " + std::to_string(g.m) +
+                                     ", n " + std::to_string(g.n) + ")");
+      return false;
+    }
+    const LtDescs& l = *plan.descs;
+    if (bias_epilogue)
+      lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias),
+               "BIAS_POINTER");
+    const float alpha_f = 1.f, beta_f = 0.f;
+    const int32_t alpha_i = 1, beta_i = 0;
+    const void* alpha = l.imma ? static_cast<const void*>(&alpha_i) : &alpha_f;
+    const void* beta = l.imma ? static_cast<const void*>(&beta_i) : &beta_f;
+    lt_check(cublasLtMatmul(lt_, l.op, alpha, a.p, l.a, b.p, l.b, beta, g.d, l.d, g.d, l.d,
+                            &plan.algo, workspace_.get(), kWorkspace, stream_),
+             "Matmul");
+    return true;
   }
+  struct LtPlan {
+    std::unique_ptr<LtDescs> descs;
+    cublasLtMatmulAlgo_t algo{};
+    bool found = false;
+  };
+  std::map<std::vector<int64_t>, LtPlan> lt_plans_;
 
   static int64_t rows_stride(const Tensor& t, const char* what) {
     // [.., K] with the leading dims collapsible into rows of one stride.
@@ -579,6 +641,7 @@ class CudaBackend final : public Backend {
   DeviceBlock workspace_;
   DeviceScratch input_scratch_, acc_scratch_, conv_in_scratch_, conv_out_scratch_, attn_s_scratch_,
       attn_p_scratch_, dnn_workspace_, taps_scratch_[2];
+  std::map<std::vector<int64_t>, DeviceBlock> rope_tables_;
   using ConvKey = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
   std::map<ConvKey, Plan> conv_plans_;

@@ -6,9 +6,11 @@
 // pointers for CudaLauncher).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/cuda/functors.h"
@@ -16,16 +18,53 @@
 
 namespace flick::cuda::ops {
 
+inline constexpr int kMaxOperands = 4;  // Map's inputs and output
+
 inline void check_float(const Tensor& t, const char* op) {
   FLICK_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16,
               std::string(op) + ": the CUDA backend takes F32 or BF16 tensors, got " + t.str());
+}
+
+// narrow and the dims' dividers, once the dims are final.
+inline void finish_dims(Dims& d) {
+  d.narrow = d.numel() < (int64_t{1} << 31);
+  for (int k = 0; k < d.ndim; ++k)
+    d.fd[k] = d.narrow ? FastDiv(static_cast<uint32_t>(d.d[k])) : FastDiv();
 }
 
 inline Dims dims_of(const Shape& s) {
   Dims d;
   d.ndim = s.ndim;
   for (int i = 0; i < s.ndim; ++i) d.d[i] = s[i];
+  finish_dims(d);
   return d;
+}
+
+// Fewer dims for the same flat index order: size-1 dims dropped, and a dim
+// merged into the next where every operand steps through both as one
+// (contiguous operands end with one dim, a row-broadcast one with two).
+inline void coalesce(Dims& dims, Operand* const* ops, int count) {
+  Dims out;
+  int64_t st[kMaxOperands][kDims] = {};
+  for (int k = 0; k < dims.ndim; ++k) {
+    if (dims.d[k] == 1) continue;
+    const int w = out.ndim;
+    bool merge = w > 0;
+    for (int j = 0; merge && j < count; ++j) merge = st[j][w - 1] == ops[j]->s[k] * dims.d[k];
+    if (merge) {
+      out.d[w - 1] *= dims.d[k];
+      for (int j = 0; j < count; ++j) st[j][w - 1] = ops[j]->s[k];
+    } else {
+      out.d[w] = dims.d[k];
+      for (int j = 0; j < count; ++j) st[j][w] = ops[j]->s[k];
+      ++out.ndim;
+    }
+  }
+  if (out.ndim == 0) out.ndim = 1, out.d[0] = 1;
+  finish_dims(out);
+  for (int j = 0; j < count; ++j)
+    for (int k = 0; k < kDims; ++k) ops[j]->s[k] = k < out.ndim ? st[j][k] : 0;
+  dims = out;
 }
 
 // x read at the index of an output of shape `out` (PyTorch broadcasting).
@@ -79,6 +118,10 @@ void map(const L& launch, const char* name, const Tensor* const (&in)[N], Tensor
   for (int k = 0; k < N; ++k) f.in[k] = broadcast_operand(*in[k], y.shape, name);
   f.out = operand(y);
   f.op = op;
+  Operand* ops[N + 1];
+  for (int k = 0; k < N; ++k) ops[k] = &f.in[k];
+  ops[N] = &f.out;
+  coalesce(f.dims, ops, N + 1);
   launch.for_each(y.numel(), f);
 }
 
@@ -140,14 +183,25 @@ void modulate(const L& l, const Tensor& x, const Tensor& shift, const Tensor& sc
 }
 
 // Rows over the last dim of x and y (same shape).
+// Outer dims merged where both x and y step through them as one (most
+// rows then have one outer dim: Rows::off without divisions).
 inline Rows rows_of(const Tensor& x, const Tensor& y) {
   Rows r;
-  r.outer.ndim = x.ndim() - 1;
   for (int d = 0; d + 1 < x.ndim(); ++d) {
-    r.outer.d[d] = x.dim(d);
-    r.xs[d] = x.stride(d);
-    r.ys[d] = y.stride(d);
+    if (x.dim(d) == 1) continue;
+    const int w = r.outer.ndim;
+    if (w > 0 && r.xs[w - 1] == x.stride(d) * x.dim(d) && r.ys[w - 1] == y.stride(d) * x.dim(d)) {
+      r.outer.d[w - 1] *= x.dim(d);
+      r.xs[w - 1] = x.stride(d);
+      r.ys[w - 1] = y.stride(d);
+      continue;
+    }
+    r.outer.d[w] = x.dim(d);
+    r.xs[w] = x.stride(d);
+    r.ys[w] = y.stride(d);
+    ++r.outer.ndim;
   }
+  finish_dims(r.outer);
   r.n = x.dim(-1);
   r.sx = x.stride(-1);
   r.sy = y.stride(-1);
@@ -313,8 +367,41 @@ void softmax_parts(const L& l, const Tensor& x, float scale, Tensor& p, Tensor& 
   l.rows(f);
 }
 
-template <class L>
-void rope_3d(const L& l, const Tensor& x, const Rope3dParams& p, Tensor& y) {
+// rope_3d's (cos, sin) table (Rope3d::table): pair j of axis a at position
+// start[a] + q turns by (start[a] + q) * (1 / theta^(2j / (2 pairs[a]))), in
+// f64 as the reference; axis a's entries from rope_3d_offsets(p)[a].
+inline std::array<int64_t, 3> rope_3d_offsets(const Rope3dParams& p) {
+  std::array<int64_t, 3> off{};
+  for (size_t a = 1; a < 3; ++a) off[a] = off[a - 1] + 2 * p.grid[a - 1] * p.pairs[a - 1];
+  return off;
+}
+inline std::vector<double> rope_3d_table(const Rope3dParams& p) {
+  std::vector<double> t;
+  for (size_t a = 0; a < 3; ++a) {
+    const int n = p.pairs[a];
+    for (int64_t q = 0; q < p.grid[a]; ++q)
+      for (int j = 0; j < n; ++j) {
+        const double inv_freq = 1.0 / std::pow(p.theta, static_cast<double>(2 * j) / (2 * n));
+        const double ang = static_cast<double>(p.start[a] + q) * inv_freq;
+        t.push_back(std::cos(ang));
+        t.push_back(std::sin(ang));
+      }
+  }
+  return t;
+}
+// The host's stage of the table: made at each call, kept in the stage.
+struct HostRopeTable {
+  std::vector<double> t;
+  const double* operator()(const Rope3dParams& p) {
+    t = rope_3d_table(p);
+    return t.data();
+  }
+};
+
+// stage(p) returns rope_3d_table(p) where the launcher can read it (the GPU
+// keeps one per parameter set).
+template <class L, class Stage>
+void rope_3d(const L& l, const Tensor& x, const Rope3dParams& p, Tensor& y, Stage&& stage) {
   check_float(x, "rope_3d");
   check_float(y, "rope_3d");
   const int pairs = p.pairs[0] + p.pairs[1] + p.pairs[2];
@@ -327,12 +414,14 @@ void rope_3d(const L& l, const Tensor& x, const Rope3dParams& p, Tensor& y) {
   f.y = operand(y);
   for (int a = 0; a < 3; ++a) {
     f.grid[a] = p.grid[static_cast<size_t>(a)];
-    f.start[a] = p.start[static_cast<size_t>(a)];
     f.pairs[a] = p.pairs[static_cast<size_t>(a)];
   }
-  f.theta = p.theta;
   f.H = x.dim(1);
   f.half = pairs;
+  FLICK_CHECK(f.size() < (int64_t{1} << 31), "rope_3d: over 2^31 elements: " + x.str());
+  const std::array<int64_t, 3> off = rope_3d_offsets(p);
+  for (int a = 0; a < 3; ++a) f.tab_off[a] = off[static_cast<size_t>(a)];
+  f.table = stage(p);
   l.for_each(f.size(), f);
 }
 
@@ -419,11 +508,14 @@ void concat(const L& l, std::span<const Tensor> xs, int dim, Tensor& y) {
 // channel_dim: the dim the bias runs along (the last for a linear, 1 for a
 // conv). bias may be empty.
 template <class L>
-void bias_act(const L& l, const float* acc, const Tensor& bias, int channel_dim, Activation act,
-              Tensor& y) {
+void bias_act(const L& l, const void* acc, DType acc_dtype, const Tensor& bias, int channel_dim,
+              Activation act, Tensor& y) {
   check_float(y, "bias_act");
   BiasActEpilogue f{};
+  FLICK_CHECK(acc_dtype == DType::F32 || acc_dtype == DType::BF16,
+              "bias_act: the accumulator is F32 or BF16");
   f.acc = acc;
+  f.acc_bf16 = acc_dtype == DType::BF16;
   if (channel_dim < 0) channel_dim += y.ndim();
   f.channels = y.dim(channel_dim);
   f.inner = 1;
@@ -432,6 +524,12 @@ void bias_act(const L& l, const float* acc, const Tensor& bias, int channel_dim,
   f.dims = dims_of(y.shape);
   f.y = operand(y);
   f.act = act_of(act);
+  Operand* ops[1] = {&f.y};
+  coalesce(f.dims, ops, 1);  // the channel comes from the flat index, not y's dims
+  if (f.dims.narrow) {
+    f.inner_div = FastDiv(static_cast<uint32_t>(f.inner));
+    f.channel_div = FastDiv(static_cast<uint32_t>(f.channels));
+  }
   l.for_each(y.numel(), f);
 }
 

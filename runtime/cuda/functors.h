@@ -103,13 +103,57 @@ FLICK_HD T add_rn(T a, T b) {
 
 // ---- strided operands ----
 // The output's shape (row-major index space of the elementwise launcher).
+// n / d for n < 2^31 as one high multiply, an add and a shift (Granlund and
+// Montgomery's round-up method, as PyTorch's IntDivider): the GPU has no
+// integer divider, and a division by a runtime value is a long sequence.
+struct FastDiv {
+  uint32_t d = 1, m = 1;
+  uint32_t shift = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
+    while (shift < 32 && (uint64_t{1} << shift) < divisor) ++shift;
+    m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor +
+                              1);
+  }
+  FLICK_HD uint32_t div(uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    const uint32_t t = __umulhi(n, m);
+#else
+    const uint32_t t = static_cast<uint32_t>((static_cast<uint64_t>(n) * m) >> 32);
+#endif
+    return (t + n) >> shift;
+  }
+};
+
+// The output's shape (row-major index space of the elementwise launcher).
 struct Dims {
   int ndim = 0;
   int64_t d[kDims] = {};
+  // Every flat index is below 2^31 (functor_ops.h finish_dims): walk()
+  // divides in 32 bits through fd.
+  bool narrow = false;
+  FastDiv fd[kDims];
   FLICK_HD int64_t numel() const {
     int64_t n = 1;
     for (int i = 0; i < ndim; ++i) n *= d[i];
     return n;
+  }
+  // f(k, c) for the coordinate c of flat index i in every dim k, innermost first.
+  template <class F>
+  FLICK_HD void walk(int64_t i, F&& f) const {
+    if (narrow) {
+      uint32_t r = static_cast<uint32_t>(i);
+      for (int k = ndim - 1; k >= 0; --k) {
+        const uint32_t q = fd[k].div(r);
+        f(k, static_cast<int64_t>(r - q * fd[k].d));
+        r = q;
+      }
+    } else {
+      for (int k = ndim - 1; k >= 0; --k) {
+        f(k, i % d[k]);
+        i /= d[k];
+      }
+    }
   }
 };
 // An operand read or written at the output's index: its strides in elements,
@@ -121,10 +165,7 @@ struct Operand {
 
   FLICK_HD int64_t offset(const Dims& dims, int64_t i) const {
     int64_t off = 0;
-    for (int k = dims.ndim - 1; k >= 0; --k) {
-      off += (i % dims.d[k]) * s[k];
-      i /= dims.d[k];
-    }
+    dims.walk(i, [&](int k, int64_t c) { off += c * s[k]; });
     return off;
   }
   FLICK_HD float load(int64_t off) const {
@@ -178,9 +219,14 @@ struct Map {
   Operand out;
   Op op;
   FLICK_HD void operator()(int64_t i) const {
+    int64_t off[N + 1] = {};  // the coordinates once, every operand's offset from them
+    dims.walk(i, [&](int k, int64_t c) {
+      for (int j = 0; j < N; ++j) off[j] += c * in[j].s[k];
+      off[N] += c * out.s[k];
+    });
     float v[N];
-    for (int k = 0; k < N; ++k) v[k] = in[k].load(in[k].offset(dims, i));
-    out.store(out.offset(dims, i), op(v, out));
+    for (int k = 0; k < N; ++k) v[k] = in[k].load(off[k]);
+    out.store(off[N], op(v, out));
   }
 };
 
@@ -230,11 +276,9 @@ struct Rows {
   int64_t sx = 1, sy = 1;  // last-dim strides
   FLICK_HD int64_t count() const { return outer.numel(); }
   FLICK_HD int64_t off(const int64_t* s, int64_t r) const {
+    if (outer.ndim == 1) return r * s[0];  // rows_of merges what it can into one dim
     int64_t o = 0;
-    for (int k = outer.ndim - 1; k >= 0; --k) {
-      o += (r % outer.d[k]) * s[k];
-      r /= outer.d[k];
-    }
+    outer.walk(r, [&](int k, int64_t c) { o += c * s[k]; });
     return o;
   }
 };
@@ -482,21 +526,27 @@ struct RopePairs {
 // but for rare ties.
 struct Rope3d {
   Operand x, y;  // strides of [tokens, H, D] in s[0..2]
-  int64_t grid[3], start[3];
+  int64_t grid[3];
   int pairs[3];
-  double theta;
+  // (cos, sin) of each axis' angles, made on the host (functor_ops.h
+  // rope_3d_table): axis a, position p, pair j at table[tab_off[a] + 2 (p
+  // pairs[a] + j)]. f64 pow / cos / sin per element cost a GPU more than the
+  // whole op otherwise.
+  const double* table;
+  int64_t tab_off[3];
   int64_t H, half;
   FLICK_HD int64_t size() const { return grid[0] * grid[1] * grid[2] * H * half; }
   FLICK_HD void operator()(int64_t i) const {
-    const int64_t pair = i % half, h = i / half % H, tok = i / (half * H);
-    const int64_t coord[3] = {tok / (grid[1] * grid[2]), tok / grid[2] % grid[1], tok % grid[2]};
+    // Indices in 32 bits: rope_3d checks size() < 2^31.
+    const uint32_t u = static_cast<uint32_t>(i), uh = static_cast<uint32_t>(half),
+                   uH = static_cast<uint32_t>(H), g1 = static_cast<uint32_t>(grid[1]),
+                   g2 = static_cast<uint32_t>(grid[2]);
+    const uint32_t pair = u % uh, h = u / uh % uH, tok = u / (uh * uH);
+    const uint32_t coord[3] = {tok / (g1 * g2), tok / g2 % g1, tok % g2};
     int axis = 0, j = static_cast<int>(pair);
     while (j >= pairs[axis]) j -= pairs[axis++];
-    const int n = pairs[axis];
-    const double pos = static_cast<double>(start[axis] + coord[axis]);
-    const double inv_freq = 1.0 / pow(theta, static_cast<double>(2 * j) / (2 * n));
-    const double ang = pos * inv_freq;
-    const double c = cos(ang), s = sin(ang);
+    const double* cs = table + tab_off[axis] + 2 * (coord[axis] * pairs[axis] + j);
+    const double c = cs[0], s = cs[1];
     const int64_t ox = tok * x.s[0] + h * x.s[1], oy = tok * y.s[0] + h * y.s[1];
     const double a = x.load(ox + 2 * pair * x.s[2]), b = x.load(ox + (2 * pair + 1) * x.s[2]);
     const double re = add_rn(mul_rn(a, c), -mul_rn(b, s));
@@ -627,8 +677,15 @@ struct ScaleEpilogue {
   Operand y;  // strides of [T, N] in s[0..1]
   Act act;
   int64_t T, N;
+  FastDiv n_div;  // FastDiv(N) for 32-bit index arithmetic (the default: 64-bit)
   FLICK_HD void operator()(int64_t i) const {
-    const int64_t t = i / N, n = i % N;
+    int64_t t, n;
+    if (n_div.d == N && T * N < (int64_t{1} << 31)) {
+      const uint32_t u = static_cast<uint32_t>(i), q = n_div.div(u);
+      t = q, n = u - q * n_div.d;
+    } else {
+      t = i / N, n = i % N;
+    }
     const float a = acc_i32 ? static_cast<float>(static_cast<const int32_t*>(acc)[i])
                             : static_cast<const float*>(acc)[i];
     const float v = a * sw[n] * sx[t] + bias.at(n, 0.f);
@@ -642,14 +699,25 @@ struct ScaleEpilogue {
 // inner = spatial size, channels = C). The pre-activation is rounded once,
 // to y's dtype, only where RoundGeluTanh asks for it.
 struct BiasActEpilogue {
-  const float* acc;
+  const void* acc;  // F32, or BF16 (cuDNN's convolution result)
+  bool acc_bf16;
   Param bias;
   Dims dims;  // y's shape
   Operand y;
   Act act;
   int64_t inner, channels;
+  FastDiv inner_div, channel_div;  // of inner and channels, where dims.narrow
   FLICK_HD void operator()(int64_t i) const {
-    const float v = acc[i] + bias.at(i / inner % channels, 0.f);
+    int64_t ch;
+    if (dims.narrow) {
+      const uint32_t q = inner_div.div(static_cast<uint32_t>(i));
+      ch = q - channel_div.div(q) * channel_div.d;
+    } else {
+      ch = i / inner % channels;
+    }
+    const float a = acc_bf16 ? from_bf16(static_cast<const uint16_t*>(acc)[i])
+                             : static_cast<const float*>(acc)[i];
+    const float v = a + bias.at(ch, 0.f);
     y.store(y.offset(dims, i), activate(v, act, y));
   }
 };

@@ -20,28 +20,48 @@ __global__ void for_each_kernel(int64_t n, F f) {
     f(i);
 }
 
+// a combined with lane (lane ^ m)'s a for m = 16 .. 1: every lane ends with
+// the warp's total. Acc is a POD of 32-bit words (floats, counts).
+template <class R, class Acc>
+__device__ Acc warp_combine(const R& r, Acc a) {
+  static_assert(sizeof(Acc) % 4 == 0, "row accumulators are made of 32-bit words");
+  constexpr int kWords = sizeof(Acc) / 4;
+  for (int m = 16; m > 0; m >>= 1) {
+    uint32_t w[kWords];
+    memcpy(w, &a, sizeof a);
+    for (int k = 0; k < kWords; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], m);
+    Acc o;
+    memcpy(&o, w, sizeof o);
+    a = r.combine(a, o);
+  }
+  return a;
+}
+
 // One block per row (grid-stride over rows): every thread combines a strided
-// share of the row, a shared-memory tree combines the threads, thread 0
-// finalizes, then all threads apply. Rows up to any length; combine must be
-// associative (the functors' reductions are: sums, max, Chan's mean/var,
-// online softmax), so only the summation order differs from the CPU loop.
+// share of the row, warp shuffles then one shared slot per warp combine the
+// threads, warp 0 finalizes, then all threads apply. Rows up to any length;
+// combine must be associative (the functors' reductions are: sums, max,
+// Chan's mean/var, online softmax) and init its identity, so only the
+// summation order differs from the CPU loop.
 template <class R, int kThreads>
 __global__ void rows_kernel(R r) {
   using Acc = typename R::Acc;
-  __shared__ Acc part[kThreads];
+  constexpr int kWarps = kThreads / 32;
+  __shared__ Acc part[kWarps];
   __shared__ Stats2 stats;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int64_t n = r.len();
   for (int64_t row = blockIdx.x; row < r.rows(); row += gridDim.x) {
     Acc acc = r.init();
     for (int64_t i = threadIdx.x; i < n; i += kThreads) acc = r.combine(acc, r.partial(row, i));
-    part[threadIdx.x] = acc;
+    acc = warp_combine(r, acc);
+    if (lane == 0) part[warp] = acc;
     __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
-      if (static_cast<int>(threadIdx.x) < s)
-        part[threadIdx.x] = r.combine(part[threadIdx.x], part[threadIdx.x + s]);
-      __syncthreads();
+    if (warp == 0) {
+      Acc a = lane < kWarps ? part[lane] : r.init();
+      a = warp_combine(r, a);
+      if (lane == 0) stats = r.finalize(a);
     }
-    if (threadIdx.x == 0) stats = r.finalize(part[0]);
     __syncthreads();
     const Stats2 st = stats;
     for (int64_t i = threadIdx.x; i < n; i += kThreads) r.apply(row, i, st);

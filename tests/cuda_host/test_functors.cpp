@@ -81,6 +81,21 @@ class Functors : public ::testing::TestWithParam<DType> {
   DType dt() const { return GetParam(); }
 };
 
+// The divider the launchers' index arithmetic rests on: every quotient
+// equal to the hardware division's, for divisors 1..4099 (powers of two,
+// their neighbours, the models' dims) and dividends up to 2^31 - 1.
+TEST(FastDiv, MatchesDivision) {
+  std::mt19937 g(1);
+  std::vector<uint32_t> ns{0, 1, 2, 3, 1535, 1536, 1537, 0x7FFFFFFEu, 0x7FFFFFFFu};
+  for (int k = 0; k < 300; ++k) ns.push_back(g() & 0x7FFFFFFFu);
+  std::vector<uint32_t> ds{8960, 5280, 2640, 65536, 0x40000000u, 0x7FFFFFFFu};
+  for (uint32_t d = 1; d < 4100; ++d) ds.push_back(d);
+  for (uint32_t d : ds) {
+    const cuda::FastDiv f(d);
+    for (uint32_t n : ns) ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
+  }
+}
+
 TEST_P(Functors, Activations) {
   auto x = randn(dt(), {3, 5, 67}, 1, 3.f);
   for (Activation act :
@@ -275,7 +290,7 @@ TEST_P(Functors, Rope3dIsBitExact) {
   p.pairs = {4, 2, 2};
   auto x = randn(dt(), {24, 3, 16}, 60);
   OwnedTensor y(dt(), x.t.shape), e(dt(), x.t.shape);
-  cops::rope_3d(host, x, p, y);
+  cops::rope_3d(host, x, p, y, cuda::ops::HostRopeTable{});
   ref->rope_3d(x, p, e);
   EXPECT_EQ(values(y), values(e));
 }
@@ -450,7 +465,7 @@ TEST_P(Functors, LinearEpilogue) {
   for (Activation act : {Activation::None, Activation::GeluErf, Activation::GeluTanh,
                          Activation::Silu, Activation::RoundGeluTanh, Activation::Relu}) {
     OwnedTensor y(dt(), {M, N}), e(dt(), {M, N});
-    cops::bias_act(host, acc.data(), bias, -1, act, y);
+    cops::bias_act(host, acc.data(), DType::F32, bias, -1, act, y);
     ref->linear(x, *packed, e, act);
     EXPECT_LE(worst(y, e, kPointwise), 1.0) << "activation " << static_cast<int>(act);
   }
