@@ -308,14 +308,7 @@ std::unique_ptr<PipelineInstance> create_framepack_pipeline(TableReader& entry) 
       ok = false;
     }
   }
-  if (entry.has("backend")) {
-    const auto b = entry.choice("backend", Need::kOptional, {"cpu", "cuda"});
-    if (b && *b == 1) {
-      entry.error("backend", "this build has no CUDA backend (configure with -DFLICK_CUDA=ON)",
-                  "not available in this build", {"use backend = \"cpu\""});
-    }
-    ok &= b == 0;
-  }
+  ok &= read_backend_key(entry);
   if (!ok) return nullptr;
   return std::make_unique<FramePackInstance>(std::move(o), variant);
 }

@@ -5,9 +5,9 @@
 //   mode      = "universal"            # universal | gta_drive | templerun
 //   weights   = "/var/lib/flick/models/matrix-game-2"
 //   precision = "int8"                 # bf16 (default) | int8 | fp8 | f32 (parity runs)
-//   vae_precision = "int8"             # VAE convs (encoder, decoder): bf16 (default) | int8 (not with f32)
-//   backend   = "cpu"                  # cpu (cuda: not in this build)
-//   width = 640, height = 352          # multiples of 16
+//   vae_precision = "int8"             # VAE convs (encoder, decoder): bf16 (default) | int8 (not
+//   with f32) backend   = "cpu"                  # cpu (cuda: not in this build) width = 640,
+//   height = 352          # multiples of 16
 //
 // Job
 //   [input]
@@ -449,14 +449,7 @@ std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry
       ok = false;
     }
   }
-  if (entry.has("backend")) {
-    const auto b = entry.choice("backend", Need::kOptional, {"cpu", "cuda"});
-    if (b && *b == 1) {
-      entry.error("backend", "this build has no CUDA backend (configure with -DFLICK_CUDA=ON)",
-                  "not available in this build", {"use backend = \"cpu\""});
-    }
-    ok &= b == 0;
-  }
+  ok &= read_backend_key(entry);
   for (const auto& [key, value] : {std::pair{"width", &o.width}, std::pair{"height", &o.height}}) {
     if (!entry.has(key)) continue;
     const auto v = entry.integer(key, Need::kOptional, 16, 4096);

@@ -331,14 +331,7 @@ std::unique_ptr<PipelineInstance> create_sam3_segment_pipeline(TableReader& entr
       ok = false;
     }
   }
-  if (entry.has("backend")) {
-    const auto b = entry.choice("backend", Need::kOptional, {"cpu", "cuda"});
-    if (b && *b == 1) {
-      entry.error("backend", "this build has no CUDA backend (configure with -DFLICK_CUDA=ON)",
-                  "not available in this build", {"use backend = \"cpu\""});
-    }
-    ok &= b == 0;
-  }
+  ok &= read_backend_key(entry);
   if (entry.has("image_size")) {
     const auto s = entry.integer("image_size", Need::kOptional, 14, kMaxImageSize);
     if (s && *s % 14 != 0) {

@@ -37,4 +37,16 @@ std::string pipeline_kind_names() {
   return out;
 }
 
+bool read_backend_key(TableReader& entry) {
+  if (!entry.has("backend")) return true;
+  const auto b = entry.choice("backend", Need::kOptional, {"cpu", "cuda"});
+  if (b && *b == 1) {
+    entry.error("backend",
+                "no pipeline runs on the CUDA backend yet (its ops are tested on a GPU; the "
+                "models still keep their activations in host memory)",
+                "not available yet", {"use backend = \"cpu\""});
+  }
+  return b == 0;
+}
+
 }  // namespace flick

@@ -70,6 +70,12 @@ const PipelineKind* find_pipeline_kind(std::string_view name);
 // "encode, matrix-game-2" for messages.
 std::string pipeline_kind_names();
 
+// The optional `backend` key of a [[pipeline]] entry: "cpu" (the default),
+// or "cuda", which no pipeline runs on yet (an error naming the key: the
+// CUDA backend's ops run on a GPU, the models still keep their activations
+// in host memory). False after recording an error.
+bool read_backend_key(TableReader& entry);
+
 // The factories, one per kind file.
 std::unique_ptr<PipelineInstance> create_encode_pipeline(TableReader& entry);
 std::unique_ptr<PipelineInstance> create_matrix_game_pipeline(TableReader& entry);

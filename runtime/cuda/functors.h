@@ -141,6 +141,19 @@ struct Dims {
   // f(k, c) for the coordinate c of flat index i in every dim k, innermost first.
   template <class F>
   FLICK_HD void walk(int64_t i, F&& f) const {
+    // One and two dims (what coalesce leaves of contiguous and row-broadcast
+    // operands) with constant dim indices: a runtime index into the
+    // functor's arrays makes nvcc copy the kernel parameters to local memory.
+    if (narrow && ndim == 1) {
+      f(0, i);
+      return;
+    }
+    if (narrow && ndim == 2) {
+      const uint32_t r = static_cast<uint32_t>(i), q = fd[1].div(r);
+      f(1, static_cast<int64_t>(r - q * fd[1].d));
+      f(0, static_cast<int64_t>(q));
+      return;
+    }
     if (narrow) {
       uint32_t r = static_cast<uint32_t>(i);
       for (int k = ndim - 1; k >= 0; --k) {
@@ -187,10 +200,10 @@ struct Operand {
 enum class Act : uint8_t { None, GeluErf, GeluTanh, Silu, RoundGeluTanh, Relu, Sigmoid };
 
 FLICK_HD float sigmoid_f(float v) {
-  // No overflow for either sign.
-  if (v >= 0.f) return 1.f / (1.f + expf(-v));
-  const float e = expf(v);
-  return e / (1.f + e);
+  // 1 / (1 + e^-v) for v >= 0, e^v / (1 + e^v) below: no overflow for either
+  // sign. One exp for both (no divergent branches on a GPU); NaN stays NaN.
+  const float e = expf(-fabsf(v));
+  return (v >= 0.f ? 1.f : e) / (1.f + e);
 }
 FLICK_HD float gelu_tanh_f(float v) {
   // 0.5 v (1 + tanh(u)) = v sigmoid(2u): no cancellation for negative v.

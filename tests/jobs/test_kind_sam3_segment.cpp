@@ -150,7 +150,8 @@ TEST_F(Sam3KindTest, PipelineEntryErrors) {
   config_error("weights = \"/w.pth\"\nimage_size = 1000", "pipeline[0].image_size",
                "multiple of 14");
   config_error("weights = \"/w.pth\"\nprecision = \"int4\"", "pipeline[0].precision", "");
-  config_error("weights = \"/w.pth\"\nbackend = \"cuda\"", "pipeline[0].backend", "no CUDA");
+  config_error("weights = \"/w.pth\"\nbackend = \"cuda\"", "pipeline[0].backend",
+               "no pipeline runs on the CUDA backend yet");
 }
 
 }  // namespace
