@@ -5,9 +5,9 @@
 //   mode      = "universal"            # universal | gta_drive | templerun
 //   weights   = "/var/lib/flick/models/matrix-game-2"
 //   precision = "int8"                 # bf16 (default) | int8 | fp8 | f32 (parity runs)
-//   vae_precision = "int8"             # VAE convs (encoder, decoder): bf16 (default) | int8 (not
-//   with f32) backend   = "cpu"                  # cpu (cuda: not in this build) width = 640,
-//   height = 352          # multiples of 16
+//   vae_precision = "int8"             # VAE convs: bf16 (default) | int8 (not with f32)
+//   backend   = "cpu"                  # cpu (cuda: no pipeline runs on it yet)
+//   width = 640, height = 352          # multiples of 16
 //
 // Job
 //   [input]

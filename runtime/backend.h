@@ -41,7 +41,10 @@ enum class Activation { None, GeluErf, GeluTanh, Silu, RoundGeluTanh, Relu, Sigm
 //   bias:     F32 or BF16 [N], or empty.
 // precision: the compute precision. INT8 = W8A8: int8 weights with per-channel
 // scales, activations quantized per token (row) dynamically, i32 accumulation.
-// FP8 = E4M3 weights; the CPU converts them at pack time (to BF16).
+// FP8 = E4M3 weights; the CPU converts them at pack time (to BF16). The CUDA
+// backend runs them W8A8 where K and N are multiples of 16: activations
+// quantized per row to E4M3 (scale max|x| / 448), an FP8 GEMM, the scales
+// applied after it (runtime/cuda/cuda_backend.cu).
 struct LinearDesc {
   Tensor w;
   Tensor w_scale;

@@ -81,15 +81,18 @@ struct Linear {
   std::unique_ptr<PackedLinear> w;
   Linear(Backend& be, int64_t n, int64_t k, Precision p) {
     LinearDesc d;
-    OwnedTensor w8(DType::I8, {n, k}), wb(DType::BF16, {n, k}), ws(DType::F32, {n});
+    OwnedTensor w8(DType::I8, {n, k}), wf8(DType::F8_E4M3, {n, k}), wb(DType::BF16, {n, k}),
+        ws(DType::F32, {n});
     std::mt19937 g(7);
     for (int64_t i = 0; i < n * k; ++i) {
-      w8.t.ptr<int8_t>()[i] = static_cast<int8_t>(int(g() % 255) - 127);
-      store_from_f32(DType::BF16, wb.t.data, i, static_cast<float>(int(g() % 255) - 127) * 1e-3f);
+      const int v = int(g() % 255) - 127;
+      w8.t.ptr<int8_t>()[i] = static_cast<int8_t>(v);
+      store_from_f32(DType::F8_E4M3, wf8.t.data, i, static_cast<float>(v));
+      store_from_f32(DType::BF16, wb.t.data, i, static_cast<float>(v) * 1e-3f);
     }
     for (int64_t i = 0; i < n; ++i) ws.t.ptr<float>()[i] = 1e-3f;
-    if (p == Precision::INT8) {
-      d.w = w8.t;
+    if (p == Precision::INT8 || p == Precision::FP8) {
+      d.w = p == Precision::INT8 ? w8.t : wf8.t;
       d.w_scale = ws.t;
     } else {
       d.w = wb.t;
@@ -122,10 +125,11 @@ int run(int argc, char** argv) {
       o(DType::BF16, {1, T, H, D});
   Dev shift(DType::F32, {1, C}), scale(DType::F32, {1, C});
 
-  double block_ms[2] = {0, 0};  // bf16, int8 linears
-  const char* pname[2] = {"bf16", "int8"};
-  for (int pi = 0; pi < 2 && on("linear"); ++pi) {
-    const Precision p = pi == 0 ? Precision::BF16 : Precision::INT8;
+  double block_ms[3] = {0, 0, 0};  // bf16, int8, fp8 linears
+  const char* pname[3] = {"bf16", "int8", "fp8"};
+  const Precision precisions[3] = {Precision::BF16, Precision::INT8, Precision::FP8};
+  for (int pi = 0; pi < 3 && on("linear"); ++pi) {
+    const Precision p = precisions[pi];
     Linear sq(be, C, C, p), f1(be, F, C, p), f2(be, C, F, p);
     const double ms_sq = time_ms([&] { be.linear(x, *sq.w, y); });
     const double ms_f1 = time_ms([&] { be.linear(x, *f1.w, big, Activation::RoundGeluTanh); });
@@ -202,7 +206,7 @@ int run(int argc, char** argv) {
     report(name, ms, 2.0 * cc.c * cc.c * 27 * cc.h * cc.w, 0);
   }
 
-  for (int pi = 0; pi < 2 && !*g_section; ++pi) {
+  for (int pi = 0; pi < 3 && !*g_section; ++pi) {
     const double blk = block_ms[pi] + ms_self + ms_cross + elem;
     std::printf(
         "op-sum DiT call estimate, %s linears: %.2f ms/block x 30 = %.1f ms "

@@ -15,7 +15,8 @@ LtDescs::~LtDescs() {
 Expected<std::unique_ptr<LtDescs>> lt_descs(const LtOperand& a, const LtOperand& b,
                                             cudaDataType_t d_type, int64_t m, int64_t n,
                                             int64_t ld_d, int64_t d_batch_stride, int batch,
-                                            size_t workspace_bytes, bool bias_epilogue) {
+                                            size_t workspace_bytes, bool bias_epilogue,
+                                            bool outer_vec_scales) {
   auto r = std::make_unique<LtDescs>();
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   const char* failed = nullptr;
@@ -41,6 +42,15 @@ Expected<std::unique_ptr<LtDescs>> lt_descs(const LtOperand& a, const LtOperand&
       call(cublasLtMatmulDescSetAttribute(r->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                           sizeof bias_type),
            "BIAS_DATA_TYPE");
+    }
+    if (outer_vec_scales) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      call(cublasLtMatmulDescSetAttribute(r->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
+                                          sizeof mode),
+           "A_SCALE_MODE");
+      call(cublasLtMatmulDescSetAttribute(r->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
+                                          sizeof mode),
+           "B_SCALE_MODE");
     }
   }
   auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols,

@@ -38,10 +38,13 @@ struct LtDescs {
 // 32I), anything else fp32 compute and scale. batch > 1: strided batches.
 // bias_epilogue: D = op(A) op(B) + bias[row] in fp32 before D's one rounding,
 // bias an fp32 vector of m whose pointer each call sets
-// (CUBLASLT_MATMUL_DESC_BIAS_POINTER).
+// (CUBLASLT_MATMUL_DESC_BIAS_POINTER). outer_vec_scales (FP8 on sm_90): the
+// product's (i, j) element times a_scale[i] * b_scale[j], fp32 vectors of m
+// and n (A_SCALE_MODE / B_SCALE_MODE OUTER_VEC_32F; pointers set per call).
 Expected<std::unique_ptr<LtDescs>> lt_descs(const LtOperand& a, const LtOperand& b,
                                             cudaDataType_t d_type, int64_t m, int64_t n,
                                             int64_t ld_d, int64_t d_batch_stride, int batch,
-                                            size_t workspace_bytes, bool bias_epilogue = false);
+                                            size_t workspace_bytes, bool bias_epilogue = false,
+                                            bool outer_vec_scales = false);
 
 }  // namespace flick::cuda

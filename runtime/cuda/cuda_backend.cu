@@ -1,11 +1,13 @@
 // The CUDA backend: libflick_cuda.so, loaded by load_cuda_backend().
 //  - linear / matmul: cuBLASLt (TN: D^T = W X^T, fp32 accumulation);
 //    Precision::INT8 as W8A8 (per-row activation quantisation, IMMA int32
-//    GEMM, our scale epilogue); FP8 weights (and I8 weights at another
-//    precision) dequantised to BF16 once at pack time, as the CPU backend
-//    converts FP8 (weight-only; FP8 GEMMs are a later step); bias and
-//    activation in our epilogue functor (exact Backend semantics, including
-//    RoundGeluTanh, with no dependence on cuBLASLt's GELU formula).
+//    GEMM, our scale epilogue); Precision::FP8 with E4M3 weights (K, N
+//    multiples of 16) as W8A8 FP8 (E4M3 rows, FP8 GEMM into fp32, the same
+//    epilogue); other FP8 / I8 weights dequantised to BF16 once at pack time
+//    (weight-only, as the CPU backend runs FP8). Without an activation (or
+//    RoundGeluTanh, or an F32 output) cuBLASLt writes y through its bias
+//    epilogue; otherwise bias and activation in our epilogue functor (exact
+//    Backend semantics, with no dependence on cuBLASLt's GELU formula).
 //  - attention: cuDNN's unified SDPA op (BF16, head dim <= 256, d % 8 == 0,
 //    no mask), else the GEMM + masked-softmax fallback of functor_ops.h.
 //  - conv: cuDNN's backend graph API (conv forward), bias + activation in
@@ -13,9 +15,9 @@
 //  - every other op: the functors of functors.h behind CudaLauncher.
 // Ops take Device::CUDA tensors. Work is queued on the backend's stream;
 // an op returns without waiting (the caller synchronises on readback).
-// NOT YET RUN ON A GPU: written and compiled on a machine without one; the
-// functor bodies are tested on the CPU (tests/cuda_host), the launches and
-// library calls only by tests/cuda on a GPU.
+// The functor bodies are tested on the CPU (tests/cuda_host), the launches
+// and library calls by tests/cuda on a GPU (first run on an H200 in session
+// 12: bench/RESULTS.md "CUDA backend on an H200").
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -36,6 +38,7 @@
 #include "runtime/cuda/functor_ops.h"
 #include "runtime/cuda/gemm_map.h"
 #include "runtime/cuda/launch_cuda.cuh"
+#include "runtime/log.h"
 
 namespace flick::cuda {
 namespace {
@@ -58,6 +61,7 @@ cudaDataType_t cuda_type(DType t) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
+    case DType::F8_E4M3: return CUDA_R_8F_E4M3;
     default: FLICK_CHECK(false, "cuBLASLt: unsupported dtype " + std::string(dtype_name(t)));
   }
   return CUDA_R_32F;
@@ -100,6 +104,12 @@ class CudaLinear : public PackedLinear {
   // quantised per row, int32 accumulation through IMMA), w int8 and w_scale
   // F32 [N] (a per-tensor scale expanded).
   bool w8a8 = false;
+  // Precision::FP8 with E4M3 weights (K and N multiples of 16, cuBLASLt's
+  // FP8 alignment): W8A8 FP8, activations quantised per row to E4M3
+  // (scale amax / 448), an FP8 GEMM with unit scales into fp32, the same
+  // per-channel x per-row epilogue as INT8 (cuda-backend.md: exact, the
+  // scales factor out of the sum).
+  bool w8a8_fp8 = false;
   DeviceBlock w_scale;
   int64_t in_features() const override { return k; }
   int64_t out_features() const override { return n; }
@@ -168,6 +178,19 @@ class CudaBackend final : public Backend {
         sc[static_cast<size_t>(i)] = load_as_f32(
             DType::F32, d.w_scale.data, d.w_scale.dim(0) == 1 ? 0 : i * d.w_scale.stride(0));
       p->w_scale = upload(Tensor::view(sc.data(), DType::F32, {p->n}), DType::F32);
+    } else if (d.w.dtype == DType::F8_E4M3 && d.precision == Precision::FP8 && p->k % 16 == 0 &&
+               p->n % 16 == 0) {
+      FLICK_CHECK(d.w_scale.dtype == DType::F32 && d.w_scale.ndim() == 1 &&
+                      (d.w_scale.dim(0) == p->n || d.w_scale.dim(0) == 1),
+                  "pack_linear: w_scale must be F32 [N] or [1], got " + d.w_scale.str());
+      p->w8a8_fp8 = true;
+      p->wdt = DType::F8_E4M3;
+      p->w = upload(d.w, DType::F8_E4M3);
+      std::vector<float> sc(static_cast<size_t>(p->n));
+      for (int64_t i = 0; i < p->n; ++i)
+        sc[static_cast<size_t>(i)] = load_as_f32(
+            DType::F32, d.w_scale.data, d.w_scale.dim(0) == 1 ? 0 : i * d.w_scale.stride(0));
+      p->w_scale = upload(Tensor::view(sc.data(), DType::F32, {p->n}), DType::F32);
     } else if (d.w.dtype == DType::I8 || d.w.dtype == DType::F8_E4M3) {
       // Weight-only: dequantise once into BF16 (W8A8 through IMMA / FP8
       // GEMMs is the next step; the ScaleEpilogue functor is its epilogue).
@@ -201,7 +224,7 @@ class CudaBackend final : public Backend {
                     ", " + std::to_string(w.k) + "] weight (unit last strides)");
     const int64_t M = x.numel() / w.k;
     const int64_t ldx = rows_stride(x, "linear x"), ldy = rows_stride(y, "linear y");
-    if (w.w8a8) {
+    if (w.w8a8 || w.w8a8_fp8) {
       linear_w8a8(x, w, y, act, M, ldy);
       return;
     }
@@ -238,7 +261,8 @@ class CudaBackend final : public Backend {
 
   // W8A8: q, sx = quantize_rows_int8(x); acc = q W^T in int32 (IMMA, TN);
   // y = act(acc * sw[n] * sx[m] + bias[n]) (ScaleEpilogue): the reference's
-  // INT8 linear, with exact integer accumulation.
+  // INT8 linear, with exact integer accumulation. FP8: the same with E4M3
+  // rows (quantize_rows_fp8) and an fp32 accumulator.
   void linear_w8a8(const Tensor& x, const CudaLinear& w, Tensor& y, Activation act, int64_t M,
                    int64_t ldy) {
     auto* xq = static_cast<int8_t*>(input_scratch_.get(static_cast<size_t>(M * w.k + 256 + M * 4)));
@@ -246,14 +270,34 @@ class CudaBackend final : public Backend {
     Tensor x2 = Tensor::view(nullptr, x.dtype, {M, w.k}, Device::CUDA);
     x2.data = x.data;
     x2.strides[0] = x.ndim() >= 2 ? x.stride(-2) : w.k;
-    Tensor q = Tensor::view(xq, DType::I8, {M, w.k}, Device::CUDA);
+    const DType qt = w.w8a8_fp8 ? DType::F8_E4M3 : DType::I8;
+    Tensor q = Tensor::view(xq, qt, {M, w.k}, Device::CUDA);
     Tensor sxt = Tensor::view(sx, DType::F32, {M}, Device::CUDA);
-    ops::quantize_rows_int8(launch_, x2, q, sxt);
-    auto* acc = static_cast<int32_t*>(acc_scratch_.get(static_cast<size_t>(M * w.n) * 4));
-    gemm(linear_call(xq, DType::I8, M, w.k, w.k, w.w.get(), DType::I8, w.n, acc, DType::I32));
+    if (w.w8a8_fp8) {
+      ops::quantize_rows_fp8(launch_, x2, q, sxt);
+      // sm_90: cuBLASLt applies both scale vectors and the bias and writes y
+      // (the exactness rule of linear()'s direct path).
+      const bool direct =
+          act == Activation::None || act == Activation::RoundGeluTanh || y.dtype == DType::F32;
+      if (direct && ldy >= w.n) {
+        GemmCall g = linear_call(xq, qt, M, w.k, w.k, w.w.get(), qt, w.n, y.data, y.dtype);
+        g.ld_d = ldy;
+        const float* bias = w.bias.get() ? static_cast<const float*>(w.bias.get()) : nullptr;
+        if (gemm(g, bias, bias != nullptr, static_cast<const float*>(w.w_scale.get()), sx)) {
+          if (act != Activation::None) ops::activation(launch_, y, y, act);
+          return;
+        }
+      }
+    } else {
+      ops::quantize_rows_int8(launch_, x2, q, sxt);
+    }
+    void* acc = acc_scratch_.get(static_cast<size_t>(M * w.n) * 4);
+    // int32 (IMMA) or fp32 (FP8) accumulators.
+    gemm(linear_call(xq, qt, M, w.k, w.k, w.w.get(), qt, w.n, acc,
+                     w.w8a8_fp8 ? DType::F32 : DType::I32));
     ScaleEpilogue f{};
     f.acc = acc;
-    f.acc_i32 = true;
+    f.acc_i32 = !w.w8a8_fp8;
     f.sw = static_cast<const float*>(w.w_scale.get());
     f.sx = sx;
     f.bias = ops::param(w.bias_view, w.n, "linear", "bias");
@@ -497,7 +541,12 @@ class CudaBackend final : public Backend {
   // (the first call of each GEMM, i.e. a pipeline's warm-up step). With
   // bias_epilogue, false where cuBLASLt has no algorithm for it (the caller
   // then adds the bias itself); without, that is an error.
-  bool gemm(const GemmCall& g, const float* bias = nullptr, bool bias_epilogue = false) {
+  // a_scale / b_scale (both or neither): OUTER_VEC_32F scales of A's rows
+  // and B's columns (FP8); like the bias epilogue, false where unsupported.
+  bool gemm(const GemmCall& g, const float* bias = nullptr, bool bias_epilogue = false,
+            const float* a_scale = nullptr, const float* b_scale = nullptr) {
+    const bool outer = a_scale != nullptr;
+    const bool optional = bias_epilogue || outer;
     auto lt = [](const GemmOperand& o) {
       return LtOperand{o.p,           o.dtype == DType::I8 ? CUDA_R_8I : cuda_type(o.dtype),
                        o.trans,       o.rows,
@@ -506,31 +555,44 @@ class CudaBackend final : public Backend {
     };
     const LtOperand a = lt(g.a), b = lt(g.b);
     const cudaDataType_t d_type = g.d_dtype == DType::I32 ? CUDA_R_32I : cuda_type(g.d_dtype);
-    const std::vector<int64_t> key{a.type,         a.trans,          a.rows,  a.cols,       a.ld,
-                                   a.batch_stride, b.type,           b.trans, b.rows,       b.cols,
-                                   b.ld,           b.batch_stride,   d_type,  g.m,          g.n,
-                                   g.ld_d,         g.d_batch_stride, g.batch, bias_epilogue};
+    const std::vector<int64_t> key{a.type,         a.trans,          a.rows,  a.cols,        a.ld,
+                                   a.batch_stride, b.type,           b.trans, b.rows,        b.cols,
+                                   b.ld,           b.batch_stride,   d_type,  g.m,           g.n,
+                                   g.ld_d,         g.d_batch_stride, g.batch, bias_epilogue, outer};
     auto it = lt_plans_.find(key);
     if (it == lt_plans_.end()) {
       auto descs = lt_descs(a, b, d_type, g.m, g.n, g.ld_d, g.d_batch_stride, g.batch, kWorkspace,
-                            bias_epilogue);
+                            bias_epilogue, outer);
       FLICK_CHECK(descs.ok(), descs.status().message());
       LtPlan plan;
       plan.descs = std::move(*descs);
       const LtDescs& l = *plan.descs;
+      if (outer) {  // the pointers' values are per call; set for the heuristic too
+        lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &a_scale, sizeof a_scale),
+                 "A_SCALE_POINTER");
+        lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &b_scale, sizeof b_scale),
+                 "B_SCALE_POINTER");
+      }
       cublasLtMatmulHeuristicResult_t res{};
       int found = 0;
       const cublasStatus_t st =
           cublasLtMatmulAlgoGetHeuristic(lt_, l.op, l.a, l.b, l.d, l.d, l.pref, 1, &res, &found);
-      if (!bias_epilogue) lt_check(st, "AlgoGetHeuristic");
+      if (!optional) lt_check(st, "AlgoGetHeuristic");
       plan.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+      if (!plan.found)
+        log_warning(std::string("cuda: no cuBLASLt algorithm with the ") +
+                    (outer ? "FP8 outer-vector scales" : "bias epilogue") + " for m " +
+                    std::to_string(g.m) + ", n " + std::to_string(g.n) + " (" +
+                    cublasLtGetStatusName(st) + "); our epilogue runs instead");
       plan.algo = res.algo;
       it = lt_plans_.emplace(key, std::move(plan)).first;
     }
     LtPlan& plan = it->second;
     if (!plan.found) {
-      FLICK_CHECK(bias_epilogue, "cuBLASLt: no algorithm for this GEMM (m " + std::to_string(g.m) +
-                                     ", n " + std::to_string(g.n) + ")");
+      FLICK_CHECK(optional, "cuBLASLt: no algorithm for this GEMM (m " + std::to_string(g.m) +
+                                ", n " + std::to_string(g.n) + ")");
       return false;
     }
     const LtDescs& l = *plan.descs;
@@ -538,6 +600,14 @@ class CudaBackend final : public Backend {
       lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                               sizeof bias),
                "BIAS_POINTER");
+    if (outer) {
+      lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                              sizeof a_scale),
+               "A_SCALE_POINTER");
+      lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                              sizeof b_scale),
+               "B_SCALE_POINTER");
+    }
     const float alpha_f = 1.f, beta_f = 0.f;
     const int32_t alpha_i = 1, beta_i = 0;
     const void* alpha = l.imma ? static_cast<const void*>(&alpha_i) : &alpha_f;

@@ -262,6 +262,19 @@ void quantize_rows_int8(const L& l, const Tensor& x, Tensor& q, Tensor& scale) {
   l.rows(f);
 }
 template <class L>
+void quantize_rows_fp8(const L& l, const Tensor& x, Tensor& q, Tensor& scale) {
+  check_float(x, "quantize_rows_fp8");
+  FLICK_CHECK(x.ndim() == 2 && q.dtype == DType::F8_E4M3 && q.shape == x.shape,
+              "quantize_rows_fp8: x [M, K], q F8_E4M3 [M, K] expected, got x " + x.str() + ", q " +
+                  q.str());
+  FLICK_CHECK(scale.dtype == DType::F32 && scale.ndim() == 1 && scale.dim(0) == x.dim(0) &&
+                  scale.is_contiguous(),
+              "quantize_rows_fp8: scale must be F32 [M], got " + scale.str());
+  auto f = row_io<QuantizeFp8Row>(x, q);
+  f.scale = scale.ptr<float>();
+  l.rows(f);
+}
+template <class L>
 void group_norm(const L& l, const Tensor& x, int64_t groups, const Tensor& weight,
                 const Tensor& bias, float eps, Tensor& y) {
   check_float(x, "group_norm");

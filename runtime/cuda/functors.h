@@ -69,6 +69,29 @@ FLICK_HD float from_e4m3(uint8_t v) {
   return float_of(bits_of(mag) | sign);
 }
 
+// As f32_to_f8e4m3 (runtime/dtype.h, c10's fp8e4m3fn_from_fp32_value):
+// round to nearest even, finite overflow and +-inf to +-448, NaN to 0x7F.
+FLICK_HD uint8_t to_e4m3(float f) {
+  const uint32_t fp8_max = 1087u << 20, denorm_mask = 141u << 23;
+  uint32_t b = bits_of(f);
+  const uint32_t sign = b & 0x80000000u;
+  b ^= sign;
+  uint8_t r;
+  if (b >= fp8_max) {
+    r = b > 0x7F800000u ? 0x7F : 0x7E;
+  } else if (b < (121u << 23)) {
+    b = bits_of(float_of(b) + float_of(denorm_mask));
+    r = static_cast<uint8_t>(b - denorm_mask);
+  } else {
+    const uint32_t mant_odd = (b >> 20) & 1u;
+    b += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu;
+    b += mant_odd;
+    r = static_cast<uint8_t>(b >> 20);
+    if (r == 0x7F) r = 0x7E;
+  }
+  return static_cast<uint8_t>(r | (sign >> 24));
+}
+
 // Products and sums that must not fuse into an FMA (the stepwise ops round
 // each op as PyTorch does): nvcc contracts a * b + c by default, and so does
 // g++ for C++ (-ffp-contract=fast) with -mfma; the volatile store rounds the
@@ -409,6 +432,24 @@ struct QuantizeInt8Row : RowIo {
     }
     *q = static_cast<int8_t>(fminf(fmaxf(rintf(ld(row, i) / s.a), -127.f), 127.f));
     if (i == 0) scale[row] = s.a;
+  }
+};
+
+// Per-row dynamic FP8 E4M3 (the CUDA backend's W8A8 FP8 linear): scale =
+// amax / 448, q = to_e4m3(x / scale); a zero row gets scale 1 and q = 0.
+// y is the F8_E4M3 q (dtype ignored), scale an F32 [rows] vector.
+struct QuantizeFp8Row : RowIo {
+  float* scale;
+  using Acc = float;
+  FLICK_HD Acc init() const { return 0.f; }
+  FLICK_HD Acc partial(int64_t row, int64_t i) const { return fabsf(ld(row, i)); }
+  FLICK_HD Acc combine(Acc p, Acc q) const { return fmaxf(p, q); }
+  FLICK_HD Stats2 finalize(Acc a) const { return {a / 448.f, 0.f}; }
+  FLICK_HD void apply(int64_t row, int64_t i, Stats2 s) const {
+    uint8_t* q = static_cast<uint8_t*>(y.data) + r.off(r.ys, row) + i * r.sy;
+    const bool zero = s.a == 0.f;
+    *q = zero ? 0 : to_e4m3(ld(row, i) / s.a);
+    if (i == 0) scale[row] = zero ? 1.f : s.a;
   }
 };
 

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -241,6 +242,77 @@ TEST_F(CudaBackendTest, LinearInt8W8A8) {
   ref->linear(x, *pr, e, Activation::Silu);
   EXPECT_LE(worst(dy.host(), e, 2e-5), 1.0);
 }
+
+// W8A8 FP8: the oracle is the reference's F32 linear on the dequantised
+// operands (x rows quantised to E4M3 on the host with runtime/dtype.h's
+// conversion, scale max|x| / 448; the weight times its per-channel scale).
+// The E4M3 products are exact, but the tensor cores' FP8 accumulation keeps
+// fewer bits than fp32 between cuBLASLt's promotions, so the error scales
+// with the sums' magnitude, not each output's: bound 1e-3 of max |y|
+// (measured 1.8e-4 on an H200, K = 256), plus one bf16 ulp for a bf16 y.
+// Paths: cuBLASLt applying both scale vectors (OUTER_VEC_32F, sm_90) and
+// writing y, where it has an algorithm (the first H200 run: not with a bias
+// or 37 rows, NOT_SUPPORTED; yes for the benchmark's 2640 rows without
+// bias), else the fp32 result and our epilogue. Cases: bias, no activation,
+// F32 y; bias, GeluTanh, BF16 y; no bias, 48 rows, F32 y.
+class Fp8Case : public CudaBackendTest, public ::testing::WithParamInterface<int64_t> {};
+TEST_P(Fp8Case, LinearFp8W8A8) {
+  const int64_t M = GetParam(), K = 256, N = 96;
+  const bool with_bias = M == 37;
+  auto x = randn(DType::BF16, {M, K}, 16, 2.f);
+  OwnedTensor w(DType::F8_E4M3, {N, K}), ws(DType::F32, {N});
+  std::mt19937 g(17);
+  std::normal_distribution<float> n(0.f, 100.f);
+  for (int64_t i = 0; i < N * K; ++i) store_from_f32(DType::F8_E4M3, w.t.data, i, n(g));
+  for (int64_t i = 0; i < N; ++i) ws.t.ptr<float>()[i] = 1e-3f * static_cast<float>(i + 1);
+  auto bias = randn(DType::F32, {N}, 18);
+  LinearDesc d;
+  d.w = w.t;
+  d.w_scale = ws.t;
+  if (with_bias) d.bias = bias.t;
+  d.precision = Precision::FP8;
+  auto pc = cuda->pack_linear(d);
+  OwnedTensor xd(DType::F32, {M, K}), wd(DType::F32, {N, K});
+  for (int64_t m = 0; m < M; ++m) {
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k)
+      amax = std::max(amax, std::fabs(load_as_f32(DType::BF16, x.t.data, m * K + k)));
+    const float s = amax / 448.f;
+    for (int64_t k = 0; k < K; ++k)
+      xd.t.ptr<float>()[m * K + k] =
+          f8e4m3_to_f32(f32_to_f8e4m3(load_as_f32(DType::BF16, x.t.data, m * K + k) / s)) * s;
+  }
+  for (int64_t i = 0; i < N * K; ++i)
+    wd.t.ptr<float>()[i] = load_as_f32(DType::F8_E4M3, w.t.data, i) * ws.t.ptr<float>()[i / K];
+  LinearDesc dr;
+  dr.w = wd.t;
+  if (with_bias) dr.bias = bias.t;
+  dr.precision = Precision::F32;
+  auto pr = ref->pack_linear(dr);
+  DeviceTensor dx(x);
+  for (auto [ydt, act] :
+       {std::pair{DType::F32, Activation::None}, std::pair{DType::BF16, Activation::GeluTanh}}) {
+    if (!with_bias && act != Activation::None) continue;
+    DeviceTensor dy(ydt, {M, N});
+    OwnedTensor e(DType::F32, {M, N});
+    cuda->linear(dx, *pc, dy, act);
+    ref->linear(xd, *pr, e, act);
+    auto got = dy.host();
+    double ymax = 0, worst_ratio = 0;
+    for (int64_t i = 0; i < M * N; ++i)
+      ymax = std::max(ymax, static_cast<double>(std::fabs(e.t.ptr<float>()[i])));
+    for (int64_t i = 0; i < M * N; ++i) {
+      const double want = e.t.ptr<float>()[i], have = load_as_f32(ydt, got.t.data, i);
+      const double tol = 1e-3 * ymax + (ydt == DType::BF16 ? std::ldexp(std::fabs(want), -8) : 0.0);
+      worst_ratio = std::max(worst_ratio, std::fabs(have - want) / tol);
+    }
+    EXPECT_LE(worst_ratio, 1.0) << dtype_name(ydt) << ", max |y| " << ymax;
+    std::printf("fp8 W8A8 into %s: worst error / bound %.3f (max |y| %.1f)\n",
+                std::string(dtype_name(ydt)).c_str(), worst_ratio, ymax);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, Fp8Case, ::testing::Values(int64_t{37}, int64_t{48}));
 
 TEST_F(CudaBackendTest, Attention) {
   // BF16 d = 128 takes cuDNN's SDPA; d = 384 (the Wan VAE's) the GEMM +

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -80,6 +81,28 @@ class Functors : public ::testing::TestWithParam<DType> {
   HostLauncher host;
   DType dt() const { return GetParam(); }
 };
+
+// The functors' E4M3 rounding (the CUDA W8A8 FP8 activations) is
+// runtime/dtype.h's, bit for bit: specials, the saturation edge, subnormals,
+// every E4M3 value and its midpoints, and random bit patterns.
+TEST(FunctorsFp8, ToE4m3MatchesDtypeConversion) {
+  std::vector<float> v{0.f,      -0.f,      448.f, 464.f,   479.99f,  480.f,      1e9f,
+                       INFINITY, -INFINITY, NAN,   0x1p-9f, 0x1p-10f, 0x1.8p-10f, 0x1p-6f};
+  for (int b = 0; b < 256; ++b) {
+    const float f = f8e4m3_to_f32(static_cast<uint8_t>(b));
+    v.push_back(f);
+    v.push_back(std::nextafter(f, INFINITY));
+    v.push_back(f * 1.0625f);  // a midpoint for normals
+  }
+  std::mt19937 g(3);
+  for (int i = 0; i < 20000; ++i) {
+    const uint32_t u = g();
+    float f;
+    std::memcpy(&f, &u, 4);
+    v.push_back(f);
+  }
+  for (float f : v) ASSERT_EQ(cuda::to_e4m3(f), f32_to_f8e4m3(f)) << f;
+}
 
 // The divider the launchers' index arithmetic rests on: every quotient
 // equal to the hardware division's, for divisors 1..4099 (powers of two,
