@@ -163,37 +163,29 @@ class CudaBackend final : public Backend {
     FLICK_CHECK(d.w.ndim() == 2, "pack_linear: w must be [N, K], got " + d.w.str());
     auto p = std::make_unique<CudaLinear>();
     p->n = d.w.dim(0), p->k = d.w.dim(1), p->prec = d.precision;
-    if (d.w.dtype == DType::I8 && d.precision == Precision::INT8) {
+    // W8A8: int8 through IMMA (CUBLASLT_ORDER_COL, TN: K a multiple of 4), or
+    // FP8 where K and N are multiples of 16 (cuBLASLt's FP8 alignment).
+    const bool int8 = d.w.dtype == DType::I8 && d.precision == Precision::INT8;
+    const bool fp8 = d.w.dtype == DType::F8_E4M3 && d.precision == Precision::FP8 &&
+                     p->k % 16 == 0 && p->n % 16 == 0;
+    if (int8 || fp8) {
       FLICK_CHECK(d.w_scale.dtype == DType::F32 && d.w_scale.ndim() == 1 &&
                       (d.w_scale.dim(0) == p->n || d.w_scale.dim(0) == 1),
                   "pack_linear: w_scale must be F32 [N] or [1], got " + d.w_scale.str());
-      // IMMA (CUBLASLT_ORDER_COL, TN): K a multiple of 4.
       FLICK_CHECK(p->k % 4 == 0, "pack_linear: INT8 on the CUDA backend needs K % 4 == 0, got " +
                                      std::to_string(p->k));
-      p->w8a8 = true;
-      p->wdt = DType::I8;
-      p->w = upload(d.w, DType::I8);
-      std::vector<float> sc(static_cast<size_t>(p->n));
-      for (int64_t i = 0; i < p->n; ++i)
-        sc[static_cast<size_t>(i)] = load_as_f32(
-            DType::F32, d.w_scale.data, d.w_scale.dim(0) == 1 ? 0 : i * d.w_scale.stride(0));
-      p->w_scale = upload(Tensor::view(sc.data(), DType::F32, {p->n}), DType::F32);
-    } else if (d.w.dtype == DType::F8_E4M3 && d.precision == Precision::FP8 && p->k % 16 == 0 &&
-               p->n % 16 == 0) {
-      FLICK_CHECK(d.w_scale.dtype == DType::F32 && d.w_scale.ndim() == 1 &&
-                      (d.w_scale.dim(0) == p->n || d.w_scale.dim(0) == 1),
-                  "pack_linear: w_scale must be F32 [N] or [1], got " + d.w_scale.str());
-      p->w8a8_fp8 = true;
-      p->wdt = DType::F8_E4M3;
-      p->w = upload(d.w, DType::F8_E4M3);
-      std::vector<float> sc(static_cast<size_t>(p->n));
+      p->w8a8 = int8;
+      p->w8a8_fp8 = fp8;
+      p->wdt = d.w.dtype;
+      p->w = upload(d.w, d.w.dtype);
+      std::vector<float> sc(static_cast<size_t>(p->n));  // a per-tensor scale expanded
       for (int64_t i = 0; i < p->n; ++i)
         sc[static_cast<size_t>(i)] = load_as_f32(
             DType::F32, d.w_scale.data, d.w_scale.dim(0) == 1 ? 0 : i * d.w_scale.stride(0));
       p->w_scale = upload(Tensor::view(sc.data(), DType::F32, {p->n}), DType::F32);
     } else if (d.w.dtype == DType::I8 || d.w.dtype == DType::F8_E4M3) {
-      // Weight-only: dequantise once into BF16 (W8A8 through IMMA / FP8
-      // GEMMs is the next step; the ScaleEpilogue functor is its epilogue).
+      // Weight-only: dequantise once into BF16 (FP8 weights at another
+      // precision or with unaligned K / N; I8 weights outside INT8).
       FLICK_CHECK(d.w_scale.dtype == DType::F32 && d.w_scale.ndim() == 1 &&
                       (d.w_scale.dim(0) == p->n || d.w_scale.dim(0) == 1),
                   "pack_linear: w_scale must be F32 [N] or [1], got " + d.w_scale.str());
@@ -259,10 +251,10 @@ class CudaBackend final : public Backend {
     ops::bias_act(launch_, acc, DType::F32, w.bias_view, -1, act, y);
   }
 
-  // W8A8: q, sx = quantize_rows_int8(x); acc = q W^T in int32 (IMMA, TN);
+  // W8A8: q, sx = quantize_rows(x); acc = q W^T in int32 (IMMA, TN);
   // y = act(acc * sw[n] * sx[m] + bias[n]) (ScaleEpilogue): the reference's
   // INT8 linear, with exact integer accumulation. FP8: the same with E4M3
-  // rows (quantize_rows_fp8) and an fp32 accumulator.
+  // rows and an fp32 accumulator.
   void linear_w8a8(const Tensor& x, const CudaLinear& w, Tensor& y, Activation act, int64_t M,
                    int64_t ldy) {
     auto* xq = static_cast<int8_t*>(input_scratch_.get(static_cast<size_t>(M * w.k + 256 + M * 4)));
@@ -273,8 +265,8 @@ class CudaBackend final : public Backend {
     const DType qt = w.w8a8_fp8 ? DType::F8_E4M3 : DType::I8;
     Tensor q = Tensor::view(xq, qt, {M, w.k}, Device::CUDA);
     Tensor sxt = Tensor::view(sx, DType::F32, {M}, Device::CUDA);
+    ops::quantize_rows(launch_, x2, q, sxt);
     if (w.w8a8_fp8) {
-      ops::quantize_rows_fp8(launch_, x2, q, sxt);
       // sm_90: cuBLASLt applies both scale vectors and the bias and writes y
       // (the exactness rule of linear()'s direct path).
       const bool direct =
@@ -288,8 +280,6 @@ class CudaBackend final : public Backend {
           return;
         }
       }
-    } else {
-      ops::quantize_rows_int8(launch_, x2, q, sxt);
     }
     void* acc = acc_scratch_.get(static_cast<size_t>(M * w.n) * 4);
     // int32 (IMMA) or fp32 (FP8) accumulators.
@@ -483,7 +473,7 @@ class CudaBackend final : public Backend {
     ops::reduce(launch_, x, dim, op, y);
   }
   void quantize_rows_int8(const Tensor& x, Tensor& q, Tensor& scale) override {
-    ops::quantize_rows_int8(launch_, x, q, scale);
+    ops::quantize_rows(launch_, x, q, scale);
   }
   void rope_3d(const Tensor& x, const Rope3dParams& p, Tensor& y) override {
     // The angle table, uploaded once per grid / start / pairs / theta (a DiT

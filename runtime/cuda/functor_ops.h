@@ -248,30 +248,20 @@ void softmax(const L& l, const Tensor& x, Tensor& y) {
   FLICK_CHECK(x.ndim() >= 1, "softmax: needs at least one dim");
   l.rows(row_io<SoftmaxRow>(x, y));
 }
+// q = per-row int8 (q I8) or FP8 E4M3 (q F8_E4M3) of x: QuantizeRow.
 template <class L>
-void quantize_rows_int8(const L& l, const Tensor& x, Tensor& q, Tensor& scale) {
-  check_float(x, "quantize_rows_int8");
+void quantize_rows(const L& l, const Tensor& x, Tensor& q, Tensor& scale) {
+  check_float(x, "quantize_rows");
   FLICK_CHECK(
-      x.ndim() == 2 && q.dtype == DType::I8 && q.shape == x.shape,
-      "quantize_rows_int8: x [M, K], q I8 [M, K] expected, got x " + x.str() + ", q " + q.str());
+      x.ndim() == 2 && (q.dtype == DType::I8 || q.dtype == DType::F8_E4M3) && q.shape == x.shape,
+      "quantize_rows: x [M, K], q I8 or F8_E4M3 [M, K] expected, got x " + x.str() + ", q " +
+          q.str());
   FLICK_CHECK(scale.dtype == DType::F32 && scale.ndim() == 1 && scale.dim(0) == x.dim(0) &&
                   scale.is_contiguous(),
-              "quantize_rows_int8: scale must be F32 [M], got " + scale.str());
-  auto f = row_io<QuantizeInt8Row>(x, q);
+              "quantize_rows: scale must be F32 [M], got " + scale.str());
+  auto f = row_io<QuantizeRow>(x, q);
   f.scale = scale.ptr<float>();
-  l.rows(f);
-}
-template <class L>
-void quantize_rows_fp8(const L& l, const Tensor& x, Tensor& q, Tensor& scale) {
-  check_float(x, "quantize_rows_fp8");
-  FLICK_CHECK(x.ndim() == 2 && q.dtype == DType::F8_E4M3 && q.shape == x.shape,
-              "quantize_rows_fp8: x [M, K], q F8_E4M3 [M, K] expected, got x " + x.str() + ", q " +
-                  q.str());
-  FLICK_CHECK(scale.dtype == DType::F32 && scale.ndim() == 1 && scale.dim(0) == x.dim(0) &&
-                  scale.is_contiguous(),
-              "quantize_rows_fp8: scale must be F32 [M], got " + scale.str());
-  auto f = row_io<QuantizeFp8Row>(x, q);
-  f.scale = scale.ptr<float>();
+  f.fp8 = q.dtype == DType::F8_E4M3;
   l.rows(f);
 }
 template <class L>

@@ -413,43 +413,30 @@ struct SoftmaxRow : RowIo {
   }
 };
 
-// Per-row dynamic int8: scale = amax / 127, q = clamp(rint(x / scale)); a
-// zero row gets scale 1 and q = 0 (ref quantize_row_int8). y is the I8 q
-// (dtype ignored), scale an F32 [rows] vector.
-struct QuantizeInt8Row : RowIo {
+// Per-row dynamic quantisation; a zero row gets scale 1 and q = 0.
+//  - int8 (ref quantize_row_int8): scale = amax / 127, q = clamp(rint(x / scale));
+//  - FP8 E4M3 (the CUDA backend's W8A8 FP8): scale = amax / 448,
+//    q = to_e4m3(x / scale).
+// y is q (I8 or F8_E4M3 bytes; its dtype ignored), scale an F32 [rows] vector.
+struct QuantizeRow : RowIo {
   float* scale;
+  bool fp8;
   using Acc = float;
   FLICK_HD Acc init() const { return 0.f; }
   FLICK_HD Acc partial(int64_t row, int64_t i) const { return fabsf(ld(row, i)); }
   FLICK_HD Acc combine(Acc p, Acc q) const { return fmaxf(p, q); }
-  FLICK_HD Stats2 finalize(Acc a) const { return {a / 127.f, 0.f}; }
-  FLICK_HD void apply(int64_t row, int64_t i, Stats2 s) const {
-    int8_t* q = static_cast<int8_t*>(y.data) + r.off(r.ys, row) + i * r.sy;
-    if (s.a == 0.f) {
-      *q = 0;
-      if (i == 0) scale[row] = 1.f;
-      return;
-    }
-    *q = static_cast<int8_t>(fminf(fmaxf(rintf(ld(row, i) / s.a), -127.f), 127.f));
-    if (i == 0) scale[row] = s.a;
-  }
-};
-
-// Per-row dynamic FP8 E4M3 (the CUDA backend's W8A8 FP8 linear): scale =
-// amax / 448, q = to_e4m3(x / scale); a zero row gets scale 1 and q = 0.
-// y is the F8_E4M3 q (dtype ignored), scale an F32 [rows] vector.
-struct QuantizeFp8Row : RowIo {
-  float* scale;
-  using Acc = float;
-  FLICK_HD Acc init() const { return 0.f; }
-  FLICK_HD Acc partial(int64_t row, int64_t i) const { return fabsf(ld(row, i)); }
-  FLICK_HD Acc combine(Acc p, Acc q) const { return fmaxf(p, q); }
-  FLICK_HD Stats2 finalize(Acc a) const { return {a / 448.f, 0.f}; }
+  FLICK_HD Stats2 finalize(Acc a) const { return {a / (fp8 ? 448.f : 127.f), 0.f}; }
   FLICK_HD void apply(int64_t row, int64_t i, Stats2 s) const {
     uint8_t* q = static_cast<uint8_t*>(y.data) + r.off(r.ys, row) + i * r.sy;
-    const bool zero = s.a == 0.f;
-    *q = zero ? 0 : to_e4m3(ld(row, i) / s.a);
-    if (i == 0) scale[row] = zero ? 1.f : s.a;
+    if (i == 0) scale[row] = s.a == 0.f ? 1.f : s.a;
+    if (s.a == 0.f) {
+      *q = 0;
+    } else if (fp8) {
+      *q = to_e4m3(ld(row, i) / s.a);
+    } else {
+      *q = static_cast<uint8_t>(
+          static_cast<int8_t>(fminf(fmaxf(rintf(ld(row, i) / s.a), -127.f), 127.f)));
+    }
   }
 };
 

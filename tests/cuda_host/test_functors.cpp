@@ -18,6 +18,7 @@
 //    half-integer (counted and bounded below).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -252,12 +253,33 @@ TEST_P(Functors, QuantizeRowsInt8) {
   for (int64_t i = 0; i < 200; ++i) store_from_f32(dt(), x.t.data, 3 * 200 + i, 0.f);  // a zero row
   OwnedTensor q(DType::I8, {9, 200}), qe(DType::I8, {9, 200});
   OwnedTensor s(DType::F32, {9}), se(DType::F32, {9});
-  cops::quantize_rows_int8(host, x, q, s);
+  cops::quantize_rows(host, x, q, s);
   ref->quantize_rows_int8(x, qe, se);
   // Same fp32 operations in the same order as the reference: bit-exact.
   EXPECT_EQ(values(s), values(se));
   EXPECT_EQ(values(q), values(qe));
   EXPECT_EQ(s.t.ptr<float>()[3], 1.f);
+}
+
+// The FP8 rows of the CUDA W8A8 FP8 linear, against the rule written out
+// with runtime/dtype.h's conversion: scale max|x| / 448, q = e4m3(x / scale).
+TEST_P(Functors, QuantizeRowsFp8) {
+  auto x = randn(dt(), {9, 200}, 22, 3.f);
+  for (int64_t i = 0; i < 200; ++i) store_from_f32(dt(), x.t.data, 5 * 200 + i, 0.f);
+  OwnedTensor q(DType::F8_E4M3, {9, 200}), s(DType::F32, {9});
+  cops::quantize_rows(host, x, q, s);
+  for (int64_t m = 0; m < 9; ++m) {
+    float amax = 0.f;
+    for (int64_t k = 0; k < 200; ++k)
+      amax = std::max(amax, std::fabs(load_as_f32(dt(), x.t.data, m * 200 + k)));
+    const float sc = amax / 448.f;
+    ASSERT_EQ(s.t.ptr<float>()[m], m == 5 ? 1.f : sc) << m;
+    for (int64_t k = 0; k < 200; ++k) {
+      const uint8_t want =
+          m == 5 ? 0 : f32_to_f8e4m3(load_as_f32(dt(), x.t.data, m * 200 + k) / sc);
+      ASSERT_EQ(static_cast<const uint8_t*>(q.t.data)[m * 200 + k], want) << m << ", " << k;
+    }
+  }
 }
 
 TEST_P(Functors, RopeUnfusedIsBitExact) {
@@ -438,7 +460,7 @@ TEST(FunctorsIndexMap, ScaleEpilogueMatchesReferenceInt8Linear) {
   // Our path: quantize rows (functor), int32 GEMM (cuBLASLt IMMA on the GPU;
   // a loop here), the epilogue functor.
   OwnedTensor xq(DType::I8, {T, K}), sx(DType::F32, {T});
-  cops::quantize_rows_int8(HostLauncher{}, x, xq, sx);
+  cops::quantize_rows(HostLauncher{}, x, xq, sx);
   std::vector<int32_t> acc(T * N);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t n = 0; n < N; ++n) {
