@@ -4,19 +4,22 @@
 #
 #   tools/gpu_check.sh bundle BUILD DIR   (here, after building BUILD with
 #       -DFLICK_CUDA=ON: cmake --build BUILD --target test_cuda flick_cuda
-#       flick_cuda_bench) copies the three binaries into DIR;
+#       flick_cuda_bench flick_cudnn_probe) copies the four binaries into DIR;
 #   tools/gpu_check.sh run DIR [OUTDIR]   (on the GPU machine) finds the CUDA
 #       runtime, cuBLASLt and cuDNN (the toolkit's, or the Python wheels'),
 #       runs the op tests against the reference (test_cuda), the PyTorch
 #       peer (tools/gpu_torch_peer.py, if torch is there) and flick_cuda_bench
-#       with the peer's measured bf16 peak, and compute-sanitizer's memcheck
-#       over the op tests. Logs go to OUTDIR (default DIR/logs).
+#       with the peer's measured bf16 peak, the GPU's cuDNN DEVICEPROP JSON
+#       (device_prop.json, and the probe's graphs against it), and
+#       compute-sanitizer's memcheck over the op tests. Logs go to OUTDIR
+#       (default DIR/logs).
 set -u
 case "${1:-}" in
 bundle)
   build=$2 dir=$3
   mkdir -p "$dir"
-  cp "$build/tests/test_cuda" "$build/libflick_cuda.so" "$build/flick_cuda_bench" "$dir/"
+  cp "$build/tests/test_cuda" "$build/libflick_cuda.so" "$build/flick_cuda_bench" \
+    "$build/runtime/cuda/flick_cudnn_probe" "$dir/"
   ls -la "$dir"
   exit 0
   ;;
@@ -45,7 +48,7 @@ export FLICK_CUDA_MODULE="$dir/libflick_cuda.so"
 {
   nvidia-smi -L
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  ldd "$dir/libflick_cuda.so" "$dir/test_cuda" "$dir/flick_cuda_bench" | grep -E "not found|cudnn|cublas|cudart"
+  ldd "$dir/libflick_cuda.so" "$dir/test_cuda" "$dir/flick_cuda_bench" "$dir/flick_cudnn_probe" | grep -E "not found|cudnn|cublas|cudart"
 } 2>&1 | tee -a "$out/summary.txt"
 
 echo "== test_cuda" | tee -a "$out/summary.txt"
@@ -64,6 +67,14 @@ fi
 echo "== flick_cuda_bench" | tee -a "$out/summary.txt"
 timeout 120 "$dir/flick_cuda_bench" --peak-tflops "${peak:-0}" 2>&1 | tee "$out/bench.log" | tee -a "$out/summary.txt"
 echo "flick_cuda_bench exit ${PIPESTATUS[0]}" | tee -a "$out/summary.txt"
+
+# This GPU's DEVICEPROP JSON (a fixture for tests/cuda/device_props), and the
+# deviceless probe's graphs against it.
+echo "== cuDNN device properties" | tee -a "$out/summary.txt"
+if "$dir/flick_cudnn_probe" --dump-device >"$out/device_prop.json" 2>>"$out/summary.txt"; then
+  timeout 120 "$dir/flick_cudnn_probe" "$out/device_prop.json" >"$out/probe.log" 2>&1
+  echo "probe on this device's properties: exit $? (probe.log)" | tee -a "$out/summary.txt"
+fi
 
 if command -v compute-sanitizer >/dev/null && [ "${GPU_CHECK_SANITIZER:-1}" = 1 ]; then
   echo "== compute-sanitizer memcheck test_cuda" | tee -a "$out/summary.txt"

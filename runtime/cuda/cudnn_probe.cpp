@@ -8,6 +8,10 @@
 // lib64/stubs, with a libcuda.so.1 link, on LD_LIBRARY_PATH); no GPU.
 // Exit 0: every graph has an engine everywhere; 1: some has none; 77: cuDNN
 // cannot run heuristics here (DEVICEPROP refused), i.e. skipped.
+//
+// `flick_cudnn_probe --dump-device [ID]` (on a GPU machine) prints the JSON
+// representation of GPU ID's DEVICEPROP descriptor: what a fixture in
+// tests/cuda/device_props holds (tools/gpu_check.sh saves it).
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -20,9 +24,38 @@
 using namespace flick;
 using namespace flick::cuda;
 
+namespace {
+
+// The JSON of a device's DEVICEPROP descriptor; exit 0, or 77 with the reason.
+int dump_device(int32_t id) {
+  CudnnDesc p(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  p.set(CUDNN_ATTR_DEVICEPROP_DEVICE_ID, CUDNN_TYPE_INT32, 1, &id);
+  if (p.finalize() != CUDNN_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s\n", cudnn_error(p.status(), "DEVICEPROP of a device id").c_str());
+    return 77;
+  }
+  std::string json(1 << 20, '\0');
+  int64_t n = 0;
+  const cudnnStatus_t st =
+      cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                               static_cast<int64_t>(json.size()), &n, json.data());
+  if (st != CUDNN_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s\n", cudnn_error(st, "DEVICEPROP JSON representation").c_str());
+    return 77;
+  }
+  json.resize(static_cast<size_t>(n));
+  while (!json.empty() && json.back() == '\0') json.pop_back();
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--dump-device")
+    return dump_device(argc >= 3 ? std::stoi(argv[2]) : 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: flick_cudnn_probe DEVICE.json...\n");
+    std::fprintf(stderr, "usage: flick_cudnn_probe DEVICE.json... | --dump-device [ID]\n");
     return 64;
   }
   std::printf("cuDNN %zu (headers %d)\n", cudnnGetVersion(), CUDNN_VERSION);
