@@ -79,24 +79,22 @@ void report(const char* name, double ms, double flop, double bytes) {
 
 struct Linear {
   std::unique_ptr<PackedLinear> w;
+  // Weights v in [-127, 127]: I8 or E4M3 with scale 1e-3 (INT8, FP8), or
+  // v * 1e-3 in BF16.
   Linear(Backend& be, int64_t n, int64_t k, Precision p) {
-    LinearDesc d;
-    OwnedTensor w8(DType::I8, {n, k}), wf8(DType::F8_E4M3, {n, k}), wb(DType::BF16, {n, k}),
-        ws(DType::F32, {n});
+    const bool quantized = p == Precision::INT8 || p == Precision::FP8;
+    const DType dt = p == Precision::INT8  ? DType::I8
+                     : p == Precision::FP8 ? DType::F8_E4M3
+                                           : DType::BF16;
+    OwnedTensor wt(dt, {n, k}), ws(DType::F32, {n});
     std::mt19937 g(7);
-    for (int64_t i = 0; i < n * k; ++i) {
-      const int v = int(g() % 255) - 127;
-      w8.t.ptr<int8_t>()[i] = static_cast<int8_t>(v);
-      store_from_f32(DType::F8_E4M3, wf8.t.data, i, static_cast<float>(v));
-      store_from_f32(DType::BF16, wb.t.data, i, static_cast<float>(v) * 1e-3f);
-    }
+    for (int64_t i = 0; i < n * k; ++i)
+      store_from_f32(dt, wt.t.data, i,
+                     static_cast<float>(int(g() % 255) - 127) * (quantized ? 1.f : 1e-3f));
     for (int64_t i = 0; i < n; ++i) ws.t.ptr<float>()[i] = 1e-3f;
-    if (p == Precision::INT8 || p == Precision::FP8) {
-      d.w = p == Precision::INT8 ? w8.t : wf8.t;
-      d.w_scale = ws.t;
-    } else {
-      d.w = wb.t;
-    }
+    LinearDesc d;
+    d.w = wt.t;
+    if (quantized) d.w_scale = ws.t;
     d.precision = p;
     w = be.pack_linear(d);
   }

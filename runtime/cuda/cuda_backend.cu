@@ -229,26 +229,34 @@ class CudaBackend final : public Backend {
       ops::copy(launch_, x, dst);
       xp = cx, ld = w.k;
     }
-    // cuBLASLt writes y itself, the bias added in fp32 before y's one
-    // rounding (its bias epilogue), as the reference rounds; an activation
-    // then runs in place. Exact where the activation's input is that rounded
-    // value: no activation, RoundGeluTanh (rounds its input to y's dtype
-    // first: the FFN's PyTorch Linear + GELU), or an F32 y.
-    const bool direct =
-        act == Activation::None || act == Activation::RoundGeluTanh || y.dtype == DType::F32;
-    if (direct && ldy >= w.n) {
-      GemmCall g = linear_call(xp, w.wdt, M, w.k, ld, w.w.get(), w.wdt, w.n, y.data, y.dtype);
-      g.ld_d = ldy;
-      const float* bias = w.bias.get() ? static_cast<const float*>(w.bias.get()) : nullptr;
-      if (gemm(g, bias, /*bias_epilogue=*/bias != nullptr)) {
-        if (act != Activation::None) ops::activation(launch_, y, y, act);
-        return;
-      }
-    }
+    if (linear_direct(xp, ld, w, y, M, ldy, act)) return;
     // D^T = W X^T into an fp32 result, then bias + activation into y.
     float* acc = static_cast<float*>(acc_scratch_.get(static_cast<size_t>(M * w.n) * 4));
     gemm(linear_call(xp, w.wdt, M, w.k, ld, w.w.get(), w.wdt, w.n, acc, DType::F32));
     ops::bias_act(launch_, acc, DType::F32, w.bias_view, -1, act, y);
+  }
+
+  // y = act(x W^T + bias) written by cuBLASLt itself (x in w's type, rows
+  // ldx apart): the bias added in fp32 before y's one rounding (its bias
+  // epilogue), as the reference rounds, and with a_scale / b_scale (FP8)
+  // the per-channel and per-row scales applied to the product; an
+  // activation then runs in place. Exact where the activation's input is
+  // that rounded value: no activation, RoundGeluTanh (rounds its input to
+  // y's dtype first: the FFN's PyTorch Linear + GELU), or an F32 y. False
+  // where it is not, or cuBLASLt has no algorithm: the caller's epilogue
+  // runs instead.
+  bool linear_direct(const void* x, int64_t ldx, const CudaLinear& w, Tensor& y, int64_t M,
+                     int64_t ldy, Activation act, const float* a_scale = nullptr,
+                     const float* b_scale = nullptr) {
+    const bool exact =
+        act == Activation::None || act == Activation::RoundGeluTanh || y.dtype == DType::F32;
+    if (!exact || ldy < w.n) return false;
+    GemmCall g = linear_call(x, w.wdt, M, w.k, ldx, w.w.get(), w.wdt, w.n, y.data, y.dtype);
+    g.ld_d = ldy;
+    const float* bias = w.bias.get() ? static_cast<const float*>(w.bias.get()) : nullptr;
+    if (!gemm(g, bias, a_scale, b_scale)) return false;
+    if (act != Activation::None) ops::activation(launch_, y, y, act);
+    return true;
   }
 
   // W8A8: q, sx = quantize_rows(x); acc = q W^T in int32 (IMMA, TN);
@@ -266,21 +274,10 @@ class CudaBackend final : public Backend {
     Tensor q = Tensor::view(xq, qt, {M, w.k}, Device::CUDA);
     Tensor sxt = Tensor::view(sx, DType::F32, {M}, Device::CUDA);
     ops::quantize_rows(launch_, x2, q, sxt);
-    if (w.w8a8_fp8) {
-      // sm_90: cuBLASLt applies both scale vectors and the bias and writes y
-      // (the exactness rule of linear()'s direct path).
-      const bool direct =
-          act == Activation::None || act == Activation::RoundGeluTanh || y.dtype == DType::F32;
-      if (direct && ldy >= w.n) {
-        GemmCall g = linear_call(xq, qt, M, w.k, w.k, w.w.get(), qt, w.n, y.data, y.dtype);
-        g.ld_d = ldy;
-        const float* bias = w.bias.get() ? static_cast<const float*>(w.bias.get()) : nullptr;
-        if (gemm(g, bias, bias != nullptr, static_cast<const float*>(w.w_scale.get()), sx)) {
-          if (act != Activation::None) ops::activation(launch_, y, y, act);
-          return;
-        }
-      }
-    }
+    // FP8 on sm_90: cuBLASLt applies both scale vectors too.
+    if (w.w8a8_fp8 &&
+        linear_direct(xq, w.k, w, y, M, ldy, act, static_cast<const float*>(w.w_scale.get()), sx))
+      return;
     void* acc = acc_scratch_.get(static_cast<size_t>(M * w.n) * 4);
     // int32 (IMMA) or fp32 (FP8) accumulators.
     gemm(linear_call(xq, qt, M, w.k, w.k, w.w.get(), qt, w.n, acc,
@@ -528,15 +525,14 @@ class CudaBackend final : public Backend {
 
   // One cuBLASLt call from a gemm_map.h mapping; an I32 result selects IMMA.
   // The descriptors and the heuristic's algorithm are made once per shape
-  // (the first call of each GEMM, i.e. a pipeline's warm-up step). With
-  // bias_epilogue, false where cuBLASLt has no algorithm for it (the caller
-  // then adds the bias itself); without, that is an error.
-  // a_scale / b_scale (both or neither): OUTER_VEC_32F scales of A's rows
-  // and B's columns (FP8); like the bias epilogue, false where unsupported.
-  bool gemm(const GemmCall& g, const float* bias = nullptr, bool bias_epilogue = false,
-            const float* a_scale = nullptr, const float* b_scale = nullptr) {
-    const bool outer = a_scale != nullptr;
-    const bool optional = bias_epilogue || outer;
+  // (the first call of each GEMM, i.e. a pipeline's warm-up step). Optional
+  // parts, each false where cuBLASLt has no algorithm with it (the caller
+  // then runs its own epilogue; without them that is an error): bias, an
+  // fp32 vector of m added by cuBLASLt's bias epilogue; a_scale / b_scale
+  // (both or neither), OUTER_VEC_32F scales of A's rows and B's columns (FP8).
+  bool gemm(const GemmCall& g, const float* bias = nullptr, const float* a_scale = nullptr,
+            const float* b_scale = nullptr) {
+    const bool with_bias = bias != nullptr, outer = a_scale != nullptr;
     auto lt = [](const GemmOperand& o) {
       return LtOperand{o.p,           o.dtype == DType::I8 ? CUDA_R_8I : cuda_type(o.dtype),
                        o.trans,       o.rows,
@@ -545,58 +541,50 @@ class CudaBackend final : public Backend {
     };
     const LtOperand a = lt(g.a), b = lt(g.b);
     const cudaDataType_t d_type = g.d_dtype == DType::I32 ? CUDA_R_32I : cuda_type(g.d_dtype);
-    const std::vector<int64_t> key{a.type,         a.trans,          a.rows,  a.cols,        a.ld,
-                                   a.batch_stride, b.type,           b.trans, b.rows,        b.cols,
-                                   b.ld,           b.batch_stride,   d_type,  g.m,           g.n,
-                                   g.ld_d,         g.d_batch_stride, g.batch, bias_epilogue, outer};
+    const std::vector<int64_t> key{a.type,         a.trans,          a.rows,  a.cols,    a.ld,
+                                   a.batch_stride, b.type,           b.trans, b.rows,    b.cols,
+                                   b.ld,           b.batch_stride,   d_type,  g.m,       g.n,
+                                   g.ld_d,         g.d_batch_stride, g.batch, with_bias, outer};
     auto it = lt_plans_.find(key);
     if (it == lt_plans_.end()) {
       auto descs = lt_descs(a, b, d_type, g.m, g.n, g.ld_d, g.d_batch_stride, g.batch, kWorkspace,
-                            bias_epilogue, outer);
+                            with_bias, outer);
       FLICK_CHECK(descs.ok(), descs.status().message());
       LtPlan plan;
       plan.descs = std::move(*descs);
-      const LtDescs& l = *plan.descs;
-      if (outer) {  // the pointers' values are per call; set for the heuristic too
-        lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                &a_scale, sizeof a_scale),
-                 "A_SCALE_POINTER");
-        lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                &b_scale, sizeof b_scale),
-                 "B_SCALE_POINTER");
-      }
+      it = lt_plans_.emplace(key, std::move(plan)).first;
+    }
+    LtPlan& plan = it->second;
+    const LtDescs& l = *plan.descs;
+    // This call's pointers (the heuristic needs the scales' too).
+    auto set_pointer = [&](cublasLtMatmulDescAttributes_t attr, const float* p, const char* what) {
+      lt_check(cublasLtMatmulDescSetAttribute(l.op, attr, &p, sizeof p), what);
+    };
+    if (with_bias) set_pointer(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "BIAS_POINTER");
+    if (outer) {
+      set_pointer(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale, "A_SCALE_POINTER");
+      set_pointer(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale, "B_SCALE_POINTER");
+    }
+    const bool optional = with_bias || outer;
+    if (!plan.asked) {
       cublasLtMatmulHeuristicResult_t res{};
       int found = 0;
       const cublasStatus_t st =
           cublasLtMatmulAlgoGetHeuristic(lt_, l.op, l.a, l.b, l.d, l.d, l.pref, 1, &res, &found);
       if (!optional) lt_check(st, "AlgoGetHeuristic");
+      plan.asked = true;
       plan.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+      plan.algo = res.algo;
       if (!plan.found)
         log_warning(std::string("cuda: no cuBLASLt algorithm with the ") +
                     (outer ? "FP8 outer-vector scales" : "bias epilogue") + " for m " +
                     std::to_string(g.m) + ", n " + std::to_string(g.n) + " (" +
                     cublasLtGetStatusName(st) + "); our epilogue runs instead");
-      plan.algo = res.algo;
-      it = lt_plans_.emplace(key, std::move(plan)).first;
     }
-    LtPlan& plan = it->second;
     if (!plan.found) {
       FLICK_CHECK(optional, "cuBLASLt: no algorithm for this GEMM (m " + std::to_string(g.m) +
                                 ", n " + std::to_string(g.n) + ")");
       return false;
-    }
-    const LtDescs& l = *plan.descs;
-    if (bias_epilogue)
-      lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof bias),
-               "BIAS_POINTER");
-    if (outer) {
-      lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
-                                              sizeof a_scale),
-               "A_SCALE_POINTER");
-      lt_check(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
-                                              sizeof b_scale),
-               "B_SCALE_POINTER");
     }
     const float alpha_f = 1.f, beta_f = 0.f;
     const int32_t alpha_i = 1, beta_i = 0;
@@ -607,12 +595,6 @@ class CudaBackend final : public Backend {
              "Matmul");
     return true;
   }
-  struct LtPlan {
-    std::unique_ptr<LtDescs> descs;
-    cublasLtMatmulAlgo_t algo{};
-    bool found = false;
-  };
-  std::map<std::vector<int64_t>, LtPlan> lt_plans_;
 
   static int64_t rows_stride(const Tensor& t, const char* what) {
     // [.., K] with the leading dims collapsible into rows of one stride.
@@ -702,6 +684,13 @@ class CudaBackend final : public Backend {
   DeviceScratch input_scratch_, acc_scratch_, conv_in_scratch_, conv_out_scratch_, attn_s_scratch_,
       attn_p_scratch_, dnn_workspace_, taps_scratch_[2];
   std::map<std::vector<int64_t>, DeviceBlock> rope_tables_;
+  // A GEMM shape's descriptors and the heuristic's answer (gemm()).
+  struct LtPlan {
+    std::unique_ptr<LtDescs> descs;
+    bool asked = false, found = false;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::vector<int64_t>, LtPlan> lt_plans_;
   using ConvKey = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
   std::map<ConvKey, Plan> conv_plans_;

@@ -182,26 +182,21 @@ void modulate(const L& l, const Tensor& x, const Tensor& shift, const Tensor& sc
   map(l, "modulate", in, y, ModulateOp{});
 }
 
-// Rows over the last dim of x and y (same shape).
-// Outer dims merged where both x and y step through them as one (most
-// rows then have one outer dim: Rows::off without divisions).
+// Rows over the last dim of x and y (same shape). The outer dims merged as
+// coalesce merges them (most rows then have one outer dim: Rows::off
+// without divisions).
 inline Rows rows_of(const Tensor& x, const Tensor& y) {
   Rows r;
+  Operand ox, oy;  // their outer strides
+  r.outer.ndim = x.ndim() - 1;
   for (int d = 0; d + 1 < x.ndim(); ++d) {
-    if (x.dim(d) == 1) continue;
-    const int w = r.outer.ndim;
-    if (w > 0 && r.xs[w - 1] == x.stride(d) * x.dim(d) && r.ys[w - 1] == y.stride(d) * x.dim(d)) {
-      r.outer.d[w - 1] *= x.dim(d);
-      r.xs[w - 1] = x.stride(d);
-      r.ys[w - 1] = y.stride(d);
-      continue;
-    }
-    r.outer.d[w] = x.dim(d);
-    r.xs[w] = x.stride(d);
-    r.ys[w] = y.stride(d);
-    ++r.outer.ndim;
+    r.outer.d[d] = x.dim(d);
+    ox.s[d] = x.stride(d);
+    oy.s[d] = y.stride(d);
   }
-  finish_dims(r.outer);
+  Operand* ops[2] = {&ox, &oy};
+  coalesce(r.outer, ops, 2);
+  for (int d = 0; d < kDims; ++d) r.xs[d] = ox.s[d], r.ys[d] = oy.s[d];
   r.n = x.dim(-1);
   r.sx = x.stride(-1);
   r.sy = y.stride(-1);

@@ -125,7 +125,6 @@ FLICK_HD T add_rn(T a, T b) {
 }
 
 // ---- strided operands ----
-// The output's shape (row-major index space of the elementwise launcher).
 // n / d for n < 2^31 as one high multiply, an add and a shift (Granlund and
 // Montgomery's round-up method, as PyTorch's IntDivider): the GPU has no
 // integer divider, and a division by a runtime value is a long sequence.
