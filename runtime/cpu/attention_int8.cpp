@@ -262,21 +262,26 @@ void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o
   attention_int8_detail::run_kernel(attention_int8_detail::select_kernel(problem), problem);
 }
 
-// Measured (bench/RESULTS.md, "INT8 attention"): nowhere yet. Where the host
-// has AMX, the AMX-INT8 kernel only ties with the AMX-BF16 attention kernel
-// on the DiT's self-attention (median time ratio 0.975 over 16 same-process
-// pairs on one core, +-20 % run to run on a loaded host): Q.K^T takes half
-// the tile products, but the kernel is bound by its AVX-512 softmax, which
-// gains an int -> float conversion and a scale multiply per score vector, and
-// it quantizes Q and K per call. On AVX-512 VNNI without AMX (a Zen 4, one
-// core, `OMP_NUM_THREADS=1 flick bench --cpu-clock --filter attention`) the
-// VNNI kernel is 1.5 % slower than the vdpbf16ps kernel on the DiT's
-// self-attention (473 vs 467 ms) and 2.8 % on its cross-attention: its P.V is
-// the same bf16 product, and quantizing Q and K costs what the vpdpbusd Q.K^T
-// saves. On AVX2-only hosts the portable INT8 kernel is no faster than the
-// portable fp32 one either. So the DiT keeps the BF16 attention (and its
-// accuracy) at precision INT8 on this backend; attention_int8 stays for
-// callers that ask for it, and for an INT8 P.V that would halve the rest.
-bool attention_int8_pays_off() { return false; }
+// Measured (bench/RESULTS.md, "INT8 attention"):
+//  - AVX-512 VNNI + BF16 without AMX (Zen 4, one core, `OMP_NUM_THREADS=1
+//    flick bench --cpu-clock --filter "self 2640"`): the VNNI kernel takes
+//    383-401 ms against the vdpbf16ps kernel's 484-556 ms on the DiT's
+//    self-attention, since its Q.K^T keeps the accumulators in registers
+//    (attention_int8_avx512.cpp, dpbusd; before, GCC's spills made it 1.5 %
+//    slower). So it pays off there.
+//  - With AMX the AMX-INT8 kernel only ties with the AMX-BF16 attention
+//    kernel (median time ratio 0.975 over 16 same-process pairs on one core,
+//    +-20 % run to run on a loaded host): Q.K^T takes half the tile
+//    products, but the kernel is bound by its AVX-512 softmax, which gains
+//    an int -> float conversion and a scale multiply per score vector, and
+//    it quantizes Q and K per call. The DiT keeps the BF16 attention (and
+//    its accuracy) there.
+//  - On AVX2-only hosts the portable INT8 kernel is no faster than the
+//    portable fp32 one.
+// The cross-attention's 257 keys stay BF16 everywhere (models/wan/wan_dit.cpp).
+bool attention_int8_pays_off() {
+  return attention_int8_detail::avx512_vnni_supported() &&
+         !attention_int8_detail::amx_int8_supported() && !attention_detail::amx_bf16_supported();
+}
 
 }  // namespace flick::cpu
