@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/gemm_amx.h"
+#include "runtime/cpu/gemm_vnni.h"
 #include "runtime/cpu/quantize.h"
 #include "runtime/threads.h"
 
@@ -228,6 +230,75 @@ void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e
       args.blocking = blocking;
       args.epilogue = &e;
       if (args.mb0 < args.mb1 && args.nb0 < args.nb1) amx::gemm_worker(args);
+    }
+  });
+}
+
+bool vnni_available() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return yes;
+}
+
+void vnni_compensation(const AmxWeights& w, int32_t* comp) {
+  FLICK_CHECK(vnni_available() && w.type == AmxType::S8, "vnni_compensation: S8 weights on VNNI");
+  vnni::compensation(w, comp);
+}
+
+void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, const int32_t* comp,
+               const AmxEpilogue& e) {
+  FLICK_CHECK(vnni_available(), "vnni_gemm needs AVX-512 VNNI (check vnni_available() first)");
+  FLICK_CHECK(w.type == AmxType::S8 && lda >= w.k_pad && e.y.rows == m && e.y.cols == w.n,
+              "vnni_gemm: operand shapes");
+  if (m == 0) return;
+  const int64_t groups = (w.n_pad / 32 + 1) / 2;
+  // Threads split the 64-column groups (each reads all of A, its own
+  // weights) when there are at least two per thread, else the rows.
+  const int64_t threads = num_threads();
+  const bool split_cols = groups >= 2 * threads;
+  const int64_t tasks = split_cols ? threads : std::min(threads, (m + 5) / 6);
+  // Blocking (measured on a Zen 4, bench/RESULTS.md): K blocks of up to 32
+  // steps (2048 k), so a group's weights (128 KB) stay in L2 beside the row
+  // block's A panel (~384 KB); at K = 8960 unblocked panels (573 KB + 376 KB)
+  // thrashed L2 (71 % of peak against 85-88 % at K = 1536).
+  const int64_t steps = w.k_pad / 64;
+  const int64_t steps_per_block = (steps + (steps + 31) / 32 - 1) / ((steps + 31) / 32);
+  const int64_t rows_per_block =
+      std::max<int64_t>(6, (int64_t{384} << 10) / (steps_per_block * 64) / 6 * 6);
+  const int64_t max_groups = split_cols ? (groups + tasks - 1) / tasks : groups;
+  const size_t partial_per_task =
+      steps_per_block < steps ? static_cast<size_t>(rows_per_block * max_groups * 64) : 0;
+  thread_local std::vector<int32_t> partial;
+  // 16 ints = 64 bytes of slack to align the start.
+  if (partial.size() < partial_per_task * tasks + 16) partial.resize(partial_per_task * tasks + 16);
+  int32_t* const partial_base = reinterpret_cast<int32_t*>(
+      (reinterpret_cast<uintptr_t>(partial.data()) + 63) & ~uintptr_t{63});
+  parallel_for(tasks, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      vnni::WorkerArgs args;
+      args.a = a;
+      args.lda = lda;
+      args.w = &w;
+      args.comp = comp;
+      args.epilogue = &e;
+      args.rows_per_block = rows_per_block;
+      args.steps_per_block = steps_per_block;
+      args.partial = partial_base + partial_per_task * t;
+      if (split_cols) {
+        args.m0 = 0;
+        args.m1 = m;
+        args.g0 = groups * t / tasks;
+        args.g1 = groups * (t + 1) / tasks;
+      } else {
+        const int64_t tiles = (m + 5) / 6;
+        args.m0 = std::min(m, 6 * (tiles * t / tasks));
+        args.m1 = std::min(m, 6 * (tiles * (t + 1) / tasks));
+        args.g0 = 0;
+        args.g1 = groups;
+      }
+      if (args.m0 < args.m1 && args.g0 < args.g1) vnni::gemm_worker(args);
     }
   });
 }

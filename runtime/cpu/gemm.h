@@ -122,4 +122,27 @@ struct AmxEpilogue {
 void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
               AmxScratch& scratch);
 
+// ---- the INT8 GEMM on AVX-512 VNNI (CPUs without AMX) ----
+// It reads the same packed s8 weights (AmxWeights of AmxType::S8) and runs the
+// same epilogue, so its outputs are bit-identical to amx_gemm's.
+
+// True when this CPU has AVX-512 F / BW / VL / DQ and VNNI.
+bool vnni_available();
+
+// Whether cpu::linear runs INT8 layers on vnni_gemm: no AMX GEMM
+// (linear_uses_amx() is false), vnni_available(), and oneDNN's ISA not capped
+// below AVX-512 VNNI (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 or lower makes INT8
+// run on oneDNN as on a CPU without VNNI).
+bool linear_uses_vnni();
+
+// comp[n] = 128 * sum_k w[n, k] for the w.n_pad columns of S8 weights: what
+// feeding activations as u8 (q + 128) adds to each column's dot product.
+void vnni_compensation(const AmxWeights& w, int32_t* comp);
+
+// y = epilogue(q . w^T) for S8 weights, with q given as m rows of u8 = q + 128
+// (row stride lda >= w.k_pad; the bytes past k meet zero weights) and comp
+// from vnni_compensation: exact s32 sums, multi-threaded on the flick pool.
+void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, const int32_t* comp,
+               const AmxEpilogue& e);
+
 }  // namespace flick::cpu

@@ -47,6 +47,7 @@ namespace {
 #define FLICK_ISA_NAME "avx512-amx-epilogue"
 #include "runtime/cpu/eltwise_kernels.inc"
 #undef FLICK_ISA_NAME
+#include "runtime/cpu/gemm_epilogue_avx512.h"
 }  // namespace
 }  // namespace flick::cpu::avx512
 
@@ -60,19 +61,6 @@ constexpr int64_t kStepBytes = 2 * kTileBytes;  // two A (or B) tiles per K step
 constexpr int kBlock = 32;                      // rows and columns of a C block
 constexpr int64_t kBlockBytes = kBlock * kBlock * 4;
 constexpr int64_t kCStride = kBlock * 4;  // bytes between C rows in the buffer
-
-template <Activation A, bool kBf16Out>
-inline v::Vf activate(v::Vf x) {
-  if constexpr (A == Activation::RoundGeluTanh && kBf16Out)
-    return v::gelu_tanh(v::bf16_bits_to_f32(v::f32_to_bf16_bits(x)));
-  if constexpr (A == Activation::RoundGeluTanh) return v::gelu_tanh(x);
-  if constexpr (A == Activation::GeluErf) return v::gelu_erf(x);
-  if constexpr (A == Activation::GeluTanh) return v::gelu_tanh(x);
-  if constexpr (A == Activation::Silu) return v::silu(x);
-  if constexpr (A == Activation::Relu) return v::max(x, v::splat(0.f));
-  if constexpr (A == Activation::Sigmoid) return v::sigmoid(x);
-  return x;
-}
 
 // One finished C block waiting for its epilogue, converted row by row.
 struct Pending {
@@ -108,17 +96,7 @@ struct Epilogue {
         } else {
           x.v = _mm512_loadu_ps(reinterpret_cast<const float*>(src) + c0);
         }
-        const int64_t col = p.n0 + c0;
-        if (e.col_scale != nullptr) x = x * v::Vf{_mm512_maskz_loadu_ps(mask, e.col_scale + col)};
-        if (e.row_scale != nullptr) x = x * rs;
-        if (e.bias != nullptr) x = x + v::Vf{_mm512_maskz_loadu_ps(mask, e.bias + col)};
-        x = activate<A, kBf16Out>(x);
-        void* out = e.y.row(row);
-        if constexpr (kBf16Out) {
-          _mm256_mask_storeu_epi16(static_cast<uint16_t*>(out) + col, mask, v::f32_to_bf16_bits(x));
-        } else {
-          _mm512_mask_storeu_ps(static_cast<float*>(out) + col, mask, x.v);
-        }
+        v::epilogue_16<A, kBf16Out>(x, e, rs, row, p.n0 + c0, mask);
       }
     }
     p.next = end;

@@ -3,26 +3,29 @@
 // On CPUs with AMX, BF16 / FP8 / INT8 linear layers run on flick's own AMX
 // GEMM (runtime/cpu/gemm.h): oneDNN 2.6 reaches 13-34 % of the AMX peak at
 // the DiT shapes, the hand-written kernel several times that
-// (bench/RESULTS.md). Capping oneDNN's ISA below AMX (ONEDNN_MAX_CPU_ISA)
-// turns it off too, so one variable selects the kernels of a CPU class.
+// (bench/RESULTS.md). On CPUs with AVX-512 VNNI and no AMX, INT8 layers run
+// on flick's VNNI GEMM over the same packed weights (87-92 % of the vpdpbusd
+// peak against oneDNN's 73-82 %, and bit-identical to the AMX kernel and
+// runtime/ref). Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA) below AMX, or
+// below VNNI, turns them off too, so one variable selects the kernels of a
+// CPU class.
 //
-// Everywhere else (and for F32 layers): linear = one oneDNN matmul primitive per (M, dtypes,
-// strides, activation), created on the first call and cached in the packed weights; weights are
-// reordered once at pack time into the blocked layout brgemm wants. That
-// layout depends on N, K, the dtypes and the ISA but not on M (checked for
-// M = 1 .. 2640), so one reorder serves every M. Everything after the
-// matmul is oneDNN post-ops, in this order:
+// Everywhere else (F32 layers, and BF16 / FP8 without AMX): linear = one oneDNN matmul primitive
+// per (M, dtypes, strides, activation), created on the first call and cached in the packed weights;
+// weights are reordered once at pack time into the layout brgemm asks for. That layout depends on
+// N, K, the dtypes and the ISA but not on M (checked for M = 1 .. 2640), so one reorder serves
+// every M (oneDNN 2.6 asks for plain [K, N] weights at these batched shapes and re-blocks them
+// inside each call: ONEDNN_VERBOSE shows wei_s8::blocked:abc). Everything after the matmul is
+// oneDNN post-ops, in this order:
 //   F32 / BF16:  acc + bias -> act
 //   FP8:         acc * w_scale[n] (output scales) + bias -> act
-//   INT8:        acc * w_scale[n] (output scales) * x_scale[m] (binary_mul over
-//                a [1, M, 1] tensor) + bias -> act
-// INT8 runs only on oneDNN's brgemm int8 kernels (AVX-512 VNNI, AMX): they
-// apply the [1, M, 1] row-scale post-op right, while oneDNN 2.6's gemm:jit
-// int8 fallback below VNNI gave wrong sums even without post-ops when
-// checked here with ONEDNN_MAX_CPU_ISA=AVX512_CORE. cpu_supports() tells
-// loaders which precisions this CPU can run.
-// oneDNN 2.6's brgemm needs dense rows: strided x is copied (or converted,
-// or quantized) into a dense buffer owned by the plan, strided y is written
+// INT8 runs only on flick's GEMMs, so only where a CPU has AVX-512 VNNI (or
+// AMX): oneDNN 2.6's int8 fallback below VNNI (gemm:jit) gave wrong sums
+// even without post-ops when checked here with ONEDNN_MAX_CPU_ISA=
+// AVX512_CORE. cpu_supports() tells loaders which precisions this CPU can
+// run.
+// oneDNN 2.6's brgemm needs dense rows: strided x is copied (or converted)
+// into a dense buffer owned by the plan, strided y is written
 // through a dense buffer and copied out.
 #include <algorithm>
 #include <cstring>
@@ -53,8 +56,7 @@ constexpr int64_t kPackM = 1024;
 
 size_t odt_size(odt t) { return t == odt::f32 ? 4 : t == odt::bf16 ? 2 : 1; }
 
-// Rows of a [M, C] matrix as oneDNN sees them: [1, M, C] (3-d, so the
-// per-row INT8 scale can be a binary post-op broadcast over [1, M, 1]).
+// Rows of a [M, C] matrix as oneDNN sees them: [1, M, C].
 memory::desc rows_md(int64_t m, int64_t c, int64_t ld, odt t) {
   return memory::desc({1, m, c}, t, memory::dims{m * ld, ld, 1});
 }
@@ -68,7 +70,7 @@ struct PlanKey {
 };
 
 // Everything one PlanKey needs, built on its first call. Its working
-// memory (dense src / dst, row scales, oneDNN's scratchpad) is the calling
+// memory (dense src / dst, oneDNN's scratchpad) is the calling
 // thread's CallBuffers, shared by every plan of every layer and bound per
 // call: a plan per layer and M kept its own before, 1.3 GB over the
 // Matrix-Game DiT's INT8 layers at M = 2640 on CPUs without AMX.
@@ -78,9 +80,8 @@ struct Plan {
   dnnl::matmul prim;
   std::unordered_map<int, memory> args;
   memory src, dst;  // what the primitive reads / writes (dense)
-  memory scratchpad, x_scales;
+  memory scratchpad;
   size_t src_bytes = 0, dst_bytes = 0, scratchpad_bytes = 0;
-  bool quantize = false;  // INT8: x -> src by quantize_rows()
   memory weights_copy;    // only when this M wants another weight layout
   bool x_direct = false;  // x is src: same dtype, dense rows
   bool y_direct = false;  // y is dst
@@ -143,10 +144,9 @@ class OnednnLinear final : public PackedLinear {
   // an f32 GEMM on the same bf16-rounded operands, which is exact to the
   // same products (bf16 x bf16 is exact in fp32) with fp32 accumulation.
   bool emulate_bf16_ = false;
-  int x_offset_ = 0;  // 128 when INT8 activations go in as u8
-  std::vector<float> w_scale_;
+  std::vector<float> w_scale_;  // FP8
   OwnedTensor bias_buf_;
-  memory bias_, weights_, zero_point_;
+  memory bias_, weights_;
   memory::desc weights_md_;              // weights_'s, for packed_tensors()
   HostBuffer weights_buf_;               // the reordered weights, unless adopted
   std::shared_ptr<const void> storage_;  // adopted weights and bias
@@ -158,41 +158,20 @@ class OnednnLinear final : public PackedLinear {
   mutable std::string last_impl_;
 };
 
-// The weights' dtype in the primitive: bf16 weights (BF16 and FP8 as
-// widened to bf16) or s8 (INT8); prepare_weights makes exactly these.
-odt weights_type_for(Precision p) {
-  switch (p) {
-    case Precision::F32: return odt::f32;
-    case Precision::BF16:
-    case Precision::FP8: return odt::bf16;
-    case Precision::INT8: return odt::s8;
-  }
-  return odt::undef;
-}
-
-odt src_type_for(Precision p) {
-  switch (p) {
-    case Precision::F32: return odt::f32;
-    case Precision::BF16:
-    case Precision::FP8: return odt::bf16;
-    case Precision::INT8: return int8_uses_u8_activations() ? odt::u8 : odt::s8;
-  }
-  return odt::undef;
-}
+// The operands' dtype in the primitive: f32, or bf16 (BF16 and FP8 as
+// widened to bf16, which prepare_weights makes). INT8 never gets here
+// (pack_linear).
+odt operand_type_for(Precision p) { return p == Precision::F32 ? odt::f32 : odt::bf16; }
 
 dnnl::matmul::primitive_desc OnednnLinear::init(const float* scale, const Tensor& bias) {
-  src_type_ = src_type_for(precision_);
+  FLICK_CHECK(precision_ != Precision::INT8, "INT8 linears run on flick's GEMMs");
+  src_type_ = operand_type_for(precision_);
   const auto& eng = onednn_engine();
-  if (src_type_ == odt::u8) {
-    x_offset_ = 128;
-    zero_point_ = memory({{1}, odt::s32, tag::a}, eng);
-    *static_cast<int32_t*>(zero_point_.get_data_handle()) = x_offset_;
-  }
   if (scale != nullptr) w_scale_.assign(scale, scale + n_);
   if (!bias.empty())
     bias_ = memory({{1, 1, n_}, odt::f32, tag::abc}, eng, const_cast<void*>(bias.data));
   // The weights as the primitive wants them for any M (see the top).
-  const odt wt = weights_type_for(precision_);
+  const odt wt = operand_type_for(precision_);
   auto any_weights = [&] { return memory::desc({1, k_, n_}, wt, tag::any); };
   auto pd = try_primitive_desc(kPackM, any_weights(), dst_type_for(odt::bf16), Activation::None);
   if (!pd && src_type_ == odt::bf16) {
@@ -267,10 +246,7 @@ std::optional<dnnl::matmul::primitive_desc> OnednnLinear::try_primitive_desc(
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (!w_scale_.empty()) attr.set_output_scales(1 << 2, w_scale_);  // per N
-  if (x_offset_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
   dnnl::post_ops po;
-  if (precision_ == Precision::INT8)
-    po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, m, 1}, odt::f32, tag::abc));
   if (bias_) po.append_binary(dnnl::algorithm::binary_add, bias_.get_desc());
   append_activation(po, act);
   attr.set_post_ops(po);
@@ -313,19 +289,15 @@ void OnednnLinear::build(Plan& p) const {
     weights = p.weights_copy;
   }
   const dnnl::matmul::primitive_desc& pd = *found;
-  FLICK_CHECK(precision_ != Precision::INT8 || std::string(pd.impl_info_str()).rfind("brg", 0) == 0,
-              std::string("INT8 linear got oneDNN's ") + pd.impl_info_str() +
-                  ", which mishandles the per-row scale; INT8 needs AVX-512 VNNI or AMX");
   p.impl = impl_name(pd, "linear M=" + std::to_string(m));
   p.prim = dnnl::matmul(pd);
   p.scratchpad_bytes = pd.scratchpad_desc().get_size();
   p.scratchpad = memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
 
-  p.quantize = precision_ == Precision::INT8;
-  p.x_direct = !p.quantize && !emulate_bf16_ && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
+  p.x_direct = !emulate_bf16_ && onednn_dtype(key.x) == src_type_ && key.ldx == k_;
   if (!p.x_direct) p.src_bytes = static_cast<size_t>(m * k_) * odt_size(src_type_);
   p.src = memory(pd.src_desc(), eng, DNNL_MEMORY_NONE);
-  if (!p.x_direct && !p.quantize)
+  if (!p.x_direct)
     p.x_in.emplace(rows_md(m, k_, key.ldx, onednn_dtype(key.x)), p.src, emulate_bf16_);
 
   p.y_direct = dst_type == y_type && key.ldy == n_;
@@ -341,13 +313,7 @@ void OnednnLinear::build(Plan& p) const {
             {DNNL_ARG_WEIGHTS, weights},
             {DNNL_ARG_DST, p.dst},
             {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
-  int post_op = 0;
-  if (p.quantize) {
-    p.x_scales = memory({{1, m, 1}, odt::f32, tag::abc}, eng, DNNL_MEMORY_NONE);
-    p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] = p.x_scales;
-  }
-  if (bias_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] = bias_;
-  if (x_offset_ != 0) p.args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = zero_point_;
+  if (bias_) p.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = bias_;
 }
 
 void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activation act) const {
@@ -361,13 +327,7 @@ void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activatio
   p.scratchpad.set_data_handle(cb.get(CallBuffers::kScratchpad, p.scratchpad_bytes));
   void* src = p.x_direct ? nullptr : cb.get(CallBuffers::kSrc, p.src_bytes);
   void* dst = p.y_direct ? nullptr : cb.get(CallBuffers::kDst, p.dst_bytes);
-  if (p.quantize) {
-    auto* scales = static_cast<float*>(
-        cb.get(CallBuffers::kRowScales, static_cast<size_t>(x.rows) * sizeof(float)));
-    p.x_scales.set_data_handle(scales);
-    p.src.set_data_handle(src);
-    quantize_rows(x, src, k_, scales, x_offset_);
-  } else if (p.x_direct) {
+  if (p.x_direct) {
     p.src.set_data_handle(x.data);
   } else {
     p.src.set_data_handle(src);
@@ -408,6 +368,7 @@ class AmxLinear final : public PackedLinear {
   AmxLinear(Precision precision, AmxWeights weights, const Tensor& scale, const Tensor& bias,
             std::vector<OwnedTensor> owned, std::shared_ptr<const void> storage)
       : precision_(precision),
+        vnni_(!linear_uses_amx()),
         weights_(std::move(weights)),
         scale_(scale),
         bias_(bias),
@@ -417,6 +378,7 @@ class AmxLinear final : public PackedLinear {
   int64_t out_features() const override { return weights_.n; }
   Precision precision() const override { return precision_; }
   std::string impl() const {
+    if (vnni_) return "flick:vnni_int8";
     return weights_.type == AmxType::S8 ? "flick:amx_int8" : "flick:amx_bf16";
   }
   const AmxWeights& weights() const { return weights_; }
@@ -426,17 +388,21 @@ class AmxLinear final : public PackedLinear {
   void run(const ref::RowsView& x, const ref::RowsView& y, Activation act) const {
     if (x.rows == 0) return;
     AmxCallBuffers& buf = amx_call_buffers();
+    AmxEpilogue e;
+    e.col_scale = scale_.empty() ? nullptr : scale_.ptr<float>();
+    e.bias = bias_.empty() ? nullptr : bias_.ptr<float>();
+    e.act = act;
+    e.y = y;
+    if (vnni_) {
+      run_vnni(x, e, buf);
+      return;
+    }
     AmxActivations a;
     a.type = weights_.type;
     a.m = x.rows;
     a.m_pad = amx_round_up(x.rows, 32);
     a.k_pad = weights_.k_pad;
     a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, weights_.k));
-    AmxEpilogue e;
-    e.col_scale = scale_.empty() ? nullptr : scale_.ptr<float>();
-    e.bias = bias_.empty() ? nullptr : bias_.ptr<float>();
-    e.act = act;
-    e.y = y;
     if (a.type == AmxType::S8) {
       auto* scales = static_cast<float*>(buf.reserve(buf.row_scales, sizeof(float) * x.rows));
       amx_pack_s8(x, a, scales, buf.scratch);
@@ -448,7 +414,28 @@ class AmxLinear final : public PackedLinear {
   }
 
  private:
+  // INT8 on AVX-512 VNNI: rows quantized as u8 (q + 128, dense rows of k_pad
+  // bytes), the compensation of the weights made on the first call.
+  void run_vnni(const ref::RowsView& x, AmxEpilogue& e, AmxCallBuffers& buf) const {
+    std::call_once(comp_once_, [&] {
+      comp_.resize(static_cast<size_t>(weights_.n_pad));
+      vnni_compensation(weights_, comp_.data());
+    });
+    const int64_t lda = weights_.k_pad, k = weights_.k;
+    auto* a = static_cast<uint8_t*>(buf.reserve(buf.a, static_cast<size_t>(x.rows * lda)));
+    auto* scales = static_cast<float*>(buf.reserve(buf.row_scales, sizeof(float) * x.rows));
+    quantize_rows(x, a, lda, scales, kVnniOffset);
+    if (lda > k)  // met by zero weights; zeroed so no byte read is stale
+      for (int64_t m = 0; m < x.rows; ++m) std::memset(a + m * lda + k, 0, size_t(lda - k));
+    e.row_scale = scales;
+    vnni_gemm(a, lda, x.rows, weights_, comp_.data(), e);
+  }
+
+  static constexpr int kVnniOffset = 128;  // u8 = q + 128, the compensation's 128
   Precision precision_;
+  bool vnni_;  // INT8 on vnni_gemm (no AMX): see linear_uses_vnni
+  mutable std::once_flag comp_once_;
+  mutable std::vector<int32_t> comp_;  // [n_pad] vnni_compensation, made on first use
   AmxWeights weights_;
   Tensor scale_;  // F32 [N] for INT8 / FP8
   Tensor bias_;   // F32 [N] or empty
@@ -458,8 +445,11 @@ class AmxLinear final : public PackedLinear {
 
 AmxType amx_type_for(Precision p) { return p == Precision::INT8 ? AmxType::S8 : AmxType::BF16; }
 
-// Whether pack_linear puts a `p` layer on the AMX GEMM.
-bool d_uses_amx(Precision p) { return p != Precision::F32 && linear_uses_amx(); }
+// Whether pack_linear puts a `p` layer on flick's GEMMs (AmxLinear): AMX
+// for BF16 / FP8 / INT8, AVX-512 VNNI for INT8.
+bool d_uses_amx(Precision p) {
+  return (p != Precision::F32 && linear_uses_amx()) || (p == Precision::INT8 && linear_uses_vnni());
+}
 
 std::unique_ptr<AmxLinear> amx_linear(ref::PreparedWeights w) {
   AmxWeights packed = amx_pack_weights(w.w, amx_type_for(w.precision));
@@ -563,15 +553,6 @@ bool matmul_in(odt ct, const Tensor& A, const Tensor& B, const Tensor& C) {
 
 }  // namespace
 
-bool int8_uses_u8_activations() {
-  // Measured (bench/RESULTS.md): with AMX, s8 and u8 run at the same speed
-  // and s8 needs no zero-point compensation; on AVX-512 VNNI, which has no
-  // s8 x s8 instruction, oneDNN's own s8 handling is ~20 % slower than
-  // feeding u8 with a zero point of 128.
-  static const bool u8 = dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
-  return u8;
-}
-
 bool amx_not_capped() {
   static const bool yes = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
   return yes;
@@ -582,6 +563,12 @@ bool linear_uses_amx() {
   return yes;
 }
 
+bool linear_uses_vnni() {
+  static const bool yes = !linear_uses_amx() && vnni_available() &&
+                          dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_vnni;
+  return yes;
+}
+
 std::string linear_impl(const PackedLinear& w) {
   if (const auto* amx = dynamic_cast<const AmxLinear*>(&w)) return amx->impl();
   return as_onednn(w).impl();
@@ -589,8 +576,8 @@ std::string linear_impl(const PackedLinear& w) {
 
 bool cpu_supports(Precision p) {
   // F32 everywhere; BF16 / FP8 natively from AVX-512 on, else emulated
-  // exactly in f32; INT8 only with brgemm int8 (see the top of this file).
-  return p != Precision::INT8 || dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_vnni;
+  // exactly in f32; INT8 only on flick's GEMMs (see the top of this file).
+  return p != Precision::INT8 || linear_uses_amx() || linear_uses_vnni();
 }
 
 std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
@@ -708,9 +695,7 @@ std::string packed_linear_kind(Precision precision, int64_t n, int64_t k, bool b
   if (d_uses_amx(precision)) {
     layout = precision == Precision::INT8 ? "amx-s8" : "amx-bf16";
   } else {
-    layout = std::string("onednn-") + (precision == Precision::INT8 && int8_uses_u8_activations()
-                                           ? "u8s8"
-                                           : precision_name(precision));
+    layout = std::string("onednn-") + precision_name(precision);
   }
   return "packed-linear-v" + std::to_string(kPackedFormat) + " " + layout + " " +
          precision_name(precision) + " [" + std::to_string(n) + ", " + std::to_string(k) + "]" +

@@ -17,9 +17,4 @@ std::string conv_impl(const PackedConv& w);
 // VNNI on. Loaders check this and report a clear error before packing.
 bool cpu_supports(Precision p);
 
-// Whether INT8 linear layers feed oneDNN u8 activations (+128, with oneDNN's
-// zero-point compensation) instead of s8: chosen per ISA at pack time, see
-// runtime/cpu/matmul.cpp.
-bool int8_uses_u8_activations();
-
 }  // namespace flick::cpu

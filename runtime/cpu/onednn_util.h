@@ -31,7 +31,7 @@ void append_activation(dnnl::post_ops& po, Activation act);
 // (grown on first use), instead of each plan keeping its own: a VAE has
 // dozens of convolution plans, each with full-resolution buffers.
 struct CallBuffers {
-  enum Slot { kScratchpad, kSrc, kDst, kRowScales, kSlots };
+  enum Slot { kScratchpad, kSrc, kDst, kSlots };
   // At least `bytes` of slot s; valid until the next larger request of s.
   void* get(Slot s, size_t bytes);
 

@@ -207,7 +207,7 @@ TEST_P(LinearCacheTest, DoctoredEntryWithValidChecksumsIsRebuilt) {
   });
   doctored("a tensor missing", [](Stored& s) { s.tensors.pop_back(); });
   doctored("no meta", [](Stored& s) { s.tensors.erase(s.tensors.begin()); });
-  if (cpu::linear_impl(*cpu::pack_linear(desc())).rfind("flick:amx", 0) != 0) {
+  if (cpu::linear_impl(*cpu::pack_linear(desc())).rfind("flick:", 0) != 0) {
     // oneDNN: the stored weights md (tensors[2]) is compared with the one
     // this process's primitive wants.
     doctored("other oneDNN layout", [](Stored& s) {

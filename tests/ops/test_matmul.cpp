@@ -320,19 +320,25 @@ TEST(Linear, DitDownProjectionSampledRows) {
 }
 
 // On a CPU with AMX, BF16 / FP8 / INT8 layers run on flick's AMX GEMM (and
-// F32 on oneDNN); elsewhere everything is oneDNN. linear_uses_amx() says
-// which, and the packed layers must agree with it.
-TEST(Linear, AmxPathTakenWhenAvailable) {
-  const bool amx = cpu::linear_uses_amx();
+// F32 on oneDNN); on one with AVX-512 VNNI and no AMX, INT8 runs on flick's
+// VNNI GEMM; elsewhere everything is oneDNN. linear_uses_amx() /
+// linear_uses_vnni() say which, and the packed layers must agree with them.
+TEST(Linear, FlickGemmTakenWhenAvailable) {
+  const bool amx = cpu::linear_uses_amx(), vnni = cpu::linear_uses_vnni();
   EXPECT_TRUE(!amx || cpu::amx_available());
+  EXPECT_TRUE(!vnni || (cpu::vnni_available() && !amx));
   OwnedTensor w = random_tensor(DType::F32, {40, 70}, 48, 0.1f);
   for (Precision p : precisions()) {
     auto cw = cpu::pack_linear({w.t, Tensor{}, Tensor{}, p});
     const std::string impl = cpu::linear_impl(*cw);
-    const bool on_amx = impl.rfind("flick:amx", 0) == 0;
-    EXPECT_EQ(on_amx, amx && p != Precision::F32) << precision_name(p) << ": " << impl;
+    EXPECT_EQ(impl.rfind("flick:amx", 0) == 0, amx && p != Precision::F32)
+        << precision_name(p) << ": " << impl;
+    EXPECT_EQ(impl == "flick:vnni_int8", vnni && p == Precision::INT8)
+        << precision_name(p) << ": " << impl;
   }
-  std::printf("[ amx      ] linear on the AMX GEMM: %s\n", amx ? "yes" : "no (oneDNN)");
+  std::printf("[ gemm     ] linear on flick's GEMMs: %s\n", amx    ? "AMX"
+                                                            : vnni ? "AVX-512 VNNI (INT8)"
+                                                                   : "no (oneDNN)");
 }
 
 // Shapes around every boundary of the AMX GEMM: M, N, K off the 16 / 32 /
@@ -376,13 +382,24 @@ TEST(Linear, AmxBlockingBoundaries) {
   }
 }
 
-// INT8 on the AMX GEMM: the same s8 operands as the reference, an exact s32
-// sum, then (acc * w_scale) * x_scale + bias in fp32 in the reference's
-// order: without an activation the output is bit-identical. (oneDNN's
-// kernels order the scaling differently, so this holds only on AMX.)
-TEST(Linear, AmxInt8BitExactWithReference) {
-  if (!cpu::linear_uses_amx()) GTEST_SKIP() << "INT8 runs on oneDNN on this CPU";
-  for (const auto& [m, k, n] : {std::array<int64_t, 3>{5, 70, 33}, {129, 1536, 96}}) {
+// INT8 on flick's GEMMs (AMX, or AVX-512 VNNI with u8 = q + 128 and the
+// weights' column sums taken back): the same s8 operands as the reference,
+// an exact s32 sum, then (acc * w_scale) * x_scale + bias in fp32 in the
+// reference's order: without an activation the output is bit-identical.
+// (oneDNN's kernels order the scaling differently, so this holds only there.)
+TEST(Linear, FlickGemmInt8BitExactWithReference) {
+  if (!cpu::linear_uses_amx() && !cpu::linear_uses_vnni())
+    GTEST_SKIP() << "INT8 runs on oneDNN on this CPU";
+  // The VNNI kernel's boundaries too: 6-row tiles, 64-column groups (an odd
+  // 32-column block last: N = 33, 65), rows split across threads (few
+  // groups) or columns (many), K off the 64-byte step.
+  for (const auto& [m, k, n] : {std::array<int64_t, 3>{5, 70, 33},
+                                {129, 1536, 96},
+                                {1, 64, 1},
+                                {13, 100, 65},
+                                {47, 129, 300},
+                                {200, 2100, 70},
+                                {70, 4200, 40}}) {
     OwnedTensor x = random_tensor(DType::BF16, {m, k}, 401);
     OwnedTensor w = random_tensor(DType::F32, {n, k}, 402, 0.05f);
     OwnedTensor b = random_tensor(DType::F32, {n}, 403);

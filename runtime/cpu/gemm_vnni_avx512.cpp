@@ -1,0 +1,204 @@
+// The INT8 GEMM of runtime/cpu/gemm.h for CPUs with AVX-512 VNNI and no AMX
+// (AMD Zen 4 / 5, Intel Ice Lake / Cascade Lake): vpdpbusd over the AMX
+// kernels' packed s8 weights, whose 64-byte tile rows are exactly the
+// operand vpdpbusd reads (16 columns x 4 consecutive k of one K quad).
+//
+// vpdpbusd multiplies u8 by s8, so activations go in as u8 = q + 128 (the
+// quantizer's offset) and each column's dot product is taken back by
+// 128 * sum_k w[n, k] (`comp`, exact integers): the s32 sums equal the s8 x s8
+// sums of the AMX kernel and runtime/ref, and the shared epilogue
+// (gemm_epilogue_avx512.h) makes the outputs bit-identical to both.
+//
+// Register tile: 6 rows x 64 columns (24 accumulators, 4 weight vectors, one
+// broadcast A quad): 10 loads per 24 vpdpbusd. Cache blocking: a block of
+// rows (its A panel, a few MB, from L3) passes over the thread's column
+// groups; each group's weights (K x 64 bytes, <= 576 KB at K = 8960) stay in
+// L2 over the block's 6-row tiles, and each tile's 6 A rows in L1. Measured on a Zen 4 (2 threads,
+// raw s32 sums): 810-850 GOPS = 87-92 % of the vpdpbusd peak at the DiT's shapes, where
+// oneDNN 2.6's brgemm (which re-blocks plain weights per call) reaches 73-82 % including its
+// quantize pass. GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_*
+// temporaries (GCC PR105593, fixed in 13).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/cpu/eltwise_kernels.h"
+#include "runtime/cpu/eltwise_simd_avx512.h"
+#include "runtime/cpu/gemm_vnni.h"
+
+namespace flick::cpu::avx512 {
+namespace {
+// The activation functions of the elementwise ops (same code, same ulps).
+#define FLICK_ISA_NAME "avx512-vnni-epilogue"
+#include "runtime/cpu/eltwise_kernels.inc"
+#undef FLICK_ISA_NAME
+#include "runtime/cpu/gemm_epilogue_avx512.h"
+}  // namespace
+}  // namespace flick::cpu::avx512
+
+namespace flick::cpu::vnni {
+namespace {
+
+namespace v = flick::cpu::avx512;
+
+constexpr int kMr = 6;                // rows of the register tile
+constexpr int64_t kTileBytes = 1024;  // 16 K quads x 16 columns
+constexpr int64_t kStepBytes = 2048;  // one K step (64 k) of a 32-column block
+
+// acc += u8 quads of a . s8 quads of b. Inline asm rather than
+// _mm512_dpbusd_epi32: with the intrinsic GCC 12 copies the accumulators
+// around every product and spills the tile (see attention_int8_avx512.cpp).
+inline void dpbusd(__m512i& acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
+// c[R][16 * C] (+)= a[R rows] . (b0 | b1) over `steps` K steps: from zero,
+// or from c's partial sums (`accumulate`). C = 4: two 32-column blocks (b0,
+// b1); C = 2: one (b0).
+template <int R, int C>
+void tile(const uint8_t* a, int64_t lda, const char* b0, const char* b1, int64_t steps, int32_t* c,
+          int64_t ldc, bool accumulate) {
+  __m512i acc[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j)
+      acc[r][j] = accumulate ? _mm512_load_si512(c + r * ldc + 16 * j) : _mm512_setzero_si512();
+  for (int64_t s = 0; s < steps; ++s) {
+    const char* p0 = b0 + s * kStepBytes;
+    const char* p1 = b1 + s * kStepBytes;
+    const uint8_t* as = a + s * 64;
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; ++q) {
+      __m512i bv[C];
+      bv[0] = _mm512_load_si512(p0 + q * 64);
+      bv[1] = _mm512_load_si512(p0 + kTileBytes + q * 64);
+      if constexpr (C == 4) {
+        bv[2] = _mm512_load_si512(p1 + q * 64);
+        bv[3] = _mm512_load_si512(p1 + kTileBytes + q * 64);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t quad;
+        std::memcpy(&quad, as + r * lda + 4 * q, 4);
+        const __m512i av = _mm512_set1_epi32(quad);
+#pragma GCC unroll 4
+        for (int j = 0; j < C; ++j) dpbusd(acc[r][j], av, bv[j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j) _mm512_store_si512(c + r * ldc + 16 * j, acc[r][j]);
+}
+
+template <int C>
+void tile_rows(int rows, const uint8_t* a, int64_t lda, const char* b0, const char* b1,
+               int64_t steps, int32_t* c, int64_t ldc, bool accumulate) {
+  static_assert(kMr == 6, "the dispatch below covers 1 to 6 rows");
+  switch (rows) {
+    case 1: return tile<1, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 2: return tile<2, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 3: return tile<3, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 4: return tile<4, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 5: return tile<5, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    default: return tile<6, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+  }
+}
+
+// Loop order: row block, K block, column group, 6-row tile. When K is split,
+// the s32 sums of the block's rows x the thread's columns wait in w.partial
+// between K blocks; else a tile's sums go through an L1 buffer. After the
+// last K block each tile goes through the epilogue.
+template <Activation A, bool kBf16Out>
+void run(const WorkerArgs& w) {
+  const AmxWeights& wt = *w.w;
+  const AmxEpilogue& e = *w.epilogue;
+  const int64_t steps = wt.k_pad / 64, blocks = wt.n_pad / 32;
+  const auto* b = static_cast<const char*>(wt.data);
+  const bool split_k = w.steps_per_block < steps;
+  const int64_t ldc = split_k ? (w.g1 - w.g0) * 64 : 64;
+  alignas(64) int32_t tile_sums[kMr * 64];
+  for (int64_t m0 = w.m0; m0 < w.m1; m0 += w.rows_per_block) {
+    const int64_t m1 = std::min(w.m1, m0 + w.rows_per_block);
+    for (int64_t k0 = 0; k0 < steps; k0 += w.steps_per_block) {
+      const int64_t ks = std::min(w.steps_per_block, steps - k0);
+      const bool last = k0 + ks == steps;
+      for (int64_t g = w.g0; g < w.g1; ++g) {
+        const int64_t nb = 2 * g;
+        const bool pair = nb + 1 < blocks;
+        const char* b0 = b + (nb * steps + k0) * kStepBytes;
+        const char* b1 = pair ? b0 + steps * kStepBytes : b0;
+        const int64_t col0 = nb * 32;
+        const int64_t cols = std::min<int64_t>(pair ? 64 : 32, wt.n - col0);
+        for (int64_t m = m0; m < m1; m += kMr) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMr, m1 - m));
+          const uint8_t* a = w.a + m * w.lda + k0 * 64;
+          int32_t* c = split_k ? w.partial + (m - m0) * ldc + (g - w.g0) * 64 : tile_sums;
+          if (pair)
+            tile_rows<4>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
+          else
+            tile_rows<2>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
+          if (!last) continue;
+          for (int r = 0; r < rows; ++r) {
+            const int64_t row = m + r;
+            const v::Vf rs = v::splat(e.row_scale != nullptr ? e.row_scale[row] : 1.f);
+            for (int64_t j = 0; 16 * j < cols; ++j) {
+              const int64_t col = col0 + 16 * j;
+              const __m512i sum = _mm512_sub_epi32(_mm512_load_si512(c + r * ldc + 16 * j),
+                                                   _mm512_loadu_si512(w.comp + col));
+              v::epilogue_16<A, kBf16Out>(
+                  v::Vf{_mm512_cvtepi32_ps(sum)}, e, rs, row, col,
+                  v::tail_mask(static_cast<int>(std::min<int64_t>(16, cols - 16 * j))));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <Activation A>
+void run_act(const WorkerArgs& w) {
+  if (w.epilogue->y.dtype == DType::BF16)
+    run<A, true>(w);
+  else
+    run<A, false>(w);
+}
+
+}  // namespace
+
+void gemm_worker(const WorkerArgs& w) {
+  switch (w.epilogue->act) {
+    case Activation::None: return run_act<Activation::None>(w);
+    case Activation::GeluErf: return run_act<Activation::GeluErf>(w);
+    case Activation::GeluTanh: return run_act<Activation::GeluTanh>(w);
+    case Activation::Silu: return run_act<Activation::Silu>(w);
+    case Activation::RoundGeluTanh: return run_act<Activation::RoundGeluTanh>(w);
+    case Activation::Relu: return run_act<Activation::Relu>(w);
+    case Activation::Sigmoid: return run_act<Activation::Sigmoid>(w);
+  }
+}
+
+void compensation(const AmxWeights& w, int32_t* comp) {
+  // Tile row q of a step holds quad q of 16 columns; summing its bytes in
+  // 4-byte lanes (vpdpbusd of all-ones u8) gives each column's partial sum.
+  const int64_t steps = w.k_pad / 64, blocks = w.n_pad / 32;
+  const auto* b = static_cast<const char*>(w.data);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t nb = 0; nb < blocks; ++nb)
+    for (int h = 0; h < 2; ++h) {
+      __m512i sum = _mm512_setzero_si512();
+      for (int64_t s = 0; s < steps; ++s)
+        for (int q = 0; q < 16; ++q)
+          dpbusd(sum, ones,
+                 _mm512_load_si512(b + (nb * steps + s) * kStepBytes + h * kTileBytes + q * 64));
+      _mm512_storeu_si512(comp + nb * 32 + h * 16, _mm512_slli_epi32(sum, 7));
+    }
+}
+
+}  // namespace flick::cpu::vnni
