@@ -22,7 +22,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "runtime/cpu/eltwise_kernels.h"
@@ -44,7 +43,13 @@ namespace {
 
 namespace v = flick::cpu::avx512;
 
-constexpr int kMr = 6;                // rows of the register tile
+constexpr int kMr = 6;  // rows of the register tile
+
+// std::min is an inline template of a shared header: an out-of-line copy
+// compiled here, with the AVX-512 flags, could be the one the linker keeps
+// for every file (see runtime/cpu/attention_kernels.h).
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 constexpr int64_t kTileBytes = 1024;  // 16 K quads x 16 columns
 constexpr int64_t kStepBytes = 2048;  // one K step (64 k) of a 32-column block
 
@@ -124,9 +129,9 @@ void run(const WorkerArgs& w) {
   const int64_t ldc = split_k ? (w.g1 - w.g0) * 64 : 64;
   alignas(64) int32_t tile_sums[kMr * 64];
   for (int64_t m0 = w.m0; m0 < w.m1; m0 += w.rows_per_block) {
-    const int64_t m1 = std::min(w.m1, m0 + w.rows_per_block);
+    const int64_t m1 = min64(w.m1, m0 + w.rows_per_block);
     for (int64_t k0 = 0; k0 < steps; k0 += w.steps_per_block) {
-      const int64_t ks = std::min(w.steps_per_block, steps - k0);
+      const int64_t ks = min64(w.steps_per_block, steps - k0);
       const bool last = k0 + ks == steps;
       for (int64_t g = w.g0; g < w.g1; ++g) {
         const int64_t nb = 2 * g;
@@ -134,9 +139,9 @@ void run(const WorkerArgs& w) {
         const char* b0 = b + (nb * steps + k0) * kStepBytes;
         const char* b1 = pair ? b0 + steps * kStepBytes : b0;
         const int64_t col0 = nb * 32;
-        const int64_t cols = std::min<int64_t>(pair ? 64 : 32, wt.n - col0);
+        const int64_t cols = min64(pair ? 64 : 32, wt.n - col0);
         for (int64_t m = m0; m < m1; m += kMr) {
-          const int rows = static_cast<int>(std::min<int64_t>(kMr, m1 - m));
+          const int rows = static_cast<int>(min64(kMr, m1 - m));
           const uint8_t* a = w.a + m * w.lda + k0 * 64;
           int32_t* c = split_k ? w.partial + (m - m0) * ldc + (g - w.g0) * 64 : tile_sums;
           if (pair)
@@ -151,9 +156,8 @@ void run(const WorkerArgs& w) {
               const int64_t col = col0 + 16 * j;
               const __m512i sum = _mm512_sub_epi32(_mm512_load_si512(c + r * ldc + 16 * j),
                                                    _mm512_loadu_si512(w.comp + col));
-              v::epilogue_16<A, kBf16Out>(
-                  v::Vf{_mm512_cvtepi32_ps(sum)}, e, rs, row, col,
-                  v::tail_mask(static_cast<int>(std::min<int64_t>(16, cols - 16 * j))));
+              v::epilogue_16<A, kBf16Out>(v::Vf{_mm512_cvtepi32_ps(sum)}, e, rs, row, col,
+                                          v::tail_mask(static_cast<int>(min64(16, cols - 16 * j))));
             }
           }
         }
