@@ -10,14 +10,17 @@
 // (gemm_epilogue_avx512.h) makes the outputs bit-identical to both.
 //
 // Register tile: 6 rows x 64 columns (24 accumulators, 4 weight vectors, one
-// broadcast A quad): 10 loads per 24 vpdpbusd. Cache blocking: a block of
-// rows (its A panel, a few MB, from L3) passes over the thread's column
-// groups; each group's weights (K x 64 bytes, <= 576 KB at K = 8960) stay in
-// L2 over the block's 6-row tiles, and each tile's 6 A rows in L1. Measured on a Zen 4 (2 threads,
-// raw s32 sums): 810-850 GOPS = 87-92 % of the vpdpbusd peak at the DiT's shapes, where
-// oneDNN 2.6's brgemm (which re-blocks plain weights per call) reaches 73-82 % including its
-// quantize pass. GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_*
-// temporaries (GCC PR105593, fixed in 13).
+// broadcast A quad): 10 loads per 24 vpdpbusd. Cache blocking (the loop
+// order is at run()): K in blocks of up to 2048; a block of rows whose A
+// panel (~384 KB) stays in L2 passes over the thread's column groups, each
+// group's weights for the K block (<= 128 KB) stay in L2 over the block's
+// 6-row tiles, and a tile's 6 A rows sit in L1. Measured on a Zen 4
+// (bench/RESULTS.md, session 13): 87-92 % of the vpdpbusd peak at the DiT's
+// shapes in a prototype of the loop; 3-16 % faster than oneDNN 2.6's brgemm
+// (which re-blocks plain weights inside every call) as a whole linear.
+//
+// GCC 12's AVX-512 headers trip -Wuninitialized on their own
+// _mm512_undefined_* temporaries (GCC PR105593, fixed in 13).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
