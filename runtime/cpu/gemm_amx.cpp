@@ -40,16 +40,7 @@
 #include "runtime/cpu/amx_tiles.h"
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/eltwise_simd_avx512.h"
-
-namespace flick::cpu::avx512 {
-namespace {
-// The activation functions of the elementwise ops (same code, same ulps).
-#define FLICK_ISA_NAME "avx512-amx-epilogue"
-#include "runtime/cpu/eltwise_kernels.inc"
-#undef FLICK_ISA_NAME
 #include "runtime/cpu/gemm_epilogue_avx512.h"
-}  // namespace
-}  // namespace flick::cpu::avx512
 
 namespace flick::cpu::amx {
 namespace {

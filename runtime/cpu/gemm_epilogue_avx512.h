@@ -4,11 +4,24 @@
 // * row_scale[m], + bias[n], the activation, stored as F32 or BF16 (round to
 // nearest even), each step rounded once in fp32, in this order.
 //
-// Include it inside flick::cpu::avx512's anonymous namespace, after
-// runtime/cpu/eltwise_kernels.inc: the activations are the elementwise ops'
-// own code (same ulps), and every includer gets its own copy compiled with
-// its own flags (see runtime/cpu/attention_kernels.h for why no inline
-// function of a header may be shared across files of different ISAs).
+// Everything here lands in flick::cpu::avx512's anonymous namespace,
+// together with the elementwise ops' activations (eltwise_kernels.inc: same
+// code, same ulps): every includer gets its own copy compiled with its own
+// flags (see runtime/cpu/attention_kernels.h for why no inline function of a
+// header may be shared across files of different ISAs). Include it once, at
+// file scope, after eltwise_simd_avx512.h and gemm.h.
+#pragma once
+
+#include "runtime/cpu/eltwise_kernels.h"
+#include "runtime/cpu/eltwise_simd_avx512.h"
+#include "runtime/cpu/gemm.h"
+
+namespace flick::cpu::avx512 {
+namespace {
+
+#define FLICK_ISA_NAME "avx512-gemm-epilogue"
+#include "runtime/cpu/eltwise_kernels.inc"
+#undef FLICK_ISA_NAME
 
 template <Activation A, bool kBf16Out>
 inline Vf activate(Vf x) {
@@ -39,3 +52,6 @@ inline void epilogue_16(Vf x, const AmxEpilogue& e, Vf rs, int64_t row, int64_t 
     _mm512_mask_storeu_ps(static_cast<float*>(out) + col, mask, x.v);
   }
 }
+
+}  // namespace
+}  // namespace flick::cpu::avx512

@@ -29,17 +29,8 @@
 
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/eltwise_simd_avx512.h"
-#include "runtime/cpu/gemm_vnni.h"
-
-namespace flick::cpu::avx512 {
-namespace {
-// The activation functions of the elementwise ops (same code, same ulps).
-#define FLICK_ISA_NAME "avx512-vnni-epilogue"
-#include "runtime/cpu/eltwise_kernels.inc"
-#undef FLICK_ISA_NAME
 #include "runtime/cpu/gemm_epilogue_avx512.h"
-}  // namespace
-}  // namespace flick::cpu::avx512
+#include "runtime/cpu/gemm_vnni.h"
 
 namespace flick::cpu::vnni {
 namespace {
