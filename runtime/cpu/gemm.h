@@ -130,9 +130,10 @@ void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e
 bool vnni_available();
 
 // Whether cpu::linear runs INT8 layers on vnni_gemm: no AMX GEMM
-// (linear_uses_amx() is false), vnni_available(), and oneDNN's ISA not capped
-// below AVX-512 VNNI (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 or lower makes INT8
-// run on oneDNN as on a CPU without VNNI).
+// (linear_uses_amx() is false: no AMX, or oneDNN capped below it), and
+// vnni_available() with oneDNN's ISA not capped below AVX-512 VNNI
+// (ONEDNN_MAX_CPU_ISA=AVX512_CORE or lower leaves no INT8 linear, as on a
+// CPU without VNNI).
 bool linear_uses_vnni();
 
 // comp[n] = 128 * sum_k w[n, k] for the w.n_pad columns of S8 weights: what

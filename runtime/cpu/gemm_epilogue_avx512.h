@@ -8,8 +8,8 @@
 // together with the elementwise ops' activations (eltwise_kernels.inc: same
 // code, same ulps): every includer gets its own copy compiled with its own
 // flags (see runtime/cpu/attention_kernels.h for why no inline function of a
-// header may be shared across files of different ISAs). Include it once, at
-// file scope, after eltwise_simd_avx512.h and gemm.h.
+// header may be shared across files of different ISAs). Include it at file
+// scope, from AVX-512 files only.
 #pragma once
 
 #include "runtime/cpu/eltwise_kernels.h"

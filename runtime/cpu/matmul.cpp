@@ -4,11 +4,12 @@
 // GEMM (runtime/cpu/gemm.h): oneDNN 2.6 reaches 13-34 % of the AMX peak at
 // the DiT shapes, the hand-written kernel several times that
 // (bench/RESULTS.md). On CPUs with AVX-512 VNNI and no AMX, INT8 layers run
-// on flick's VNNI GEMM over the same packed weights (87-92 % of the vpdpbusd
-// peak against oneDNN's 73-82 %, and bit-identical to the AMX kernel and
-// runtime/ref). Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA) below AMX, or
-// below VNNI, turns them off too, so one variable selects the kernels of a
-// CPU class.
+// on flick's VNNI GEMM over the same packed weights (3-16 % faster than
+// oneDNN 2.6's brgemm at the DiT's shapes on a Zen 4, and bit-identical to
+// the AMX kernel and runtime/ref). Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA)
+// below AMX turns the AMX GEMM off (INT8 then takes the VNNI GEMM), below
+// VNNI leaves no INT8 linear: one variable selects the kernels of a CPU
+// class.
 //
 // Everywhere else (F32 layers, and BF16 / FP8 without AMX): linear = one oneDNN matmul primitive
 // per (M, dtypes, strides, activation), created on the first call and cached in the packed weights;
