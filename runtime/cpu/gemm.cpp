@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/gemm_amx.h"
@@ -90,9 +89,7 @@ bool amx_available() {
     // CPUID.(7,0):EDX bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8; the packing
     // and epilogue kernels are AVX-512 (F, BW, VL, DQ).
     if (!cpuid7_edx(22) || !cpuid7_edx(24) || !cpuid7_edx(25)) return false;
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
-      return false;
+    if (eltwise_kernels_for(Isa::Avx512) == nullptr) return false;
     // Linux enables the 8 KB tile state per process on request.
     constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
@@ -235,10 +232,9 @@ void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e
 }
 
 bool vnni_available() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vnni");
+  // The epilogue is the elementwise ops' AVX-512 code (F, BW, VL, DQ).
+  static const bool yes =
+      eltwise_kernels_for(Isa::Avx512) != nullptr && __builtin_cpu_supports("avx512vnni");
   return yes;
 }
 
@@ -248,7 +244,7 @@ void vnni_compensation(const AmxWeights& w, int32_t* comp) {
 }
 
 void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, const int32_t* comp,
-               const AmxEpilogue& e) {
+               const AmxEpilogue& e, AmxScratch& scratch) {
   FLICK_CHECK(vnni_available(), "vnni_gemm needs AVX-512 VNNI (check vnni_available() first)");
   FLICK_CHECK(w.type == AmxType::S8 && lda >= w.k_pad && e.y.rows == m && e.y.cols == w.n,
               "vnni_gemm: operand shapes");
@@ -258,7 +254,8 @@ void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, co
   // weights) when there are at least two per thread, else the rows.
   const int64_t threads = num_threads();
   const bool split_cols = groups >= 2 * threads;
-  const int64_t tasks = split_cols ? threads : std::min(threads, (m + 5) / 6);
+  const int64_t tiles = (m + 5) / 6;  // of 6 rows
+  const int64_t tasks = split_cols ? threads : std::min(threads, tiles);
   // Blocking (measured on a Zen 4, bench/RESULTS.md): K blocks of up to 32
   // steps (2048 k), so a group's weights (128 KB) stay in L2 beside the row
   // block's A panel (~384 KB); at K = 8960 unblocked panels (573 KB + 376 KB)
@@ -267,14 +264,10 @@ void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, co
   const int64_t steps_per_block = (steps + (steps + 31) / 32 - 1) / ((steps + 31) / 32);
   const int64_t rows_per_block =
       std::max<int64_t>(6, (int64_t{384} << 10) / (steps_per_block * 64) / 6 * 6);
+  // The partial sums of a split K: rows_per_block x the task's columns.
   const int64_t max_groups = split_cols ? (groups + tasks - 1) / tasks : groups;
-  const size_t partial_per_task =
-      steps_per_block < steps ? static_cast<size_t>(rows_per_block * max_groups * 64) : 0;
-  thread_local std::vector<int32_t> partial;
-  // 16 ints = 64 bytes of slack to align the start.
-  if (partial.size() < partial_per_task * tasks + 16) partial.resize(partial_per_task * tasks + 16);
-  int32_t* const partial_base = reinterpret_cast<int32_t*>(
-      (reinterpret_cast<uintptr_t>(partial.data()) + 63) & ~uintptr_t{63});
+  const bool split_k = steps_per_block < steps;
+  scratch.prepare(tasks, split_k ? static_cast<size_t>(rows_per_block * max_groups * 64) * 4 : 0);
   parallel_for(tasks, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       vnni::WorkerArgs args;
@@ -285,14 +278,13 @@ void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, co
       args.epilogue = &e;
       args.rows_per_block = rows_per_block;
       args.steps_per_block = steps_per_block;
-      args.partial = partial_base + partial_per_task * t;
+      args.partial = split_k ? static_cast<int32_t*>(scratch.slot(t)) : nullptr;
       if (split_cols) {
         args.m0 = 0;
         args.m1 = m;
         args.g0 = groups * t / tasks;
         args.g1 = groups * (t + 1) / tasks;
       } else {
-        const int64_t tiles = (m + 5) / 6;
         args.m0 = std::min(m, 6 * (tiles * t / tasks));
         args.m1 = std::min(m, 6 * (tiles * (t + 1) / tasks));
         args.g0 = 0;

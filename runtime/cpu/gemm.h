@@ -82,9 +82,10 @@ inline size_t amx_activation_bytes(AmxType type, int64_t m, int64_t k) {
          (type == AmxType::BF16 ? 2 : 1);
 }
 
-// Per-thread working memory of the AMX path (staging rows while packing,
-// C accumulators while multiplying): grown on the first call, so a plan's
-// later calls with the same shapes allocate nothing.
+// Per-thread working memory of flick's GEMMs (AMX: staging rows while
+// packing, C accumulators while multiplying; VNNI: the partial sums of a
+// split K): grown on the first call, so a plan's later calls with the same
+// shapes allocate nothing.
 class AmxScratch {
  public:
   // `slots` buffers of at least `bytes` each, 4 KB aligned apart.
@@ -136,14 +137,18 @@ bool vnni_available();
 // CPU without VNNI).
 bool linear_uses_vnni();
 
-// comp[n] = 128 * sum_k w[n, k] for the w.n_pad columns of S8 weights: what
-// feeding activations as u8 (q + 128) adds to each column's dot product.
+// vpdpbusd multiplies u8 by s8: activations go in as u8 = q + kVnniOffset.
+inline constexpr int kVnniOffset = 128;
+
+// comp[n] = kVnniOffset * sum_k w[n, k] for the w.n_pad columns of S8
+// weights: what the offset adds to each column's dot product.
 void vnni_compensation(const AmxWeights& w, int32_t* comp);
 
-// y = epilogue(q . w^T) for S8 weights, with q given as m rows of u8 = q + 128
-// (row stride lda >= w.k_pad; the bytes past k meet zero weights) and comp
-// from vnni_compensation: exact s32 sums, multi-threaded on the flick pool.
+// y = epilogue(q . w^T) for S8 weights, with q given as m rows of u8 = q +
+// kVnniOffset (row stride lda >= w.k_pad; the bytes past k meet zero
+// weights) and comp from vnni_compensation: exact s32 sums, multi-threaded on
+// the flick pool; scratch holds the partial sums when K is split.
 void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, const int32_t* comp,
-               const AmxEpilogue& e);
+               const AmxEpilogue& e, AmxScratch& scratch);
 
 }  // namespace flick::cpu

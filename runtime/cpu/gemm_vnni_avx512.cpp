@@ -195,7 +195,8 @@ void compensation(const AmxWeights& w, int32_t* comp) {
         for (int q = 0; q < 16; ++q)
           dpbusd(sum, ones,
                  _mm512_load_si512(b + (nb * steps + s) * kStepBytes + h * kTileBytes + q * 64));
-      _mm512_storeu_si512(comp + nb * 32 + h * 16, _mm512_slli_epi32(sum, 7));
+      _mm512_storeu_si512(comp + nb * 32 + h * 16,
+                          _mm512_mullo_epi32(sum, _mm512_set1_epi32(kVnniOffset)));
     }
 }
 

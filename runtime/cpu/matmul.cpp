@@ -429,10 +429,9 @@ class AmxLinear final : public PackedLinear {
     if (lda > k)  // met by zero weights; zeroed so no byte read is stale
       for (int64_t m = 0; m < x.rows; ++m) std::memset(a + m * lda + k, 0, size_t(lda - k));
     e.row_scale = scales;
-    vnni_gemm(a, lda, x.rows, weights_, comp_.data(), e);
+    vnni_gemm(a, lda, x.rows, weights_, comp_.data(), e, buf.scratch);
   }
 
-  static constexpr int kVnniOffset = 128;  // u8 = q + 128, the compensation's 128
   Precision precision_;
   bool vnni_;  // INT8 on vnni_gemm (no AMX): see linear_uses_vnni
   mutable std::once_flag comp_once_;
