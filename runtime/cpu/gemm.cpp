@@ -238,15 +238,24 @@ bool vnni_available() {
   return yes;
 }
 
+bool avx512_bf16_available() {
+  static const bool yes = vnni_available() && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
 void vnni_compensation(const AmxWeights& w, int32_t* comp) {
   FLICK_CHECK(vnni_available() && w.type == AmxType::S8, "vnni_compensation: S8 weights on VNNI");
   vnni::compensation(w, comp);
 }
 
-void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, const int32_t* comp,
-               const AmxEpilogue& e, AmxScratch& scratch) {
-  FLICK_CHECK(vnni_available(), "vnni_gemm needs AVX-512 VNNI (check vnni_available() first)");
-  FLICK_CHECK(w.type == AmxType::S8 && lda >= w.k_pad && e.y.rows == m && e.y.cols == w.n,
+void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
+               const int32_t* comp, const AmxEpilogue& e, AmxScratch& scratch) {
+  const bool s8 = w.type == AmxType::S8;
+  FLICK_CHECK(s8 ? vnni_available() : avx512_bf16_available(),
+              "vnni_gemm needs AVX-512 VNNI (S8) or BF16 (check vnni_available() / "
+              "avx512_bf16_available() first)");
+  FLICK_CHECK(lda_bytes >= w.k_pad * (s8 ? 1 : 2) && e.y.rows == m && e.y.cols == w.n &&
+                  (comp != nullptr) == s8,
               "vnni_gemm: operand shapes");
   if (m == 0) return;
   const int64_t groups = (w.n_pad / 32 + 1) / 2;
@@ -257,10 +266,11 @@ void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, co
   const int64_t tiles = (m + 5) / 6;  // of 6 rows
   const int64_t tasks = split_cols ? threads : std::min(threads, tiles);
   // Blocking (measured on a Zen 4, bench/RESULTS.md): K blocks of up to 32
-  // steps (2048 k), so a group's weights (128 KB) stay in L2 beside the row
-  // block's A panel (~384 KB); at K = 8960 unblocked panels (573 KB + 376 KB)
-  // thrashed L2 (71 % of peak against 85-88 % at K = 1536).
-  const int64_t steps = w.k_pad / 64;
+  // steps (2048 k of S8, 1024 of BF16), so a group's weights (128 KB) stay in
+  // L2 beside the row block's A panel (~384 KB); at K = 8960 S8 unblocked
+  // panels (573 KB + 376 KB) thrashed L2 (71 % of peak against 85-88 % at
+  // K = 1536).
+  const int64_t steps = w.k_pad / amx_k_step(w.type);
   const int64_t steps_per_block = (steps + (steps + 31) / 32 - 1) / ((steps + 31) / 32);
   const int64_t rows_per_block =
       std::max<int64_t>(6, (int64_t{384} << 10) / (steps_per_block * 64) / 6 * 6);
@@ -271,8 +281,8 @@ void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, co
   parallel_for(tasks, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       vnni::WorkerArgs args;
-      args.a = a;
-      args.lda = lda;
+      args.a = static_cast<const char*>(a);
+      args.lda = lda_bytes;
       args.w = &w;
       args.comp = comp;
       args.epilogue = &e;

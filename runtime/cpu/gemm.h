@@ -123,12 +123,16 @@ struct AmxEpilogue {
 void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
               AmxScratch& scratch);
 
-// ---- the INT8 GEMM on AVX-512 VNNI (CPUs without AMX) ----
-// It reads the same packed s8 weights (AmxWeights of AmxType::S8) and runs the
-// same epilogue, so its outputs are bit-identical to amx_gemm's.
+// ---- the GEMMs on AVX-512 without AMX ----
+// INT8 on AVX-512 VNNI (vpdpbusd) and BF16 on AVX-512 BF16 (vdpbf16ps): they
+// read the same packed weights as the AMX kernels (AmxWeights: a 64-byte tile
+// row is exactly the weight operand of either instruction) and run the same
+// epilogue, so INT8 outputs are bit-identical to amx_gemm's.
 
 // True when this CPU has AVX-512 F / BW / VL / DQ and VNNI.
 bool vnni_available();
+// vnni_available() and AVX-512 BF16 (vdpbf16ps): Zen 4 / 5, Cooper Lake.
+bool avx512_bf16_available();
 
 // Whether cpu::linear runs INT8 layers on vnni_gemm: no AMX GEMM
 // (linear_uses_amx() is false: no AMX, or oneDNN capped below it), and
@@ -136,6 +140,10 @@ bool vnni_available();
 // (ONEDNN_MAX_CPU_ISA=AVX512_CORE or lower leaves no INT8 linear, as on a
 // CPU without VNNI).
 bool linear_uses_vnni();
+// Whether cpu::linear runs BF16 and FP8 layers on vnni_gemm: no AMX GEMM,
+// avx512_bf16_available() and oneDNN not capped below AVX512_CORE_BF16 (a
+// cap below it puts them on oneDNN, as a CPU without AVX-512 BF16 does).
+bool linear_uses_avx512_bf16();
 
 // vpdpbusd multiplies u8 by s8: activations go in as u8 = q + kVnniOffset.
 inline constexpr int kVnniOffset = 128;
@@ -144,11 +152,14 @@ inline constexpr int kVnniOffset = 128;
 // weights: what the offset adds to each column's dot product.
 void vnni_compensation(const AmxWeights& w, int32_t* comp);
 
-// y = epilogue(q . w^T) for S8 weights, with q given as m rows of u8 = q +
-// kVnniOffset (row stride lda >= w.k_pad; the bytes past k meet zero
-// weights) and comp from vnni_compensation: exact s32 sums, multi-threaded on
-// the flick pool; scratch holds the partial sums when K is split.
-void vnni_gemm(const uint8_t* a, int64_t lda, int64_t m, const AmxWeights& w, const int32_t* comp,
-               const AmxEpilogue& e, AmxScratch& scratch);
+// y = epilogue(a . w^T), multi-threaded on the flick pool; scratch holds the
+// partial sums when K is split. a: m rows, lda_bytes apart, of
+//  - S8 weights: u8 = q + kVnniOffset, with comp from vnni_compensation:
+//    exact s32 sums;
+//  - BF16 weights: bf16, comp null: fp32 sums.
+// Each row holds w.k_pad elements; those past w.k meet zero weights (S8: any
+// value; BF16: they must be finite, zeros in practice).
+void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
+               const int32_t* comp, const AmxEpilogue& e, AmxScratch& scratch);
 
 }  // namespace flick::cpu

@@ -11,15 +11,15 @@ namespace flick::cpu::vnni {
 // One thread's share of vnni_gemm: rows [m0, m1) x column groups [g0, g1)
 // (a group is two 32-column blocks of the packed weights: 64 columns).
 struct WorkerArgs {
-  const uint8_t* a = nullptr;  // u8 rows (q + 128), row stride lda
+  const char* a = nullptr;  // u8 rows (q + 128) or bf16 rows, row stride lda bytes
   int64_t lda = 0;
   const AmxWeights* w = nullptr;
-  const int32_t* comp = nullptr;  // [n_pad] 128 * sum_k w[n, k]
+  const int32_t* comp = nullptr;  // S8: [n_pad] 128 * sum_k w[n, k]
   const AmxEpilogue* epilogue = nullptr;
   int64_t m0 = 0, m1 = 0, g0 = 0, g1 = 0;
   int64_t rows_per_block = 6;    // rows whose A panel is reused over the groups
-  int64_t steps_per_block = 32;  // K steps (64 k) per K block
-  // s32 partial sums between K blocks when K is split: rows_per_block x
+  int64_t steps_per_block = 32;  // K steps (64 bytes of a row) per K block
+  // s32 (S8) or fp32 (BF16) partial sums between K blocks when K is split: rows_per_block x
   // (g1 - g0) * 64, 64-byte aligned, the thread's own.
   int32_t* partial = nullptr;
 };

@@ -54,11 +54,24 @@ inline void dpbusd(__m512i& acc, __m512i a, __m512i b) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 }
 
+// The kernels' one product: s32 acc += u8 quads . s8 quads (S8), or fp32 acc
+// (the same register, as bits) += bf16 pairs . bf16 pairs (BF16, vdpbf16ps,
+// inline for the same reason).
+template <AmxType T>
+inline void dot(__m512i& acc, __m512i a, __m512i b) {
+  if constexpr (T == AmxType::S8) {
+    dpbusd(acc, a, b);
+  } else {
+    asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  }
+}
+
 // c[R][16 * C] (+)= a[R rows] . (b0 | b1) over `steps` K steps: from zero,
 // or from c's partial sums (`accumulate`). C = 4: two 32-column blocks (b0,
-// b1); C = 2: one (b0).
-template <int R, int C>
-void tile(const uint8_t* a, int64_t lda, const char* b0, const char* b1, int64_t steps, int32_t* c,
+// b1); C = 2: one (b0). A step is 64 bytes of each operand row (64 k of S8,
+// 32 of BF16), lda in bytes; c holds s32 (S8) or fp32 (BF16) sums.
+template <AmxType T, int R, int C>
+void tile(const char* a, int64_t lda, const char* b0, const char* b1, int64_t steps, int32_t* c,
           int64_t ldc, bool accumulate) {
   __m512i acc[R][C];
 #pragma GCC unroll 8
@@ -69,7 +82,7 @@ void tile(const uint8_t* a, int64_t lda, const char* b0, const char* b1, int64_t
   for (int64_t s = 0; s < steps; ++s) {
     const char* p0 = b0 + s * kStepBytes;
     const char* p1 = b1 + s * kStepBytes;
-    const uint8_t* as = a + s * 64;
+    const char* as = a + s * 64;
 #pragma GCC unroll 16
     for (int q = 0; q < 16; ++q) {
       __m512i bv[C];
@@ -85,7 +98,7 @@ void tile(const uint8_t* a, int64_t lda, const char* b0, const char* b1, int64_t
         std::memcpy(&quad, as + r * lda + 4 * q, 4);
         const __m512i av = _mm512_set1_epi32(quad);
 #pragma GCC unroll 4
-        for (int j = 0; j < C; ++j) dpbusd(acc[r][j], av, bv[j]);
+        for (int j = 0; j < C; ++j) dot<T>(acc[r][j], av, bv[j]);
       }
     }
   }
@@ -95,17 +108,17 @@ void tile(const uint8_t* a, int64_t lda, const char* b0, const char* b1, int64_t
     for (int j = 0; j < C; ++j) _mm512_store_si512(c + r * ldc + 16 * j, acc[r][j]);
 }
 
-template <int C>
-void tile_rows(int rows, const uint8_t* a, int64_t lda, const char* b0, const char* b1,
-               int64_t steps, int32_t* c, int64_t ldc, bool accumulate) {
+template <AmxType T, int C>
+void tile_rows(int rows, const char* a, int64_t lda, const char* b0, const char* b1, int64_t steps,
+               int32_t* c, int64_t ldc, bool accumulate) {
   static_assert(kMr == 6, "the dispatch below covers 1 to 6 rows");
   switch (rows) {
-    case 1: return tile<1, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 2: return tile<2, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 3: return tile<3, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 4: return tile<4, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 5: return tile<5, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    default: return tile<6, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 1: return tile<T, 1, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 2: return tile<T, 2, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 3: return tile<T, 3, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 4: return tile<T, 4, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 5: return tile<T, 5, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    default: return tile<T, 6, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
   }
 }
 
@@ -113,11 +126,11 @@ void tile_rows(int rows, const uint8_t* a, int64_t lda, const char* b0, const ch
 // the s32 sums of the block's rows x the thread's columns wait in w.partial
 // between K blocks; else a tile's sums go through an L1 buffer. After the
 // last K block each tile goes through the epilogue.
-template <Activation A, bool kBf16Out>
+template <AmxType T, Activation A, bool kBf16Out>
 void run(const WorkerArgs& w) {
   const AmxWeights& wt = *w.w;
   const AmxEpilogue& e = *w.epilogue;
-  const int64_t steps = wt.k_pad / 64, blocks = wt.n_pad / 32;
+  const int64_t steps = wt.k_pad / amx_k_step(T), blocks = wt.n_pad / 32;
   const auto* b = static_cast<const char*>(wt.data);
   const bool split_k = w.steps_per_block < steps;
   const int64_t ldc = split_k ? (w.g1 - w.g0) * 64 : 64;
@@ -136,21 +149,26 @@ void run(const WorkerArgs& w) {
         const int64_t cols = min64(pair ? 64 : 32, wt.n - col0);
         for (int64_t m = m0; m < m1; m += kMr) {
           const int rows = static_cast<int>(min64(kMr, m1 - m));
-          const uint8_t* a = w.a + m * w.lda + k0 * 64;
+          const char* a = w.a + m * w.lda + k0 * 64;
           int32_t* c = split_k ? w.partial + (m - m0) * ldc + (g - w.g0) * 64 : tile_sums;
           if (pair)
-            tile_rows<4>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
+            tile_rows<T, 4>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
           else
-            tile_rows<2>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
+            tile_rows<T, 2>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
           if (!last) continue;
           for (int r = 0; r < rows; ++r) {
             const int64_t row = m + r;
             const v::Vf rs = v::splat(e.row_scale != nullptr ? e.row_scale[row] : 1.f);
             for (int64_t j = 0; 16 * j < cols; ++j) {
               const int64_t col = col0 + 16 * j;
-              const __m512i sum = _mm512_sub_epi32(_mm512_load_si512(c + r * ldc + 16 * j),
-                                                   _mm512_loadu_si512(w.comp + col));
-              v::epilogue_16<A, kBf16Out>(v::Vf{_mm512_cvtepi32_ps(sum)}, e, rs, row, col,
+              const __m512i sum = _mm512_load_si512(c + r * ldc + 16 * j);
+              __m512 x;
+              if constexpr (T == AmxType::S8) {
+                x = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, _mm512_loadu_si512(w.comp + col)));
+              } else {
+                x = _mm512_castsi512_ps(sum);
+              }
+              v::epilogue_16<A, kBf16Out>(v::Vf{x}, e, rs, row, col,
                                           v::tail_mask(static_cast<int>(min64(16, cols - 16 * j))));
             }
           }
@@ -162,10 +180,12 @@ void run(const WorkerArgs& w) {
 
 template <Activation A>
 void run_act(const WorkerArgs& w) {
-  if (w.epilogue->y.dtype == DType::BF16)
-    run<A, true>(w);
-  else
-    run<A, false>(w);
+  const bool bf16_out = w.epilogue->y.dtype == DType::BF16;
+  if (w.w->type == AmxType::S8) {
+    bf16_out ? run<AmxType::S8, A, true>(w) : run<AmxType::S8, A, false>(w);
+  } else {
+    bf16_out ? run<AmxType::BF16, A, true>(w) : run<AmxType::BF16, A, false>(w);
+  }
 }
 
 }  // namespace

@@ -3,21 +3,24 @@
 // On CPUs with AMX, BF16 / FP8 / INT8 linear layers run on flick's own AMX
 // GEMM (runtime/cpu/gemm.h): oneDNN 2.6 reaches 13-34 % of the AMX peak at
 // the DiT shapes, the hand-written kernel several times that
-// (bench/RESULTS.md). On CPUs with AVX-512 VNNI and no AMX, INT8 layers run
-// on flick's VNNI GEMM over the same packed weights (3-16 % faster than
-// oneDNN 2.6's brgemm at the DiT's shapes on a Zen 4, and bit-identical to
-// the AMX kernel and runtime/ref). Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA)
-// below AMX turns the AMX GEMM off (INT8 then takes the VNNI GEMM), below
-// VNNI leaves no INT8 linear: one variable selects the kernels of a CPU
-// class.
+// (bench/RESULTS.md). On CPUs with AVX-512 and no AMX they run on flick's
+// GEMMs over the same packed weights: INT8 on vpdpbusd (AVX-512 VNNI; 3-16 %
+// faster than oneDNN 2.6's brgemm at the DiT's shapes on a Zen 4, and
+// bit-identical to the AMX kernel and runtime/ref), BF16 / FP8 on vdpbf16ps
+// (AVX-512 BF16; 2-13 % faster than oneDNN's brgemm at the DiT's and SAM3's
+// shapes on a Zen 4, which re-blocks plain weights inside every call, and
+// with GELU fused). Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA) below AMX turns
+// the AMX GEMM off, below AVX512_CORE_BF16 the BF16 one (BF16 / FP8 then run
+// on oneDNN), below VNNI leaves no INT8 linear: one variable selects the
+// kernels of a CPU class.
 //
-// Everywhere else (F32 layers, and BF16 / FP8 without AMX): linear = one oneDNN matmul primitive
-// per (M, dtypes, strides, activation), created on the first call and cached in the packed weights;
-// weights are reordered once at pack time into the layout brgemm asks for. That layout depends on
-// N, K, the dtypes and the ISA but not on M (checked for M = 1 .. 2640), so one reorder serves
-// every M (oneDNN 2.6 asks for plain [K, N] weights at these batched shapes and re-blocks them
-// inside each call: ONEDNN_VERBOSE shows wei_s8::blocked:abc). Everything after the matmul is
-// oneDNN post-ops, in this order:
+// Everywhere else (F32 layers, and BF16 / FP8 without AVX-512 BF16): linear = one oneDNN matmul
+// primitive per (M, dtypes, strides, activation), created on the first call and cached in the
+// packed weights; weights are reordered once at pack time into the layout brgemm asks for. That
+// layout depends on N, K, the dtypes and the ISA but not on M (checked for M = 1 .. 2640), so one
+// reorder serves every M (oneDNN 2.6 asks for plain [K, N] weights at these batched shapes and
+// re-blocks them inside each call: ONEDNN_VERBOSE shows wei_s8::blocked:abc). Everything after the
+// matmul is oneDNN post-ops, in this order:
 //   F32 / BF16:  acc + bias -> act
 //   FP8:         acc * w_scale[n] (output scales) + bias -> act
 // INT8 runs only on flick's GEMMs, so only where a CPU has AVX-512 VNNI (or
@@ -35,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/linear_cache.h"
 #include "runtime/cpu/onednn_info.h"
@@ -44,6 +48,7 @@
 #include "runtime/log.h"
 #include "runtime/plan_cache.h"
 #include "runtime/ref/matmul_common.h"
+#include "runtime/threads.h"
 
 namespace flick::cpu {
 namespace {
@@ -379,7 +384,7 @@ class AmxLinear final : public PackedLinear {
   int64_t out_features() const override { return weights_.n; }
   Precision precision() const override { return precision_; }
   std::string impl() const {
-    if (vnni_) return "flick:vnni_int8";
+    if (vnni_) return weights_.type == AmxType::S8 ? "flick:vnni_int8" : "flick:avx512_bf16";
     return weights_.type == AmxType::S8 ? "flick:amx_int8" : "flick:amx_bf16";
   }
   const AmxWeights& weights() const { return weights_; }
@@ -395,7 +400,7 @@ class AmxLinear final : public PackedLinear {
     e.act = act;
     e.y = y;
     if (vnni_) {
-      run_vnni(x, e, buf);
+      weights_.type == AmxType::S8 ? run_vnni(x, e, buf) : run_avx512_bf16(x, e, buf);
       return;
     }
     AmxActivations a;
@@ -432,8 +437,36 @@ class AmxLinear final : public PackedLinear {
     vnni_gemm(a, lda, x.rows, weights_, comp_.data(), e, buf.scratch);
   }
 
+  // BF16 / FP8 on AVX-512 BF16: rows read in place when they are bf16 and K
+  // fills whole 32-element steps, else converted (rounded as
+  // ref::round_bf16) into dense rows of k_pad, zero-padded.
+  void run_avx512_bf16(const ref::RowsView& x, AmxEpilogue& e, AmxCallBuffers& buf) const {
+    const int64_t k = weights_.k, kp = weights_.k_pad;
+    if (x.dtype == DType::BF16 && k == kp) {
+      vnni_gemm(x.data, x.ld * 2, x.rows, weights_, nullptr, e, buf.scratch);
+      return;
+    }
+    auto* a = static_cast<uint16_t*>(buf.reserve(buf.a, static_cast<size_t>(x.rows * kp) * 2));
+    const EltwiseKernels& ek = eltwise_kernels();
+    parallel_for(
+        x.rows,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t m = begin; m < end; ++m) {
+            uint16_t* row = a + m * kp;
+            if (x.dtype == DType::BF16) {
+              std::memcpy(row, x.row(m), static_cast<size_t>(k) * 2);
+            } else {
+              ek.from_f32(static_cast<const float*>(x.row(m)), DType::BF16, row, k);
+            }
+            std::memset(row + k, 0, static_cast<size_t>(kp - k) * 2);
+          }
+        },
+        std::max<int64_t>(1, 8192 / std::max<int64_t>(1, k)));
+    vnni_gemm(a, kp * 2, x.rows, weights_, nullptr, e, buf.scratch);
+  }
+
   Precision precision_;
-  bool vnni_;  // INT8 on vnni_gemm (no AMX): see linear_uses_vnni
+  bool vnni_;  // no AMX: INT8 / BF16 / FP8 on vnni_gemm, see linear_uses_vnni
   mutable std::once_flag comp_once_;
   mutable std::vector<int32_t> comp_;  // [n_pad] vnni_compensation, made on first use
   AmxWeights weights_;
@@ -446,9 +479,12 @@ class AmxLinear final : public PackedLinear {
 AmxType amx_type_for(Precision p) { return p == Precision::INT8 ? AmxType::S8 : AmxType::BF16; }
 
 // Whether pack_linear puts a `p` layer on flick's GEMMs (AmxLinear): AMX
-// for BF16 / FP8 / INT8, AVX-512 VNNI for INT8.
+// for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8 and AVX-512 BF16
+// for BF16 / FP8.
 bool d_uses_amx(Precision p) {
-  return (p != Precision::F32 && linear_uses_amx()) || (p == Precision::INT8 && linear_uses_vnni());
+  if (p == Precision::F32) return false;
+  if (linear_uses_amx()) return true;
+  return p == Precision::INT8 ? linear_uses_vnni() : linear_uses_avx512_bf16();
 }
 
 std::unique_ptr<AmxLinear> amx_linear(ref::PreparedWeights w) {
@@ -566,6 +602,12 @@ bool linear_uses_amx() {
 bool linear_uses_vnni() {
   static const bool yes = !linear_uses_amx() && vnni_available() &&
                           dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_vnni;
+  return yes;
+}
+
+bool linear_uses_avx512_bf16() {
+  static const bool yes = !linear_uses_amx() && avx512_bf16_available() &&
+                          dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
   return yes;
 }
 

@@ -107,6 +107,7 @@ std::vector<ConvCase> cases() {
       {2, 1, 32, 32, {6, 7, 1}, {3, 3, 1}, {1, 1, 1}, {1, 1, 0}, {1, 1, 1}, 32, "depthwise"},
       {2, 1, 16, 8, {9, 9, 1}, {3, 3, 1}, {1, 1, 1}, {2, 2, 0}, {2, 2, 1}, 1, "dilated"},
       {2, 1, 3, 16, {8, 8, 1}, {7, 7, 1}, {1, 1, 1}, {3, 3, 0}, {1, 1, 1}, 1, "7x7 from rgb"},
+      {2, 2, 40, 70, {5, 6, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1, "1x1"},
   };
 }
 
@@ -133,7 +134,7 @@ TEST(Conv, DtypesBiasActivations) {
 // Channels-last views are convolved in place (no reorders), 2-d and 3-d.
 TEST(Conv, ChannelsLastViews) {
   uint32_t seed = 200;
-  for (int idx : {0, 2, 5, 6}) {
+  for (int idx : {0, 1, 2, 5, 6, 10}) {
     const ConvCase c = cases()[static_cast<size_t>(idx)];
     for (Precision p : {Precision::F32, Precision::BF16})
       for (DType t : {DType::F32, DType::BF16})

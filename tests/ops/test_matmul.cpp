@@ -320,13 +320,16 @@ TEST(Linear, DitDownProjectionSampledRows) {
 }
 
 // On a CPU with AMX, BF16 / FP8 / INT8 layers run on flick's AMX GEMM (and
-// F32 on oneDNN); on one with AVX-512 VNNI and no AMX, INT8 runs on flick's
-// VNNI GEMM; elsewhere everything is oneDNN. linear_uses_amx() /
-// linear_uses_vnni() say which, and the packed layers must agree with them.
+// F32 on oneDNN); on one without AMX, INT8 runs on flick's VNNI GEMM where
+// the CPU has AVX-512 VNNI and BF16 / FP8 on its AVX-512 BF16 GEMM where it
+// has that; everything else is oneDNN. linear_uses_amx() / _vnni() /
+// _avx512_bf16() say which, and the packed layers must agree with them.
 TEST(Linear, FlickGemmTakenWhenAvailable) {
-  const bool amx = cpu::linear_uses_amx(), vnni = cpu::linear_uses_vnni();
+  const bool amx = cpu::linear_uses_amx(), vnni = cpu::linear_uses_vnni(),
+             bf16 = cpu::linear_uses_avx512_bf16();
   EXPECT_TRUE(!amx || cpu::amx_available());
   EXPECT_TRUE(!vnni || (cpu::vnni_available() && !amx));
+  EXPECT_TRUE(!bf16 || (cpu::avx512_bf16_available() && !amx));
   OwnedTensor w = random_tensor(DType::F32, {40, 70}, 48, 0.1f);
   for (Precision p : precisions()) {
     auto cw = cpu::pack_linear({w.t, Tensor{}, Tensor{}, p});
@@ -335,10 +338,14 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
         << precision_name(p) << ": " << impl;
     EXPECT_EQ(impl == "flick:vnni_int8", vnni && p == Precision::INT8)
         << precision_name(p) << ": " << impl;
+    EXPECT_EQ(impl == "flick:avx512_bf16", bf16 && (p == Precision::BF16 || p == Precision::FP8))
+        << precision_name(p) << ": " << impl;
   }
-  std::printf("[ gemm     ] linear on flick's GEMMs: %s\n", amx    ? "AMX"
-                                                            : vnni ? "AVX-512 VNNI (INT8)"
-                                                                   : "no (oneDNN)");
+  std::string kernels = amx ? "AMX" : "";
+  if (vnni) kernels += "AVX-512 VNNI (INT8)";
+  if (bf16) kernels += std::string(vnni ? ", " : "") + "AVX-512 BF16 (BF16, FP8)";
+  std::printf("[ gemm     ] linear on flick's GEMMs: %s\n",
+              kernels.empty() ? "no (oneDNN)" : kernels.c_str());
 }
 
 // Shapes around every boundary of the AMX GEMM: M, N, K off the 16 / 32 /
@@ -524,8 +531,9 @@ TEST(Linear, QuantizationQualityOnRealisticData) {
 
 // Kernels are picked by ISA: on an AMX machine the tests above run the AMX
 // GEMM only. Re-run them in a child process with oneDNN capped to AVX-512
-// VNNI (what Zen 4/5 and Ice Lake take: INT8 on flick's VNNI GEMM, BF16 / FP8
-// on oneDNN's AVX-512 kernels) and to AVX2 (BF16 emulated in f32, no INT8).
+// BF16 (what Zen 4 / 5 take: INT8 on flick's VNNI GEMM, BF16 / FP8 on its
+// AVX-512 BF16 GEMM), AVX-512 VNNI (Ice Lake, Cascade Lake: BF16 / FP8 on
+// oneDNN's AVX-512 kernels) and AVX2 (BF16 emulated in f32, no INT8).
 TEST(Linear, OtherIsaPaths) {
   if (std::getenv("FLICK_TEST_ISA_CHILD") != nullptr) GTEST_SKIP() << "already the child";
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
@@ -535,7 +543,8 @@ TEST(Linear, OtherIsaPaths) {
     dnnl_cpu_isa_t level;
   };
   for (const Cap& cap :
-       {Cap{"AVX512_CORE_VNNI", dnnl_cpu_isa_avx512_core_vnni}, Cap{"AVX2", dnnl_cpu_isa_avx2}}) {
+       {Cap{"AVX512_CORE_BF16", dnnl_cpu_isa_avx512_core_bf16},
+        Cap{"AVX512_CORE_VNNI", dnnl_cpu_isa_avx512_core_vnni}, Cap{"AVX2", dnnl_cpu_isa_avx2}}) {
     if (static_cast<int>(dnnl::get_effective_cpu_isa()) <= static_cast<int>(cap.level)) continue;
     const std::string cmd =
         std::string("FLICK_TEST_ISA_CHILD=1 ONEDNN_MAX_CPU_ISA=") + cap.isa + " '" + self +
