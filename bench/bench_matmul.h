@@ -13,7 +13,8 @@ namespace flick::bench {
 // per-token activation quantization INT8 runs before its GEMM. Rate =
 // 2*M*K*N per call; peak_pct against the peak of the unit the layer ran on
 // (AMX when its implementation name says so: flick's AMX GEMM "flick:amx_*"
-// or oneDNN's "brg:*amx*"; else FMA / vdpbf16ps / vpdpbusd).
+// or oneDNN's "brg:*amx*"; else FMA / vdpbf16ps / vpdpbusd, which flick's
+// "flick:vnni_int8" and "flick:avx512_bf16" GEMMs and oneDNN's others run on).
 std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptions& options);
 
 // 3x3x3 convolutions of the Wan VAE decoder (3 input frames -> 1 output
