@@ -1,23 +1,28 @@
-// The INT8 GEMM of runtime/cpu/gemm.h for CPUs with AVX-512 VNNI and no AMX
-// (AMD Zen 4 / 5, Intel Ice Lake / Cascade Lake): vpdpbusd over the AMX
-// kernels' packed s8 weights, whose 64-byte tile rows are exactly the
-// operand vpdpbusd reads (16 columns x 4 consecutive k of one K quad).
+// The GEMMs of runtime/cpu/gemm.h for CPUs with AVX-512 and no AMX (AMD Zen
+// 4 / 5; Intel Ice Lake / Cascade Lake for INT8): one kernel over the AMX
+// kernels' packed weights, whose 64-byte tile rows are exactly the operand
+// of either product instruction:
+//  - S8: vpdpbusd (AVX-512 VNNI), 16 columns x 4 consecutive k of one K quad;
+//  - BF16 (and FP8, widened to bf16): vdpbf16ps (AVX-512 BF16), 16 columns
+//    x one bf16 pair of k, fp32 sums.
 //
-// vpdpbusd multiplies u8 by s8, so activations go in as u8 = q + 128 (the
-// quantizer's offset) and each column's dot product is taken back by
+// vpdpbusd multiplies u8 by s8, so INT8 activations go in as u8 = q + 128
+// (the quantizer's offset) and each column's dot product is taken back by
 // 128 * sum_k w[n, k] (`comp`, exact integers): the s32 sums equal the s8 x s8
 // sums of the AMX kernel and runtime/ref, and the shared epilogue
 // (gemm_epilogue_avx512.h) makes the outputs bit-identical to both.
 //
 // Register tile: 6 rows x 64 columns (24 accumulators, 4 weight vectors, one
-// broadcast A quad): 10 loads per 24 vpdpbusd. Cache blocking (the loop
-// order is at run()): K in blocks of up to 2048; a block of rows whose A
-// panel (~384 KB) stays in L2 passes over the thread's column groups, each
-// group's weights for the K block (<= 128 KB) stay in L2 over the block's
-// 6-row tiles, and a tile's 6 A rows sit in L1. Measured on a Zen 4
-// (bench/RESULTS.md, session 13): 87-92 % of the vpdpbusd peak at the DiT's
-// shapes in a prototype of the loop; 3-16 % faster than oneDNN 2.6's brgemm
-// (which re-blocks plain weights inside every call) as a whole linear.
+// broadcast A quad / pair): 10 loads per 24 products. Cache blocking (the
+// loop order is at run()): K in blocks of up to 32 steps (2048 k of S8, 1024
+// of BF16); a block of rows whose A panel (~384 KB) stays in L2 passes over
+// the thread's column groups, each group's weights for the K block (<= 128
+// KB) stay in L2 over the block's 6-row tiles, and a tile's 6 A rows sit in
+// L1. Measured on a Zen 4 (bench/RESULTS.md, sessions 13 and 14): S8 87-92 %
+// of the vpdpbusd peak at the DiT's shapes in a prototype of the loop, 3-16 %
+// faster than oneDNN 2.6's brgemm as a whole linear; BF16 82-92 % of the
+// vdpbf16ps peak, 2-13 % faster than oneDNN's (both of which re-block plain
+// weights inside every call).
 //
 // GCC 12's AVX-512 headers trip -Wuninitialized on their own
 // _mm512_undefined_* temporaries (GCC PR105593, fixed in 13).
@@ -123,7 +128,7 @@ void tile_rows(int rows, const char* a, int64_t lda, const char* b0, const char*
 }
 
 // Loop order: row block, K block, column group, 6-row tile. When K is split,
-// the s32 sums of the block's rows x the thread's columns wait in w.partial
+// the sums (s32 or fp32) of the block's rows x the thread's columns wait in w.partial
 // between K blocks; else a tile's sums go through an L1 buffer. After the
 // last K block each tile goes through the epilogue.
 template <AmxType T, Activation A, bool kBf16Out>
