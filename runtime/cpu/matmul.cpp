@@ -9,7 +9,8 @@
 // bit-identical to the AMX kernel and runtime/ref), BF16 / FP8 on vdpbf16ps
 // (AVX-512 BF16; 2-13 % faster than oneDNN's brgemm at the DiT's and SAM3's
 // shapes on a Zen 4, which re-blocks plain weights inside every call, and
-// with GELU fused). Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA) below AMX turns
+// with GELU fused; layers with K under 32 stay on oneDNN, faster there).
+// Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA) below AMX turns
 // the AMX GEMM off, below AVX512_CORE_BF16 the BF16 one (BF16 / FP8 then run
 // on oneDNN), below VNNI leaves no INT8 linear: one variable selects the
 // kernels of a CPU class.
@@ -478,13 +479,20 @@ class AmxLinear final : public PackedLinear {
 
 AmxType amx_type_for(Precision p) { return p == Precision::INT8 ? AmxType::S8 : AmxType::BF16; }
 
-// Whether pack_linear puts a `p` layer on flick's GEMMs (AmxLinear): AMX
-// for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8 and AVX-512 BF16
-// for BF16 / FP8.
-bool d_uses_amx(Precision p) {
+// The AVX-512 BF16 GEMM takes K from one 32-element step on: below it
+// oneDNN's matmul is faster (Zen 4, 14400 rows -> 256, bf16: K = 2 0.54 vs
+// 1.12 ms, K = 16 0.71 vs 1.11 ms, where the rows are also copied to pad K;
+// K = 32 and 128 tie; bench/RESULTS.md, session 14).
+constexpr int64_t kAvx512Bf16MinK = 32;
+
+// Whether pack_linear puts a `p` layer of K inputs on flick's GEMMs
+// (AmxLinear): AMX for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8
+// and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on.
+bool d_uses_amx(Precision p, int64_t k) {
   if (p == Precision::F32) return false;
   if (linear_uses_amx()) return true;
-  return p == Precision::INT8 ? linear_uses_vnni() : linear_uses_avx512_bf16();
+  if (p == Precision::INT8) return linear_uses_vnni();
+  return linear_uses_avx512_bf16() && k >= kAvx512Bf16MinK;
 }
 
 std::unique_ptr<AmxLinear> amx_linear(ref::PreparedWeights w) {
@@ -626,7 +634,7 @@ std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
   FLICK_CHECK(d.w.ndim() == 2, "linear weight must be [N, K]: " + d.w.str());
   FLICK_CHECK(cpu_supports(d.precision),
               std::string(precision_name(d.precision)) + " linear is not supported on this CPU");
-  if (d_uses_amx(d.precision)) {
+  if (d_uses_amx(d.precision, d.w.dim(1))) {
     if (std::unique_ptr<AmxLinear> l = amx_linear_direct(d)) return l;
     return amx_linear(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
   }
@@ -697,7 +705,7 @@ Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tens
   if (t.empty() || t[0].dtype != DType::I32 || t[0].shape != Shape{kMetaLen})
     return invalid_input("is not a packed linear");
   const int32_t* m = t[0].ptr<const int32_t>();
-  const bool amx = d_uses_amx(precision);
+  const bool amx = d_uses_amx(precision, k);
   const int32_t layout = amx ? kLayoutAmx : kLayoutOnednn;
   if (m[0] != layout || m[1] != kPackedFormat || m[2] != static_cast<int32_t>(precision) ||
       m[3] != n || m[4] != k)
@@ -734,7 +742,7 @@ Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tens
 
 std::string packed_linear_kind(Precision precision, int64_t n, int64_t k, bool bias) {
   std::string layout;
-  if (d_uses_amx(precision)) {
+  if (d_uses_amx(precision, k)) {
     layout = precision == Precision::INT8 ? "amx-s8" : "amx-bf16";
   } else {
     layout = std::string("onednn-") + precision_name(precision);

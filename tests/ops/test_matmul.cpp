@@ -322,7 +322,7 @@ TEST(Linear, DitDownProjectionSampledRows) {
 // On a CPU with AMX, BF16 / FP8 / INT8 layers run on flick's AMX GEMM (and
 // F32 on oneDNN); on one without AMX, INT8 runs on flick's VNNI GEMM where
 // the CPU has AVX-512 VNNI and BF16 / FP8 on its AVX-512 BF16 GEMM where it
-// has that; everything else is oneDNN. linear_uses_amx() / _vnni() /
+// has that (from K = 32 on); everything else is oneDNN. linear_uses_amx() / _vnni() /
 // _avx512_bf16() say which, and the packed layers must agree with them.
 TEST(Linear, FlickGemmTakenWhenAvailable) {
   const bool amx = cpu::linear_uses_amx(), vnni = cpu::linear_uses_vnni(),
@@ -340,6 +340,12 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
         << precision_name(p) << ": " << impl;
     EXPECT_EQ(impl == "flick:avx512_bf16", bf16 && (p == Precision::BF16 || p == Precision::FP8))
         << precision_name(p) << ": " << impl;
+  }
+  // Below one 32-wide K step BF16 / FP8 stay on oneDNN (faster there).
+  OwnedTensor narrow = random_tensor(DType::F32, {40, 16}, 49, 0.1f);
+  for (Precision p : {Precision::BF16, Precision::FP8}) {
+    const std::string impl = cpu::linear_impl(*cpu::pack_linear({narrow.t, Tensor{}, Tensor{}, p}));
+    EXPECT_EQ(impl.rfind("flick:", 0) == 0, amx) << precision_name(p) << " K = 16: " << impl;
   }
   std::string kernels = amx ? "AMX" : "";
   if (vnni) kernels += "AVX-512 VNNI (INT8)";
