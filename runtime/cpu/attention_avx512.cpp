@@ -41,10 +41,15 @@ using namespace avx512_attention;  // the shared helpers (attention_avx512_commo
 
 // Tile sizes, measured on the real shape (2640 x 5280 x 12 x 128): a tall query
 // tile reads each packed K/V block (L3-resident for long windows) for many rows;
-// 192 rows ran 10-25 % faster than 48, 384 no faster. The 64-key blocks keep a
-// K/V block L1-sized; 128 was slower for fp32.
-constexpr int64_t kRows = 192;     // queries per tile (a multiple of kRowAlign)
-constexpr int64_t kCols = 64;      // keys per block (4 vectors of 16)
+// 192 rows ran 10-25 % faster than 48, 384 no faster. Keys per block: 64 for
+// fp32 (a K/V block L1-sized; 128 was slower for fp32 on a Sapphire Rapids),
+// 128 for bf16 (half the per-block O rescale and softmax bookkeeping; on a
+// Zen 4, bf16 2640 x 5280 240-244 -> 228 ms, SAM3's 5184-token self 102 ->
+// 95 ms, every other shape of bench_attention as fast or faster; on AMX
+// hosts bf16 runs on attention_amx.cpp).
+constexpr int64_t kRows = 192;  // queries per tile (a multiple of kRowAlign)
+template <class M>
+constexpr int64_t kCols = M::kPerUnit == 2 ? 128 : 64;  // keys per block
 constexpr int64_t kRowAlign = 12;  // rows are padded to a multiple of every row tile below
 constexpr int kQkRows = 6;         // S register tile: 6 rows x up to 4 vectors (24 accumulators)
 constexpr float kLog2e = 1.44269504088896340736f;
@@ -89,8 +94,8 @@ Workspace layout(const Problem& p, int64_t rows, int64_t kvecs, void* scratch, s
   w.k = reinterpret_cast<uint32_t*>(sl.take(size_t(kvecs * 16 * d.units) * 4));
   w.v = reinterpret_cast<uint32_t*>(sl.take(size_t(d.vunits * d.dv) * 4));
   w.q = reinterpret_cast<uint32_t*>(sl.take(r * size_t(d.units) * 4));
-  w.s = reinterpret_cast<float*>(sl.take(r * kCols * 4));
-  w.p = reinterpret_cast<uint32_t*>(sl.take(r * (kCols / M::kPerUnit) * 4));
+  w.s = reinterpret_cast<float*>(sl.take(r * kCols<M> * 4));
+  w.p = reinterpret_cast<uint32_t*>(sl.take(r * (kCols<M> / M::kPerUnit) * 4));
   w.o = reinterpret_cast<float*>(sl.take(r * size_t(d.dv) * 4));
   take_row_state(sl, w, r);
   if (bytes != nullptr) *bytes = sl.used;
@@ -185,20 +190,20 @@ void scores(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t kvec0, i
     const int64_t n = min64(4, nvec - vec);
     for (int64_t r = 0; r < rows; r += kQkRows) {
       const uint32_t* a = w.q + r * d.units;
-      float* c = w.s + r * kCols + vec * 16;
+      float* c = w.s + r * kCols<M> + vec * 16;
       const int64_t ldk = d.units * 16;
       switch (n) {
         case 1:
-          tile_gemm<M, kQkRows, 1>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          tile_gemm<M, kQkRows, 1>(a, d.units, kb, 16, ldk, d.units, c, kCols<M>, nullptr);
           break;
         case 2:
-          tile_gemm<M, kQkRows, 2>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          tile_gemm<M, kQkRows, 2>(a, d.units, kb, 16, ldk, d.units, c, kCols<M>, nullptr);
           break;
         case 3:
-          tile_gemm<M, kQkRows, 3>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          tile_gemm<M, kQkRows, 3>(a, d.units, kb, 16, ldk, d.units, c, kCols<M>, nullptr);
           break;
         default:
-          tile_gemm<M, kQkRows, 4>(a, d.units, kb, 16, ldk, d.units, c, kCols, nullptr);
+          tile_gemm<M, kQkRows, 4>(a, d.units, kb, 16, ldk, d.units, c, kCols<M>, nullptr);
           break;
       }
     }
@@ -209,7 +214,7 @@ void scores(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t kvec0, i
 template <class M, int R, int C>
 void pv_chunk(const Workspace& w, const Dims<M>& d, int64_t rows, const uint32_t* vb, int64_t units,
               int64_t vec0) {
-  constexpr int64_t ldp = kCols / M::kPerUnit;
+  constexpr int64_t ldp = kCols<M> / M::kPerUnit;
   for (int64_t r = 0; r < rows; r += R)
     tile_gemm<M, R, C>(w.p + r * ldp, ldp, vb + vec0 * 16, d.dv, 16, units,
                        w.o + r * d.dv + vec0 * 16, d.dv, w.alpha + r);
@@ -240,9 +245,9 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
   const __m512 score_scale = _mm512_set1_ps(p.scale * kLog2e);
   __m512 t[NV];
   __m512 vmax = neg_inf;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int c = 0; c < NV; ++c) {
-    __m512 x = _mm512_mul_ps(_mm512_load_ps(w.s + r * kCols + 16 * c), score_scale);
+    __m512 x = _mm512_mul_ps(_mm512_load_ps(w.s + r * kCols<M> + 16 * c), score_scale);
     if (bias_row) {
       const int64_t j = key0 + 16 * c;
       const __mmask16 m = kMasked ? valid[c] : __mmask16(0xFFFF);
@@ -267,12 +272,12 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
                                             new_max, _mm512_setzero_ps());
   const __m512 alpha = rescale_alpha(old_max, new_max, shift);
   __m512 sum = _mm512_setzero_ps();
-  uint32_t* prow = w.p + r * (kCols / M::kPerUnit);
+  uint32_t* prow = w.p + r * (kCols<M> / M::kPerUnit);
   // Unmasked and without a bias, every score is finite (unless Q.K^T
   // overflows fp32), and so is the shift: no clamp needed (1 of the ~12
   // operations per vector).
   const bool finite = !kMasked && bias_row == nullptr;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int c = 0; c < NV; ++c) {
     const __m512 x = _mm512_sub_ps(t[c], shift);
     __m512 pc;
@@ -285,13 +290,13 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
     t[c] = pc;
   }
   if constexpr (M::kPerUnit == 2) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int c = 0; c < NV; c += 2) {
       const __m512 hi = c + 1 < NV ? t[c + 1] : _mm512_setzero_ps();
       _mm512_store_si512(prow + 8 * c, (__m512i)_mm512_cvtne2ps_pbh(hi, t[c]));
     }
   } else {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) _mm512_store_ps(reinterpret_cast<float*>(prow) + 16 * c, t[c]);
   }
   w.alpha[r] = _mm512_cvtss_f32(alpha);
@@ -303,12 +308,16 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
 template <class M, bool kMasked>
 void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
                  int64_t key0, int64_t nvec, const __mmask16* valid) {
-  static_assert(kCols == 64, "softmax_row dispatches 1 to 4 vectors");
+  static_assert(kCols<M> <= 128, "softmax_row dispatches 1 to 8 vectors");
   switch (nvec) {
     case 1: softmax_row<M, kMasked, 1>(p, w, r, bias_row, key0, valid); break;
     case 2: softmax_row<M, kMasked, 2>(p, w, r, bias_row, key0, valid); break;
     case 3: softmax_row<M, kMasked, 3>(p, w, r, bias_row, key0, valid); break;
-    default: softmax_row<M, kMasked, 4>(p, w, r, bias_row, key0, valid); break;
+    case 4: softmax_row<M, kMasked, 4>(p, w, r, bias_row, key0, valid); break;
+    case 5: softmax_row<M, kMasked, 5>(p, w, r, bias_row, key0, valid); break;
+    case 6: softmax_row<M, kMasked, 6>(p, w, r, bias_row, key0, valid); break;
+    case 7: softmax_row<M, kMasked, 7>(p, w, r, bias_row, key0, valid); break;
+    default: softmax_row<M, kMasked, 8>(p, w, r, bias_row, key0, valid); break;
   }
 }
 
@@ -316,7 +325,7 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
 template <class M>
 void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, int64_t row0,
                    int64_t rows, int64_t key0, int64_t nvec) {
-  __mmask16 padding[kCols / 16];
+  __mmask16 padding[kCols<M> / 16];
   bool any_padded = false;
   for (int64_t c = 0; c < nvec; ++c) {
     padding[c] = 0xFFFF;
@@ -333,7 +342,7 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, i
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t visible = w.key_end[r] - key0;
     if (visible <= 0) {  // the block lies past the row's causal end
-      std::memset(w.p + r * (kCols / M::kPerUnit), 0, size_t(nvec * 16 / M::kPerUnit) * 4);
+      std::memset(w.p + r * (kCols<M> / M::kPerUnit), 0, size_t(nvec * 16 / M::kPerUnit) * 4);
       w.alpha[r] = 1.f;
       continue;
     }
@@ -343,7 +352,7 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, i
     if (!any_padded && w.key_end[r] >= block_end) {
       softmax_row<M, false>(p, w, r, bias_row, key0, nvec, nullptr);
     } else {
-      __mmask16 valid[kCols / 16];
+      __mmask16 valid[kCols<M> / 16];
       for (int64_t c = 0; c < nvec; ++c) valid[c] = first_lanes(visible - 16 * c) & padding[c];
       softmax_row<M, true>(p, w, r, bias_row, key0, nvec, valid);
     }
@@ -400,7 +409,7 @@ void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b,
     uint32_t* dst = w.q + r * d.units;
     if (r >= rows) {
       std::memset(dst, 0, size_t(d.units) * 4);
-      std::memset(w.p + r * (kCols / M::kPerUnit), 0, size_t(kCols / M::kPerUnit) * 4);
+      std::memset(w.p + r * (kCols<M> / M::kPerUnit), 0, size_t(kCols<M> / M::kPerUnit) * 4);
       w.alpha[r] = 1.f;
       continue;
     }
@@ -415,8 +424,8 @@ void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b,
   }
   std::memset(w.o, 0, size_t(padded_rows * d.dv) * 4);
 
-  for (int64_t key0 = 0; key0 < tile_key_end; key0 += kCols) {
-    const int64_t nkeys = min64(kCols, tile_key_end - key0);
+  for (int64_t key0 = 0; key0 < tile_key_end; key0 += kCols<M>) {
+    const int64_t nkeys = min64(kCols<M>, tile_key_end - key0);
     const int64_t nvec = ceil_div(nkeys, 16);
     scores<M>(w, d, padded_rows, key0 / 16, nvec);
     softmax_block<M>(p, w, b, h, row0, rows, key0, nvec);
@@ -496,7 +505,7 @@ void short_rows(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t 
     for (int r = 0; r < R; ++r)
       pack_row<M>(q, element(q, b, row0 + r, h), p.head_dim, d.units, w.q + r * d.units, 1);
   }
-  tile_gemm<M, R, 1>(a, lda, w.k, 16, 16, d.units, w.s, kCols, nullptr);
+  tile_gemm<M, R, 1>(a, lda, w.k, 16, 16, d.units, w.s, kCols<M>, nullptr);
   for (int r = 0; r < R; ++r) {
     w.key_end[r] = attention_key_end(p, row0 + r);
     w.row_max[r] = -__builtin_inff();
@@ -505,7 +514,7 @@ void short_rows(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t 
   // The softmax reads the rows' bias at row0 + r; with one key block alpha
   // multiplies nothing (O starts at zero), so P V overwrites O.
   softmax_block<M>(p, w, b, h, row0, R, 0, 1);
-  constexpr int64_t ldp = kCols / M::kPerUnit;
+  constexpr int64_t ldp = kCols<M> / M::kPerUnit;
   const int64_t units = ceil_div(p.kv_len, M::kPerUnit);
   const int64_t nvec = d.dv / 16;
   for (int64_t vec = 0; vec < nvec; vec += 4) {
