@@ -305,20 +305,15 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
   _mm512_store_ps(row_sum, _mm512_fmadd_ps(_mm512_load_ps(row_sum), alpha, sum));
 }
 
-template <class M, bool kMasked>
-void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
-                 int64_t key0, int64_t nvec, const __mmask16* valid) {
-  static_assert(kCols<M> <= 128, "softmax_row dispatches 1 to 8 vectors");
-  switch (nvec) {
-    case 1: softmax_row<M, kMasked, 1>(p, w, r, bias_row, key0, valid); break;
-    case 2: softmax_row<M, kMasked, 2>(p, w, r, bias_row, key0, valid); break;
-    case 3: softmax_row<M, kMasked, 3>(p, w, r, bias_row, key0, valid); break;
-    case 4: softmax_row<M, kMasked, 4>(p, w, r, bias_row, key0, valid); break;
-    case 5: softmax_row<M, kMasked, 5>(p, w, r, bias_row, key0, valid); break;
-    case 6: softmax_row<M, kMasked, 6>(p, w, r, bias_row, key0, valid); break;
-    case 7: softmax_row<M, kMasked, 7>(p, w, r, bias_row, key0, valid); break;
-    default: softmax_row<M, kMasked, 8>(p, w, r, bias_row, key0, valid); break;
+// softmax_row over nvec (1 .. kCols / 16) key vectors: the NV = nvec
+// instance, sought from the block's full width down.
+template <class M, bool kMasked, int NV = kCols<M> / 16>
+void softmax_row_n(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
+                   int64_t key0, int64_t nvec, const __mmask16* valid) {
+  if constexpr (NV > 1) {
+    if (nvec < NV) return softmax_row_n<M, kMasked, NV - 1>(p, w, r, bias_row, key0, nvec, valid);
   }
+  softmax_row<M, kMasked, NV>(p, w, r, bias_row, key0, valid);
 }
 
 // The online-softmax step of every row of the tile over keys [key0, key0 + 16 * nvec).
@@ -350,11 +345,11 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, i
                                          (row0 + r) * p.bias_stride[2]
                                    : nullptr;
     if (!any_padded && w.key_end[r] >= block_end) {
-      softmax_row<M, false>(p, w, r, bias_row, key0, nvec, nullptr);
+      softmax_row_n<M, false>(p, w, r, bias_row, key0, nvec, nullptr);
     } else {
       __mmask16 valid[kCols<M> / 16];
       for (int64_t c = 0; c < nvec; ++c) valid[c] = first_lanes(visible - 16 * c) & padding[c];
-      softmax_row<M, true>(p, w, r, bias_row, key0, nvec, valid);
+      softmax_row_n<M, true>(p, w, r, bias_row, key0, nvec, valid);
     }
   }
 }

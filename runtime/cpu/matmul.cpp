@@ -488,7 +488,7 @@ constexpr int64_t kAvx512Bf16MinK = 32;
 // Whether pack_linear puts a `p` layer of K inputs on flick's GEMMs
 // (AmxLinear): AMX for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8
 // and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on.
-bool d_uses_amx(Precision p, int64_t k) {
+bool on_flick_gemm(Precision p, int64_t k) {
   if (p == Precision::F32) return false;
   if (linear_uses_amx()) return true;
   if (p == Precision::INT8) return linear_uses_vnni();
@@ -634,7 +634,7 @@ std::unique_ptr<PackedLinear> pack_linear(const LinearDesc& d) {
   FLICK_CHECK(d.w.ndim() == 2, "linear weight must be [N, K]: " + d.w.str());
   FLICK_CHECK(cpu_supports(d.precision),
               std::string(precision_name(d.precision)) + " linear is not supported on this CPU");
-  if (d_uses_amx(d.precision, d.w.dim(1))) {
+  if (on_flick_gemm(d.precision, d.w.dim(1))) {
     if (std::unique_ptr<AmxLinear> l = amx_linear_direct(d)) return l;
     return amx_linear(ref::prepare_weights(d.w, d.w_scale, d.bias, d.precision));
   }
@@ -705,7 +705,7 @@ Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tens
   if (t.empty() || t[0].dtype != DType::I32 || t[0].shape != Shape{kMetaLen})
     return invalid_input("is not a packed linear");
   const int32_t* m = t[0].ptr<const int32_t>();
-  const bool amx = d_uses_amx(precision, k);
+  const bool amx = on_flick_gemm(precision, k);
   const int32_t layout = amx ? kLayoutAmx : kLayoutOnednn;
   if (m[0] != layout || m[1] != kPackedFormat || m[2] != static_cast<int32_t>(precision) ||
       m[3] != n || m[4] != k)
@@ -742,7 +742,7 @@ Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tens
 
 std::string packed_linear_kind(Precision precision, int64_t n, int64_t k, bool bias) {
   std::string layout;
-  if (d_uses_amx(precision, k)) {
+  if (on_flick_gemm(precision, k)) {
     layout = precision == Precision::INT8 ? "amx-s8" : "amx-bf16";
   } else {
     layout = std::string("onednn-") + precision_name(precision);
