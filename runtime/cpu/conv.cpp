@@ -25,12 +25,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cpu/conv_cache.h"
 #include "runtime/cpu/conv_int8.h"
 #include "runtime/cpu/conv_onednn.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/log.h"
+#include "runtime/plan_cache.h"
 #include "runtime/ref/matmul_common.h"
 
 namespace flick::cpu {
@@ -123,7 +125,18 @@ struct Plan {
 
 class OnednnConv final : public PackedConv {
  public:
+  // Packs w: its weights reordered into the blocked layout of the primitive.
   OnednnConv(const ConvDesc& d, ref::PreparedWeights w);
+  // Weights reordered earlier (packed_tensors() of a conv of this process's
+  // ISA and oneDNN) used in place: checks that `md` is the layout this
+  // process's pack-time primitive asks for. Views kept alive by `storage`.
+  static Expected<std::unique_ptr<OnednnConv>> adopt(const ConvDesc& d, const Tensor& md,
+                                                     const Tensor& weights, const Tensor& scale,
+                                                     const Tensor& bias,
+                                                     std::shared_ptr<const void> storage);
+  // Views of its state: the reordered weights (U8), their md (U8), the
+  // scale and the bias (F32 [O], or empty tensors): see conv_cache.h.
+  std::vector<Tensor> packed_tensors() const;
   const ConvDesc& desc() const override { return desc_; }
   void run(const Tensor& x, const Tensor& y, Activation act) const;
   std::string impl() const {
@@ -132,6 +145,11 @@ class OnednnConv final : public PackedConv {
   }
 
  private:
+  explicit OnednnConv(const ConvDesc& d);
+  // Everything but the weights: scale and bias (views that bias_buf_ /
+  // scale_buf_ own or storage_ keeps), the descriptor, the operand type.
+  // Returns the weights layout of the pack-time primitive.
+  memory::desc init(OwnedTensor scale, OwnedTensor bias);
   dnnl::primitive_attr attr(Activation act) const;
   dnnl::convolution_forward::desc op_desc(
       const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
@@ -170,39 +188,44 @@ class OnednnConv final : public PackedConv {
   // plan on the f32 Winograd kernel (bf16_on_winograd) does the same for
   // its call shape only.
   bool emulate_bf16_ = false;
-  OwnedTensor bias_buf_, scale_buf_;
-  memory bias_, scale_, weights_;
+  OwnedTensor bias_buf_, scale_buf_;     // owned, or views into storage_
+  memory bias_, scale_, weights_;        // weights_ owns its bytes unless adopted
+  memory::desc weights_md_;              // weights_'s, for packed_tensors()
+  std::shared_ptr<const void> storage_;  // adopted weights, scale and bias
 
   mutable std::mutex mu_;  // guards plans_ and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
   mutable std::string last_impl_;
 };
 
-OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
+OnednnConv::OnednnConv(const ConvDesc& d)
     : desc_(d),
-      out_channels_(w.n()),
-      src_type_(w.precision == Precision::F32 ? odt::f32 : odt::bf16) {
+      out_channels_(d.w.dim(0)),
+      src_type_(d.precision == Precision::F32 ? odt::f32 : odt::bf16) {}
+
+memory::desc OnednnConv::init(OwnedTensor scale, OwnedTensor bias) {
+  FLICK_CHECK(desc_.precision != Precision::INT8, "INT8 convolutions are conv_int8.cpp's");
   const auto& eng = onednn_engine();
-  const int sd = d.spatial_dims;
-  if (w.has_bias()) {
-    bias_buf_ = std::move(w.bias);
+  const int sd = desc_.spatial_dims;
+  bias_buf_ = std::move(bias);
+  scale_buf_ = std::move(scale);
+  if (!bias_buf_.t.empty())
     bias_ = memory({{out_channels_}, odt::f32, tag::a}, eng, bias_buf_.t.data);
-  }
-  if (w.has_scale()) {
-    scale_buf_ = std::move(w.scale);
+  if (!scale_buf_.t.empty()) {
     memory::dims sdims(static_cast<size_t>(sd + 2), 1);
     sdims[1] = out_channels_;
     scale_ = memory({sdims, odt::f32, sd == 2 ? tag::abcd : tag::abcde}, eng, scale_buf_.t.data);
   }
-  // The descriptor keeps shapes and dtypes; the weights live reordered here.
+  // The descriptor keeps shapes and dtypes (prepare_weights' operand type);
+  // the weights live reordered here.
+  const Shape w_shape = desc_.w.shape;
   desc_.w = Tensor{};
-  desc_.w.dtype = w.w.t.dtype;
-  desc_.w.shape = d.w.shape;
-  desc_.w_scale = Tensor{};
+  desc_.w.dtype = src_type_ == odt::f32 ? DType::F32 : DType::BF16;
+  desc_.w.shape = w_shape;
+  desc_.w_scale = scale_buf_.t.empty() ? Tensor{} : scale_buf_.t.reshape({out_channels_});
   desc_.bias = bias_buf_.t;
-  if (w.has_scale()) desc_.w_scale = scale_buf_.t.reshape({out_channels_});
 
-  const ConvPackShapes pack = conv_pack_shapes(d);
+  const ConvPackShapes pack = conv_pack_shapes(desc_);
   auto pack_pd = [&] {
     return try_primitive_desc(memory::desc(pack.x, src_type_, pack.channels_last),
                               memory::desc(weight_dims(), src_type_, tag::any),
@@ -215,13 +238,42 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w)
     src_type_ = odt::f32;
     pd = pack_pd();
   }
-  FLICK_CHECK(pd.has_value(), "oneDNN has no convolution for weight " + d.w.str());
-  last_impl_ = impl_name(*pd, "conv " + d.w.str());
-  weights_ = memory(pd->weights_desc(), eng);
+  FLICK_CHECK(pd.has_value(), "oneDNN has no convolution for weight " + desc_.w.str());
+  last_impl_ = impl_name(*pd, "conv " + desc_.w.str());
+  return pd->weights_desc();
+}
+
+OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w) : OnednnConv(d) {
+  const auto& eng = onednn_engine();
+  weights_md_ = init(std::move(w.scale), std::move(w.bias));
+  weights_ = memory(weights_md_, eng);
   memory plain_w({weight_dims(), onednn_dtype(w.w.t.dtype), plain_weight_tag(weight_dims())}, eng,
                  w.w.t.data);
   dnnl::reorder(plain_w, weights_).execute(onednn_stream(), plain_w, weights_);
   onednn_stream().wait();
+}
+
+Expected<std::unique_ptr<OnednnConv>> OnednnConv::adopt(const ConvDesc& d, const Tensor& md,
+                                                        const Tensor& weights, const Tensor& scale,
+                                                        const Tensor& bias,
+                                                        std::shared_ptr<const void> storage) {
+  std::unique_ptr<OnednnConv> c(new OnednnConv(d));
+  c->storage_ = std::move(storage);
+  OwnedTensor s, b;  // views into the entry
+  s.t = scale;
+  b.t = bias;
+  const memory::desc want = c->init(std::move(s), std::move(b));
+  FLICK_TRY(check_adopted_weights(md, weights, want));
+  // oneDNN only reads weights: the read-only mapping is fine.
+  c->weights_ = memory(want, onednn_engine(), const_cast<void*>(weights.data));
+  c->weights_md_ = want;
+  return c;
+}
+
+std::vector<Tensor> OnednnConv::packed_tensors() const {
+  return {Tensor::view(weights_.get_data_handle(), DType::U8,
+                       Shape{static_cast<int64_t>(weights_md_.get_size())}),
+          md_bytes(weights_md_), scale_buf_.t, bias_buf_.t};
 }
 
 dnnl::primitive_attr OnednnConv::attr(Activation act) const {
@@ -428,6 +480,136 @@ void conv(const Tensor& x, const PackedConv& w, Tensor& y, Activation act) {
   if (x.numel() == 0 || y.numel() == 0) return;
   if (int8) return conv_int8(x, w, y, act);
   as_onednn(w).run(x, y, act);
+}
+
+// ---- packed convolutions through the plan cache (conv_cache.h) ----
+
+namespace {
+
+// meta: layout, format version, precision, O, K, has scale, has bias,
+// INT8's activation encoding + 1 (0 otherwise). Bump kPackedFormat when a
+// layout's bytes change.
+enum PackedLayout : int32_t { kLayoutOnednn = 1, kLayoutInt8 = 2 };
+constexpr int32_t kPackedFormat = 1;
+constexpr int32_t kMetaLen = 8;
+
+// A bias given by its shape alone (adopt's d) or by its data.
+bool layer_has_bias(const ConvDesc& d) { return d.bias.ndim() > 0; }
+
+int32_t act_code(const ConvDesc& d) {
+  return d.precision == Precision::INT8 ? static_cast<int32_t>(ref::conv_int8_act()) + 1 : 0;
+}
+
+std::string joined(const std::array<int64_t, 3>& v, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(v[static_cast<size_t>(i)]);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<Tensor> packed_conv_tensors(const PackedConv& w) {
+  // Rebuilt per call into thread-local storage (PlanCache::store copies it
+  // before the next call on this thread), as packed_linear_tensors does.
+  thread_local int32_t meta[kMetaLen];
+  const bool int8 = is_conv_int8(w);
+  const ConvDesc& d = w.desc();
+  std::vector<Tensor> p = int8 ? int8_conv_tensors(w) : as_onednn(w).packed_tensors();
+  const Tensor& scale = int8 ? p[3] : p[2];
+  const Tensor& bias = p.back();
+  const int64_t o = d.w.dim(0);
+  const int32_t m[kMetaLen] = {int8 ? kLayoutInt8 : kLayoutOnednn,
+                               kPackedFormat,
+                               static_cast<int32_t>(d.precision),
+                               static_cast<int32_t>(o),
+                               static_cast<int32_t>(d.w.numel() / o),
+                               !scale.empty(),
+                               !bias.empty(),
+                               act_code(d)};
+  std::copy(m, m + kMetaLen, meta);
+  std::vector<Tensor> t{Tensor::view(meta, DType::I32, Shape{kMetaLen}), p[0], p[1]};
+  if (int8) t.push_back(p[2]);
+  if (!scale.empty()) t.push_back(scale);
+  if (!bias.empty()) t.push_back(bias);
+  return t;
+}
+
+Expected<std::unique_ptr<PackedConv>> adopt_packed_conv(std::span<const Tensor> t,
+                                                        const ConvDesc& d,
+                                                        std::shared_ptr<const void> storage) {
+  if (t.empty() || t[0].dtype != DType::I32 || t[0].shape != Shape{kMetaLen})
+    return invalid_input("is not a packed convolution");
+  const int32_t* m = t[0].ptr<const int32_t>();
+  const bool int8 = d.precision == Precision::INT8;
+  const int64_t o = d.w.dim(0), k = d.w.numel() / o;
+  if (m[0] != (int8 ? kLayoutInt8 : kLayoutOnednn) || m[1] != kPackedFormat ||
+      m[2] != static_cast<int32_t>(d.precision) || m[3] != o || m[4] != k || m[7] != act_code(d))
+    return invalid_input("holds another layout, precision or shape than this process packs");
+  const bool has_scale = m[5] != 0, has_bias = m[6] != 0;
+  const bool wants_scale = int8 || d.precision == Precision::FP8;
+  if (has_scale != wants_scale || has_bias != layer_has_bias(d))
+    return invalid_input("has scales or a bias where the layer has none, or none where it has");
+  const size_t fixed = int8 ? 4 : 3;  // meta, packed, md (, s8 weights)
+  if (t.size() != fixed + has_scale + has_bias)
+    return invalid_input("has " + std::to_string(t.size()) + " tensors");
+  const Shape vec{o};
+  auto f32_vec = [&](const Tensor& v) { return v.dtype == DType::F32 && v.shape == vec; };
+  const Tensor scale = has_scale ? t[fixed] : Tensor{};
+  const Tensor bias = has_bias ? t[fixed + has_scale] : Tensor{};
+  if ((has_scale && !f32_vec(scale)) || (has_bias && !f32_vec(bias)))
+    return invalid_input("has scales or a bias of the wrong shape");
+  if (int8) {
+    if (t[3].dtype != DType::I8 || t[3].shape != Shape{o, k})
+      return invalid_input("has s8 weights of the wrong shape");
+    return adopt_int8_conv(d, t[2], t[1], t[3], scale, bias, std::move(storage));
+  }
+  FLICK_ASSIGN_OR_RETURN(std::unique_ptr<OnednnConv> c,
+                         OnednnConv::adopt(d, t[2], t[1], scale, bias, std::move(storage)));
+  return std::unique_ptr<PackedConv>(std::move(c));
+}
+
+std::string packed_conv_kind(const ConvDesc& d) {
+  const int n = d.spatial_dims;
+  std::string layout = "onednn";
+  if (d.precision == Precision::INT8)
+    layout = ref::conv_int8_act() == ref::ConvInt8Act::U8 ? "onednn-u8s8" : "onednn-s8s8";
+  return "packed-conv-v" + std::to_string(kPackedFormat) + " " + layout + " " +
+         precision_name(d.precision) + " w " + d.w.shape.str() + " stride " + joined(d.stride, n) +
+         " padding " + joined(d.padding, n) + " dilation " + joined(d.dilation, n) + " groups " +
+         std::to_string(d.groups) + (layer_has_bias(d) ? " bias" : "");
+}
+
+Expected<std::unique_ptr<PackedConv>> pack_conv_cached(
+    std::string_view layer, const ConvDesc& d,
+    const std::function<Expected<std::unique_ptr<PackedConv>>()>& pack) {
+  const PlanCacheScope* scope = PlanCacheScope::current();
+  if (scope == nullptr || scope->cache() == nullptr) return pack();
+  std::unique_ptr<PackedConv> built, adopted;
+  FLICK_ASSIGN_OR_RETURN(
+      PlanCached c,
+      PlanCached::get(
+          layer, packed_conv_kind(d),
+          [&]() -> Expected<std::vector<OwnedTensor>> {
+            FLICK_ASSIGN_OR_RETURN(built, pack());
+            FLICK_CHECK(built->desc().w.shape == d.w.shape &&
+                            built->desc().precision == d.precision,
+                        "pack_conv_cached: pack() made another convolution");
+            // Views into `built` (and the meta's thread-local), stored
+            // before anything else runs on this thread.
+            std::vector<OwnedTensor> out;
+            for (const Tensor& v : packed_conv_tensors(*built)) out.emplace_back().t = v;
+            return out;
+          },
+          [&](const PlanEntry& e) -> Status {
+            Expected<std::unique_ptr<PackedConv>> a = adopt_packed_conv(e.tensors(), d, e.storage());
+            if (!a.ok()) return a.status();
+            adopted = std::move(*a);
+            return ok_status();
+          }));
+  return c.hit ? std::move(adopted) : std::move(built);
 }
 
 }  // namespace flick::cpu

@@ -94,6 +94,17 @@ struct Plan {
 class Int8Conv final : public PackedConv {
  public:
   Int8Conv(const ConvDesc& d, ref::PreparedWeights w);
+  // Weights reordered earlier (packed_tensors() of a conv of this process's
+  // ISA and oneDNN) used in place: checks that `md` is the layout this
+  // process's pack-time primitive asks for. Views kept alive by `storage`.
+  static Expected<std::unique_ptr<Int8Conv>> adopt(const ConvDesc& d, const Tensor& md,
+                                                   const Tensor& weights, const Tensor& w_plain,
+                                                   const Tensor& w_scale, const Tensor& bias,
+                                                   std::shared_ptr<const void> storage);
+  // Views of its state: the reordered weights (U8), their md (U8), the s8
+  // weights [O, K], their scales F32 [O] and the bias (F32 [O] or an empty
+  // tensor): see conv_cache.h.
+  std::vector<Tensor> packed_tensors() const;
   const ConvDesc& desc() const override { return desc_; }
   void run(const Tensor& x, const Tensor& y, Activation act) const;
   std::string impl() const {
@@ -106,6 +117,11 @@ class Int8Conv final : public PackedConv {
   std::optional<dnnl::convolution_forward::primitive_desc> try_primitive_desc(
       const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
       Activation act) const;
+  explicit Int8Conv(const ConvDesc& d);
+  // Everything but the reordered weights, from the s8 weights [O, K], their
+  // scales and the bias (owned, or views storage_ keeps): returns the
+  // weights layout of the pack-time primitive.
+  memory::desc init(OwnedTensor w_plain, OwnedTensor w_scale, OwnedTensor bias);
   memory::dims weight_dims() const { return conv_weight_dims(desc_); }
   Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
   void build(Plan& p, const Tensor& x, const Tensor& y) const;
@@ -132,6 +148,8 @@ class Int8Conv final : public PackedConv {
   mutable OwnedTensor call_scale_;  // F32 [O]: x_scale * w_scale[o] of the call
   mutable OwnedTensor call_bias_;   // F32 [O]: bias[o] - zp * wsum[o] * call_scale[o]
   memory weights_, scale_mem_, add_mem_;
+  memory::desc weights_md_;              // weights_'s, for packed_tensors()
+  std::shared_ptr<const void> storage_;  // adopted weights, scales and bias
   mutable memory plain_w_;  // over w_plain_ (reorder takes a non-const source)
   memory::desc oc_md_;      // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
 
@@ -140,51 +158,83 @@ class Int8Conv final : public PackedConv {
   mutable std::string last_impl_;
 };
 
-Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w)
+Int8Conv::Int8Conv(const ConvDesc& d)
     : desc_(d),
-      out_channels_(w.n()),
+      out_channels_(d.w.dim(0)),
       act_enc_(ref::conv_int8_act()),
-      src_type_(act_enc_ == ref::ConvInt8Act::U8 ? odt::u8 : odt::s8) {
+      src_type_(act_enc_ == ref::ConvInt8Act::U8 ? odt::u8 : odt::s8) {}
+
+memory::desc Int8Conv::init(OwnedTensor w_plain, OwnedTensor w_scale, OwnedTensor bias) {
   const auto& eng = onednn_engine();
-  const int sd = d.spatial_dims;
-  w_scale_ = std::move(w.scale);
+  const int sd = desc_.spatial_dims;
+  w_plain_ = std::move(w_plain);
+  w_scale_ = std::move(w_scale);
+  bias_buf_ = std::move(bias);
   call_scale_ = OwnedTensor(DType::F32, Shape{out_channels_});
   call_bias_ = OwnedTensor(DType::F32, Shape{out_channels_});
   memory::dims oc(static_cast<size_t>(sd + 2), 1);
   oc[1] = out_channels_;
   oc_md_ = memory::desc(oc, odt::f32, sd == 2 ? tag::abcd : tag::abcde);
   scale_mem_ = memory(oc_md_, eng, call_scale_.t.data);
-  if (w.has_bias()) bias_buf_ = std::move(w.bias);
   // U8 always adds (the zero point's term); S8 only a bias.
-  if (w.has_bias() || act_enc_ == ref::ConvInt8Act::U8)
+  if (!bias_buf_.t.empty() || act_enc_ == ref::ConvInt8Act::U8)
     add_mem_ = memory(oc_md_, eng, call_bias_.t.data);
-  for (int64_t p : conv_geometry(d).padding) pad_.push_back(p);
+  for (int64_t p : conv_geometry(desc_).padding) pad_.push_back(p);
   {
-    const int64_t k = w.w.t.numel() / out_channels_;
-    const int8_t* wp = w.w.t.ptr<int8_t>();
+    const int64_t k = w_plain_.t.numel() / out_channels_;
+    const int8_t* wp = w_plain_.t.ptr<const int8_t>();
     w_sum_.assign(static_cast<size_t>(out_channels_), 0);
     for (int64_t o = 0; o < out_channels_; ++o)
       for (int64_t i = 0; i < k; ++i) w_sum_[static_cast<size_t>(o)] += wp[o * k + i];
   }
+  const Shape w_shape = desc_.w.shape;
   desc_.w = Tensor{};
   desc_.w.dtype = DType::I8;
-  desc_.w.shape = d.w.shape;
+  desc_.w.shape = w_shape;
   desc_.w_scale = w_scale_.t;
   desc_.bias = bias_buf_.t;
+  plain_w_ = memory({weight_dims(), odt::s8, plain_weight_tag(weight_dims())}, eng,
+                    w_plain_.t.data);
 
-  const ConvPackShapes pack = conv_pack_shapes(d);
+  const ConvPackShapes pack = conv_pack_shapes(desc_);
   auto pd =
       try_primitive_desc(memory::desc(padded(pack.x), src_type_, pack.channels_last),
                          memory::desc(weight_dims(), odt::s8, tag::any),
                          memory::desc(pack.y, odt::bf16, pack.channels_last), Activation::None);
-  FLICK_CHECK(pd.has_value(), "oneDNN has no INT8 convolution for weight " + d.w.str());
-  last_impl_ = impl_name(*pd, "int8 conv " + d.w.str());
-  weights_ = memory(pd->weights_desc(), eng);
-  w_plain_ = std::move(w.w);
-  plain_w_ =
-      memory({weight_dims(), odt::s8, plain_weight_tag(weight_dims())}, eng, w_plain_.t.data);
+  FLICK_CHECK(pd.has_value(), "oneDNN has no INT8 convolution for weight " + desc_.w.str());
+  last_impl_ = impl_name(*pd, "int8 conv " + desc_.w.str());
+  return pd->weights_desc();
+}
+
+Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w) : Int8Conv(d) {
+  weights_md_ = init(std::move(w.w), std::move(w.scale), std::move(w.bias));
+  weights_ = memory(weights_md_, onednn_engine());
   dnnl::reorder(plain_w_, weights_).execute(onednn_stream(), plain_w_, weights_);
   onednn_stream().wait();
+}
+
+Expected<std::unique_ptr<Int8Conv>> Int8Conv::adopt(const ConvDesc& d, const Tensor& md,
+                                                    const Tensor& weights, const Tensor& w_plain,
+                                                    const Tensor& w_scale, const Tensor& bias,
+                                                    std::shared_ptr<const void> storage) {
+  std::unique_ptr<Int8Conv> c(new Int8Conv(d));
+  c->storage_ = std::move(storage);
+  OwnedTensor p, s, b;  // views into the entry
+  p.t = w_plain;
+  s.t = w_scale;
+  b.t = bias;
+  const memory::desc want = c->init(std::move(p), std::move(s), std::move(b));
+  FLICK_TRY(check_adopted_weights(md, weights, want));
+  // oneDNN only reads weights: the read-only mapping is fine.
+  c->weights_ = memory(want, onednn_engine(), const_cast<void*>(weights.data));
+  c->weights_md_ = want;
+  return c;
+}
+
+std::vector<Tensor> Int8Conv::packed_tensors() const {
+  return {Tensor::view(weights_.get_data_handle(), DType::U8,
+                       Shape{static_cast<int64_t>(weights_md_.get_size())}),
+          md_bytes(weights_md_), w_plain_.t, w_scale_.t, bias_buf_.t};
 }
 
 dnnl::primitive_attr Int8Conv::attr(Activation act) const {
@@ -395,6 +445,18 @@ std::unique_ptr<PackedConv> pack_conv_int8(const ConvDesc& d) {
 bool is_conv_int8(const PackedConv& w) { return dynamic_cast<const Int8Conv*>(&w) != nullptr; }
 
 std::string conv_int8_impl(const PackedConv& w) { return as_int8(w).impl(); }
+
+std::vector<Tensor> int8_conv_tensors(const PackedConv& w) { return as_int8(w).packed_tensors(); }
+
+Expected<std::unique_ptr<PackedConv>> adopt_int8_conv(const ConvDesc& d, const Tensor& md,
+                                                      const Tensor& weights, const Tensor& w_plain,
+                                                      const Tensor& w_scale, const Tensor& bias,
+                                                      std::shared_ptr<const void> storage) {
+  FLICK_ASSIGN_OR_RETURN(std::unique_ptr<Int8Conv> c,
+                         Int8Conv::adopt(d, md, weights, w_plain, w_scale, bias,
+                                         std::move(storage)));
+  return std::unique_ptr<PackedConv>(std::move(c));
+}
 
 void conv_int8(const Tensor& x, const PackedConv& w, Tensor& y, Activation act) {
   const Int8Conv& c = as_int8(w);

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/status.h"
 #include "runtime/ref/conv_int8.h"
 
 namespace flick::cpu {
@@ -16,6 +18,14 @@ std::unique_ptr<PackedConv> pack_conv_int8(const ConvDesc& d);
 bool is_conv_int8(const PackedConv& w);
 void conv_int8(const Tensor& x, const PackedConv& w, Tensor& y, Activation act);
 std::string conv_int8_impl(const PackedConv& w);
+// conv_cache.h's view of an INT8 conv: the reordered weights (U8), their md
+// (U8), the s8 weights I8 [O, K], their scales F32 [O], the bias (F32 [O] or
+// empty); and a conv that adopts such views (kept alive by `storage`).
+std::vector<Tensor> int8_conv_tensors(const PackedConv& w);
+Expected<std::unique_ptr<PackedConv>> adopt_int8_conv(const ConvDesc& d, const Tensor& md,
+                                                      const Tensor& weights, const Tensor& w_plain,
+                                                      const Tensor& w_scale, const Tensor& bias,
+                                                      std::shared_ptr<const void> storage);
 
 // The activation pass over n dense F32 / BF16 values (AVX-512 kernels,
 // conv_int8_avx512.cpp; INT8 needs AVX-512 VNNI anyway): min and max, and

@@ -217,16 +217,7 @@ Expected<std::unique_ptr<OnednnLinear>> OnednnLinear::adopt(Precision p, int64_t
   const dnnl::matmul::primitive_desc pd =
       l->init(scale.empty() ? nullptr : scale.ptr<float>(), bias);
   const memory::desc want = pd.weights_desc();
-  memory::desc got;
-  if (md.nbytes() != sizeof(got.data))
-    return invalid_input("oneDNN weights descriptor of the wrong size");
-  std::memcpy(&got.data, md.data, sizeof(got.data));
-  if (!(got == want))
-    return invalid_input(
-        "holds weights in another oneDNN layout than this process's primitive wants");
-  if (weights.nbytes() != want.get_size())
-    return invalid_input("holds " + std::to_string(weights.nbytes()) +
-                         " bytes of weights, the layout needs " + std::to_string(want.get_size()));
+  FLICK_TRY(check_adopted_weights(md, weights, want));
   // oneDNN only reads weights: the read-only mapping is fine.
   l->weights_ = memory(want, onednn_engine(), const_cast<void*>(weights.data));
   l->weights_md_ = want;
@@ -237,10 +228,7 @@ std::vector<Tensor> OnednnLinear::packed_tensors() const {
   std::vector<Tensor> t;
   t.push_back(Tensor::view(weights_.get_data_handle(), DType::U8,
                            Shape{static_cast<int64_t>(weights_md_.get_size())}));
-  // dnnl_memory_desc_t is a plain struct in oneDNN 2.x (no pointers).
-  static_assert(DNNL_VERSION_MAJOR == 2, "oneDNN 3 descs are opaque: serialise with get_blob()");
-  t.push_back(Tensor::view(const_cast<dnnl_memory_desc_t*>(&weights_md_.data), DType::U8,
-                           Shape{static_cast<int64_t>(sizeof(dnnl_memory_desc_t))}));
+  t.push_back(md_bytes(weights_md_));
   t.push_back(w_scale_.empty()
                   ? Tensor{}
                   : Tensor::view(const_cast<float*>(w_scale_.data()), DType::F32, Shape{n_}));

@@ -1,5 +1,7 @@
 #include "runtime/cpu/onednn_util.h"
 
+#include <cstring>
+
 #include "runtime/log.h"
 
 namespace flick::cpu {
@@ -98,6 +100,27 @@ std::string impl_name(const dnnl::primitive_desc_base& pd, const std::string& wh
     log_warning("oneDNN picked its slow reference implementation '" + impl + "' for " + what);
   }
   return impl;
+}
+
+Tensor md_bytes(const dnnl::memory::desc& md) {
+  static_assert(DNNL_VERSION_MAJOR == 2, "oneDNN 3 descs are opaque: serialise with get_blob()");
+  return Tensor::view(const_cast<dnnl_memory_desc_t*>(&md.data), DType::U8,
+                      Shape{static_cast<int64_t>(sizeof(dnnl_memory_desc_t))});
+}
+
+Status check_adopted_weights(const Tensor& md, const Tensor& weights,
+                             const dnnl::memory::desc& want) {
+  dnnl::memory::desc got;
+  if (md.dtype != DType::U8 || weights.dtype != DType::U8 || md.nbytes() != sizeof(got.data))
+    return invalid_input("oneDNN weights descriptor of the wrong size");
+  std::memcpy(&got.data, md.data, sizeof(got.data));
+  if (!(got == want))
+    return invalid_input(
+        "holds weights in another oneDNN layout than this process's primitive wants");
+  if (weights.nbytes() != want.get_size())
+    return invalid_input("holds " + std::to_string(weights.nbytes()) +
+                         " bytes of weights, the layout needs " + std::to_string(want.get_size()));
+  return ok_status();
 }
 
 }  // namespace flick::cpu

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/status.h"
 #include "runtime/tensor.h"
 
 namespace flick::cpu {
@@ -44,6 +45,15 @@ CallBuffers& onednn_call_buffers();
 // warning the first time a slow reference implementation ("ref...") shows up,
 // since that is a performance bug, not a correctness one.
 std::string impl_name(const dnnl::primitive_desc_base& pd, const std::string& what);
+
+// Weights reordered for the plan cache (linear_cache.h, conv_cache.h): the
+// md's bytes as U8 (dnnl_memory_desc_t is a plain struct in oneDNN 2.x), a
+// view valid while `md` lives.
+Tensor md_bytes(const dnnl::memory::desc& md);
+// Whether an entry's `md` bytes and `weights` are the layout `want` this
+// process's primitive asks for, at its size: an error saying what differs.
+Status check_adopted_weights(const Tensor& md, const Tensor& weights,
+                             const dnnl::memory::desc& want);
 
 // The first of oneDNN's candidate implementations for pd's operation, in its
 // order of preference, whose name ("brgconv:avx512_core_vnni", ...) `take`

@@ -1,0 +1,289 @@
+// CPU convolutions through the plan cache in packed form
+// (runtime/cpu/conv_cache.h): a warm pack adopts the stored oneDNN layout
+// without calling the packer, and the adopted convolution computes the same
+// bits as the freshly packed one; every damaged, doctored or foreign entry
+// is rebuilt with a warning, never trusted, never a crash.
+//
+// The oracle is the ordinary cpu::pack_conv of the same weights (itself
+// checked against runtime/ref by tests/ops): the cache must not change one
+// bit.
+#include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "runtime/cpu/conv_cache.h"
+#include "runtime/cpu/onednn_info.h"
+#include "runtime/cpu/ops.h"
+#include "runtime/dtype.h"
+#include "runtime/plan_cache.h"
+
+namespace flick {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  Precision precision;
+  int spatial_dims;
+  bool bias;
+  int64_t stride;
+};
+
+constexpr int64_t kOut = 24, kIn = 20, kSize = 9;  // channels not multiples of 16
+
+class ConvCacheTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!cpu::cpu_supports(GetParam().precision)) GTEST_SKIP() << "precision not on this CPU";
+    char tmpl[] = "/tmp/flick-conv-cache-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    const bool three = GetParam().spatial_dims == 3;
+    w_ = OwnedTensor(DType::F32, three ? Shape{kOut, kIn, 3, 3, 3} : Shape{kOut, kIn, 3, 3});
+    for (int64_t i = 0; i < w_.t.numel(); ++i)
+      w_.t.ptr<float>()[i] = static_cast<float>((i * 7919) % 201 - 100) / 256.f;
+    b_ = OwnedTensor(DType::F32, Shape{kOut});
+    for (int64_t i = 0; i < kOut; ++i) b_.t.ptr<float>()[i] = 0.25f * static_cast<float>(i % 9 - 4);
+    x_ = OwnedTensor(DType::BF16,
+                     three ? Shape{1, kIn, 3, kSize, kSize} : Shape{1, kIn, kSize, kSize});
+    for (int64_t i = 0; i < x_.t.numel(); ++i)
+      x_.t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>((i * 31) % 97 - 48) / 32.f);
+  }
+  void TearDown() override {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+
+  ConvDesc desc() const {
+    ConvDesc d;
+    d.w = w_.t;
+    if (GetParam().bias) d.bias = b_.t;
+    d.spatial_dims = GetParam().spatial_dims;
+    const int sd = d.spatial_dims;
+    for (int i = 0; i < sd; ++i) {
+      d.padding[static_cast<size_t>(i)] = 1;
+      // A 3-d layer strides in space only, as the VAE's downsampling does.
+      d.stride[static_cast<size_t>(i)] = (sd == 3 && i == 0) ? 1 : GetParam().stride;
+    }
+    d.precision = GetParam().precision;
+    return d;
+  }
+  // What pack_conv_cached is told: the layer's shapes and geometry, no data.
+  ConvDesc shapes_only() const {
+    ConvDesc d = desc();
+    d.w = Tensor{};
+    d.w.dtype = DType::F32;
+    d.w.shape = w_.t.shape;
+    if (GetParam().bias) {
+      d.bias = Tensor{};
+      d.bias.dtype = DType::F32;
+      d.bias.shape = Shape{kOut};
+    }
+    return d;
+  }
+  // pack_conv_cached of the layer under a scope on dir(); counts packs.
+  std::unique_ptr<PackedConv> cached(int* packs) {
+    PlanCache cache(dir());
+    PlanCacheScope scope(&cache, "test-platform");
+    scope.set_source("cc", "size=1;mtime_ns=2");
+    Expected<std::unique_ptr<PackedConv>> c = cpu::pack_conv_cached(
+        "decoder.conv1", shapes_only(), [&]() -> Expected<std::unique_ptr<PackedConv>> {
+          ++*packs;
+          return cpu::pack_conv(desc());
+        });
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  std::vector<uint8_t> run(const PackedConv& c) const {
+    const ConvDesc d = desc();
+    Shape ys = x_.t.shape;
+    ys[1] = kOut;
+    for (int i = 0; i < d.spatial_dims; ++i)
+      ys[2 + i] = (x_.t.dim(2 + i) + 2 - 3) / d.stride[static_cast<size_t>(i)] + 1;
+    OwnedTensor y(DType::F32, ys);
+    cpu::conv(x_.t, c, y.t, Activation::Silu);
+    const auto* p = static_cast<const uint8_t*>(y.t.data);
+    return std::vector<uint8_t>(p, p + y.t.nbytes());
+  }
+  std::string dir() const { return root_ + "/plans"; }
+  std::string file() const { return dir() + "/cc.decoder.conv1.plan"; }
+
+  struct Stored {
+    std::string key;
+    std::vector<OwnedTensor> tensors;
+  };
+  Stored stored() const {
+    PlanCache cache(dir());
+    Expected<std::vector<PlanEntryInfo>> l = cache.list();
+    EXPECT_TRUE(l.ok() && l->size() == 1u);
+    Stored s;
+    if (!l.ok() || l->size() != 1u) return s;
+    s.key = (*l)[0].key;
+    std::optional<PlanEntry> e = cache.load("cc.decoder.conv1", s.key);
+    EXPECT_TRUE(e.has_value());
+    if (!e) return s;
+    for (const Tensor& t : e->tensors()) {
+      OwnedTensor& o = s.tensors.emplace_back(t.dtype, t.shape);
+      std::memcpy(o.t.data, t.data, t.nbytes());
+    }
+    return s;
+  }
+  void restore(const Stored& s) const {
+    std::vector<Tensor> t;
+    for (const OwnedTensor& o : s.tensors) t.push_back(o.t);
+    ASSERT_TRUE(PlanCache(dir()).store("cc.decoder.conv1", s.key, t).ok());
+  }
+  // A warm pack of a doctored entry: rebuilt (packed once more) with a
+  // warning naming the file, and still the fresh conv's bits.
+  void expect_rebuilt(const std::string& why) {
+    const std::vector<uint8_t> want = run(*cpu::pack_conv(desc()));
+    int packs = 0;
+    testing::internal::CaptureStderr();
+    std::unique_ptr<PackedConv> c = cached(&packs);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(packs, 1) << why;
+    EXPECT_NE(err.find(file()), std::string::npos) << why << ": " << err;
+    EXPECT_NE(err.find("rebuilding"), std::string::npos) << why << ": " << err;
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(run(*c), want) << why;
+    packs = 0;
+    std::unique_ptr<PackedConv> again = cached(&packs);
+    EXPECT_EQ(packs, 0) << why;
+    ASSERT_NE(again, nullptr);
+    EXPECT_EQ(run(*again), want) << why;
+  }
+
+  std::string root_;
+  OwnedTensor w_, b_, x_;
+};
+
+TEST_P(ConvCacheTest, WarmAdoptsTheEntryBitForBit) {
+  const std::unique_ptr<PackedConv> fresh = cpu::pack_conv(desc());
+  const std::vector<uint8_t> want = run(*fresh);
+  int packs = 0;
+  const std::unique_ptr<PackedConv> cold = cached(&packs);
+  ASSERT_NE(cold, nullptr);
+  EXPECT_EQ(packs, 1);
+  EXPECT_EQ(run(*cold), want);
+  EXPECT_TRUE(fs::exists(file()));
+  packs = 0;
+  const std::unique_ptr<PackedConv> warm = cached(&packs);
+  ASSERT_NE(warm, nullptr);
+  EXPECT_EQ(packs, 0);  // adopted: the packer (and the checkpoint) not touched
+  EXPECT_EQ(warm->desc().precision, GetParam().precision);
+  EXPECT_EQ(warm->desc().w.shape, w_.t.shape);
+  EXPECT_EQ(cpu::conv_impl(*warm), cpu::conv_impl(*fresh));
+  EXPECT_EQ(run(*warm), want);
+  // A second call shape (another frame size) on the adopted weights.
+  x_ = OwnedTensor(x_.t.dtype, [&] {
+    Shape s = x_.t.shape;
+    s[x_.t.ndim() - 1] = 2 * kSize;
+    return s;
+  }());
+  for (int64_t i = 0; i < x_.t.numel(); ++i)
+    x_.t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>((i * 17) % 89 - 44) / 32.f);
+  EXPECT_EQ(run(*warm), run(*fresh));
+  // The adopted conv serialises to the same bytes as the fresh one.
+  const std::vector<Tensor> a = cpu::packed_conv_tensors(*fresh);
+  std::vector<std::vector<uint8_t>> fresh_bytes;
+  for (const Tensor& t : a) {
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    fresh_bytes.emplace_back(p, p + t.nbytes());
+  }
+  const std::vector<Tensor> b = cpu::packed_conv_tensors(*warm);
+  ASSERT_EQ(b.size(), fresh_bytes.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    const auto* p = static_cast<const uint8_t*>(b[i].data);
+    EXPECT_EQ(std::vector<uint8_t>(p, p + b[i].nbytes()), fresh_bytes[i]) << "tensor " << i;
+  }
+}
+
+TEST_P(ConvCacheTest, CorruptOrTruncatedEntryIsRebuilt) {
+  int packs = 0;
+  ASSERT_NE(cached(&packs), nullptr);
+  const auto size = fs::file_size(file());
+  {  // one flipped bit near the end of the payload: the payload checksum
+    std::fstream f(file(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(size - 100));
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 4;
+    f.seekp(static_cast<std::streamoff>(size - 100));
+    f.write(&c, 1);
+  }
+  expect_rebuilt("flipped bit");
+  fs::resize_file(file(), size / 2);
+  expect_rebuilt("truncated");
+}
+
+TEST_P(ConvCacheTest, DoctoredEntryWithValidChecksumsIsRebuilt) {
+  int packs = 0;
+  ASSERT_NE(cached(&packs), nullptr);
+  const Stored good = stored();
+  ASSERT_GE(good.tensors.size(), 3u);
+  auto doctored = [&](const char* why, auto edit) {
+    Stored s = stored();
+    edit(s);
+    restore(s);
+    expect_rebuilt(why);
+    restore(good);
+  };
+  doctored("other layout", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[0] ^= 3; });
+  doctored("other channels", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[3] += 1; });
+  doctored("other precision", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[2] ^= 1; });
+  doctored("bias flag flipped", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[6] ^= 1; });
+  doctored("packed bytes cut short", [](Stored& s) {
+    OwnedTensor& p = s.tensors[1];
+    OwnedTensor shorter(DType::U8, Shape{p.t.numel() - 64});
+    std::memcpy(shorter.t.data, p.t.data, shorter.t.nbytes());
+    p = std::move(shorter);
+  });
+  doctored("a tensor missing", [](Stored& s) { s.tensors.pop_back(); });
+  doctored("no meta", [](Stored& s) { s.tensors.erase(s.tensors.begin()); });
+  doctored("other oneDNN layout", [](Stored& s) {
+    dnnl_memory_desc_t md;
+    ASSERT_EQ(s.tensors[2].t.nbytes(), static_cast<int64_t>(sizeof(md)));
+    std::memcpy(&md, s.tensors[2].t.data, sizeof(md));
+    md.format_desc.blocking.strides[1] += 64;  // another layout
+    std::memcpy(s.tensors[2].t.data, &md, sizeof(md));
+  });
+  if (GetParam().precision == Precision::INT8) {
+    doctored("s8 weights of another shape", [](Stored& s) {
+      OwnedTensor& p = s.tensors[3];
+      OwnedTensor other(DType::I8, Shape{p.t.dim(0) - 1, p.t.dim(1)});
+      std::memcpy(other.t.data, p.t.data, other.t.nbytes());
+      p = std::move(other);
+    });
+  }
+}
+
+// The key names the geometry: a layer of another stride is another entry,
+// never the first one's bytes.
+TEST_P(ConvCacheTest, GeometryIsInTheKey) {
+  ConvDesc a = shapes_only(), b = shapes_only();
+  b.stride[1] = a.stride[1] == 1 ? 2 : 1;
+  EXPECT_NE(cpu::packed_conv_kind(a), cpu::packed_conv_kind(b));
+  b = shapes_only();
+  b.padding[0] += 1;
+  EXPECT_NE(cpu::packed_conv_kind(a), cpu::packed_conv_kind(b));
+  b = shapes_only();
+  b.bias = a.bias.ndim() > 0 ? Tensor{} : Tensor::view(nullptr, DType::F32, Shape{kOut});
+  EXPECT_NE(cpu::packed_conv_kind(a), cpu::packed_conv_kind(b));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layers, ConvCacheTest,
+    ::testing::Values(Case{Precision::F32, 2, true, 1}, Case{Precision::BF16, 3, true, 1},
+                      Case{Precision::BF16, 2, false, 2}, Case{Precision::FP8, 2, true, 1},
+                      Case{Precision::INT8, 3, true, 1}, Case{Precision::INT8, 2, false, 2}),
+    [](const auto& info) {
+      return std::string(precision_name(info.param.precision)) + "_" +
+             std::to_string(info.param.spatial_dims) + "d" + (info.param.bias ? "_bias" : "") +
+             "_stride" + std::to_string(info.param.stride);
+    });
+
+}  // namespace
+}  // namespace flick
