@@ -4,8 +4,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <utility>
 
+#include "runtime/cpu/conv_cache.h"
 #include "runtime/plan_cache.h"
 #include "runtime/threads.h"
 
@@ -58,6 +60,43 @@ Expected<OwnedTensor> load_f32(const WeightView& v, const std::string& name, con
   OwnedTensor out(DType::F32, shape);
   std::memcpy(out.t.data, c.tensors[0].data, out.t.nbytes());
   return out;
+}
+
+// How a convolution's loader reads its weights as fp32 (load_f32 or
+// convert_f32).
+using LoadF32 = Expected<OwnedTensor> (*)(const WeightView&, const std::string&, const Shape&,
+                                          const Numerics&);
+using ConvMaker = std::function<Expected<std::unique_ptr<PackedConv>>(LoadF32)>;
+
+// The layer's shapes and geometry as pack_conv_cached keys them: `d` with
+// its weight shape `w` and a bias of w[0] values, no data.
+ConvDesc conv_shapes(ConvDesc d, const Shape& w) {
+  d.w = Tensor::view(nullptr, DType::F32, w);
+  d.bias = Tensor::view(nullptr, DType::F32, Shape{w[0]});
+  return d;
+}
+
+// A convolution packed through the plan cache of a pipeline's load. The CPU
+// backend caches it packed (runtime/cpu/conv_cache.h): a hit adopts
+// oneDNN's reordered weights and reads nothing of the checkpoint, so
+// `make` reads the weights uncached (convert_f32) on a miss. Other
+// backends cache the fp32 values (make(load_f32)). `entry`: the layer's
+// name in the checkpoint view; `used`: the tensors a hit stands for.
+Expected<std::unique_ptr<PackedConv>> pack_conv_cached(const WeightView& v, std::string_view entry,
+                                                       std::initializer_list<std::string> used,
+                                                       Backend& be, const ConvDesc& shapes,
+                                                       const Numerics& num, const ConvMaker& make) {
+  if (std::strcmp(be.name(), "cpu") != 0) return make(load_f32);
+  // Precision and cast in the name: the encoder and decoder (or two
+  // pipelines sharing the cache) may pack one layer differently, and must
+  // not evict each other's entry.
+  const std::string name = v.full_name(std::string(entry)) + "@" +
+                           precision_name(shapes.precision) + (num.ref_weights ? "-ref-cast" : "");
+  Expected<std::unique_ptr<PackedConv>> c =
+      cpu::pack_conv_cached(name, shapes, [&] { return make(convert_f32); });
+  if (c.ok())
+    for (const std::string& u : used) v.mark_used(u);
+  return c;
 }
 
 size_t frame_bytes(const Tensor& x) {
@@ -235,16 +274,22 @@ Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view 
   c.cin_ = s[1];
   c.kt_ = s[2];
   c.act_ = num.act;
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
-                         load_f32(v, p + ".weight", Shape{s[0], s[1], s[2], s[3], s[4]}, num));
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, p + ".bias", Shape{s[0]}, num));
   ConvDesc d;
-  d.w = w;
-  d.bias = b;
   d.spatial_dims = 3;
   d.padding = {0, s[3] / 2, s[4] / 2};
   d.precision = num.conv;
-  c.conv_ = be.pack_conv(d);
+  const Shape ws{s[0], s[1], s[2], s[3], s[4]};
+  FLICK_ASSIGN_OR_RETURN(
+      c.conv_, pack_conv_cached(
+                   v, p, {p + ".weight", p + ".bias"}, be, conv_shapes(d, ws), num,
+                   [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
+                     FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load(v, p + ".weight", ws, num));
+                     FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, p + ".bias", Shape{s[0]}, num));
+                     ConvDesc full = d;
+                     full.w = w.t;
+                     full.bias = b.t;
+                     return be.pack_conv(full);
+                   }));
   return c;
 }
 
@@ -260,17 +305,24 @@ Expected<CausalConv3d> CausalConv3d::load_2d(const WeightView& v, std::string_vi
   c.cout_ = s[0];
   c.cin_ = s[1];
   c.act_ = num.act;
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
-                         load_f32(v, p + ".weight", Shape{s[0], s[1], s[2], s[3]}, num));
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, p + ".bias", Shape{s[0]}, num));
   // A per-frame 2-D conv is a 3-D conv with a 1-frame kernel.
   ConvDesc d;
-  d.w = w.t.reshape({s[0], s[1], 1, s[2], s[3]});
-  d.bias = b;
   d.spatial_dims = 3;
   d.padding = {0, s[2] / 2, s[3] / 2};
   d.precision = num.conv;
-  c.conv_ = be.pack_conv(d);
+  const Shape ws{s[0], s[1], 1, s[2], s[3]};
+  FLICK_ASSIGN_OR_RETURN(
+      c.conv_, pack_conv_cached(
+                   v, p, {p + ".weight", p + ".bias"}, be, conv_shapes(d, ws), num,
+                   [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
+                     FLICK_ASSIGN_OR_RETURN(
+                         OwnedTensor w, load(v, p + ".weight", Shape{s[0], s[1], s[2], s[3]}, num));
+                     FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, p + ".bias", Shape{s[0]}, num));
+                     ConvDesc full = d;
+                     full.w = w.t.reshape(ws);
+                     full.bias = b.t;
+                     return be.pack_conv(full);
+                   }));
   return c;
 }
 
@@ -538,21 +590,31 @@ Expected<Upsample> Upsample::load(const WeightView& v, Backend& be, const Numeri
                          info->shape_str());
   u.out_ = s[0];
   u.c_ = s[1];
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
-                         load_f32(v, "resample.1.weight", Shape{s[0], s[1], 3, 3}, num));
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, "resample.1.bias", Shape{s[0]}, num));
-  OwnedTensor bias(DType::F32, Shape{4 * s[0]});
-  for (int p = 0; p < 4; ++p)
-    std::memcpy(bias.t.ptr<float>() + p * s[0], b.t.data,
-                static_cast<size_t>(s[0]) * sizeof(float));
-  const OwnedTensor pw = phase_weights(w.t);
   ConvDesc d;
-  d.w = pw.t;
-  d.bias = bias.t;
   d.spatial_dims = 3;
   d.padding = {0, 1, 1};
   d.precision = normalized_only(num).conv;
-  u.phases_ = be.pack_conv(d);
+  // The four phases' 2x2 kernels of phase_weights, as one conv.
+  const Shape ws{4 * s[0], s[1], 1, 2, 2};
+  FLICK_ASSIGN_OR_RETURN(
+      u.phases_,
+      pack_conv_cached(
+          v, "resample.1.phases", {"resample.1.weight", "resample.1.bias"}, be, conv_shapes(d, ws),
+          num, [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
+            FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
+                                   load(v, "resample.1.weight", Shape{s[0], s[1], 3, 3}, num));
+            FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, "resample.1.bias", Shape{s[0]}, num));
+            OwnedTensor bias(DType::F32, Shape{4 * s[0]});
+            for (int p = 0; p < 4; ++p)
+              std::memcpy(bias.t.ptr<float>() + p * s[0], b.t.data,
+                          static_cast<size_t>(s[0]) * sizeof(float));
+            const OwnedTensor pw = phase_weights(w.t);
+            FLICK_CHECK(pw.t.shape == ws, "Upsample: phase weights " + pw.t.str());
+            ConvDesc full = d;
+            full.w = pw.t;
+            full.bias = bias.t;
+            return be.pack_conv(full);
+          }));
   if (v.has("time_conv.weight")) {
     FLICK_ASSIGN_OR_RETURN(CausalConv3d tc,
                            CausalConv3d::load(v, "time_conv", be, normalized_only(num)));
@@ -614,27 +676,43 @@ Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Nu
   FLICK_ASSIGN_OR_RETURN(const TensorInfo* info, v.require("resample.1.weight", 4));
   const int64_t c = info->shape[1];
   d.c_ = c;
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load_f32(v, "resample.1.weight", Shape{c, c, 3, 3}, num));
-  FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load_f32(v, "resample.1.bias", Shape{c}, num));
   ConvDesc cd;
-  cd.w = w.t.reshape({c, c, 1, 3, 3});  // per frame
-  cd.bias = b;
   cd.spatial_dims = 3;
   cd.stride = {1, 2, 2};
   // Both convs read the raw residual stream: INT8 runs them as BF16.
   cd.precision = normalized_only(num).conv;
-  d.conv_ = be.pack_conv(cd);
+  const Shape ws{c, c, 1, 3, 3};  // per frame
+  FLICK_ASSIGN_OR_RETURN(
+      d.conv_,
+      pack_conv_cached(
+          v, "resample.1", {"resample.1.weight", "resample.1.bias"}, be, conv_shapes(cd, ws), num,
+          [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
+            FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
+                                   load(v, "resample.1.weight", Shape{c, c, 3, 3}, num));
+            FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, "resample.1.bias", Shape{c}, num));
+            ConvDesc full = cd;
+            full.w = w.t.reshape(ws);
+            full.bias = b.t;
+            return be.pack_conv(full);
+          }));
   if (v.has("time_conv.weight")) {
-    FLICK_ASSIGN_OR_RETURN(OwnedTensor tw,
-                           load_f32(v, "time_conv.weight", Shape{c, c, 3, 1, 1}, num));
-    FLICK_ASSIGN_OR_RETURN(OwnedTensor tb, load_f32(v, "time_conv.bias", Shape{c}, num));
     ConvDesc td;
-    td.w = tw;
-    td.bias = tb;
     td.spatial_dims = 3;
     td.stride = {2, 1, 1};
     td.precision = cd.precision;
-    d.time_conv_ = be.pack_conv(td);
+    const Shape ts{c, c, 3, 1, 1};
+    FLICK_ASSIGN_OR_RETURN(
+        d.time_conv_,
+        pack_conv_cached(
+            v, "time_conv", {"time_conv.weight", "time_conv.bias"}, be, conv_shapes(td, ts), num,
+            [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
+              FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load(v, "time_conv.weight", ts, num));
+              FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, "time_conv.bias", Shape{c}, num));
+              ConvDesc full = td;
+              full.w = w.t;
+              full.bias = b.t;
+              return be.pack_conv(full);
+            }));
   }
   return d;
 }

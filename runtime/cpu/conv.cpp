@@ -588,27 +588,28 @@ Expected<std::unique_ptr<PackedConv>> pack_conv_cached(
   const PlanCacheScope* scope = PlanCacheScope::current();
   if (scope == nullptr || scope->cache() == nullptr) return pack();
   std::unique_ptr<PackedConv> built, adopted;
-  FLICK_ASSIGN_OR_RETURN(
-      PlanCached c,
-      PlanCached::get(
-          layer, packed_conv_kind(d),
-          [&]() -> Expected<std::vector<OwnedTensor>> {
-            FLICK_ASSIGN_OR_RETURN(built, pack());
-            FLICK_CHECK(built->desc().w.shape == d.w.shape &&
-                            built->desc().precision == d.precision,
-                        "pack_conv_cached: pack() made another convolution");
-            // Views into `built` (and the meta's thread-local), stored
-            // before anything else runs on this thread.
-            std::vector<OwnedTensor> out;
-            for (const Tensor& v : packed_conv_tensors(*built)) out.emplace_back().t = v;
-            return out;
-          },
-          [&](const PlanEntry& e) -> Status {
-            Expected<std::unique_ptr<PackedConv>> a = adopt_packed_conv(e.tensors(), d, e.storage());
-            if (!a.ok()) return a.status();
-            adopted = std::move(*a);
-            return ok_status();
-          }));
+  FLICK_ASSIGN_OR_RETURN(PlanCached c,
+                         PlanCached::get(
+                             layer, packed_conv_kind(d),
+                             [&]() -> Expected<std::vector<OwnedTensor>> {
+                               FLICK_ASSIGN_OR_RETURN(built, pack());
+                               FLICK_CHECK(built->desc().w.shape == d.w.shape &&
+                                               built->desc().precision == d.precision,
+                                           "pack_conv_cached: pack() made another convolution");
+                               // Views into `built` (and the meta's thread-local), stored
+                               // before anything else runs on this thread.
+                               std::vector<OwnedTensor> out;
+                               for (const Tensor& v : packed_conv_tensors(*built))
+                                 out.emplace_back().t = v;
+                               return out;
+                             },
+                             [&](const PlanEntry& e) -> Status {
+                               Expected<std::unique_ptr<PackedConv>> a =
+                                   adopt_packed_conv(e.tensors(), d, e.storage());
+                               if (!a.ok()) return a.status();
+                               adopted = std::move(*a);
+                               return ok_status();
+                             }));
   return c.hit ? std::move(adopted) : std::move(built);
 }
 

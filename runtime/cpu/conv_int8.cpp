@@ -150,8 +150,8 @@ class Int8Conv final : public PackedConv {
   memory weights_, scale_mem_, add_mem_;
   memory::desc weights_md_;              // weights_'s, for packed_tensors()
   std::shared_ptr<const void> storage_;  // adopted weights, scales and bias
-  mutable memory plain_w_;  // over w_plain_ (reorder takes a non-const source)
-  memory::desc oc_md_;      // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
+  mutable memory plain_w_;               // over w_plain_ (reorder takes a non-const source)
+  memory::desc oc_md_;                   // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
 
   mutable std::mutex mu_;  // guards the plans, the call's scales and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
@@ -193,8 +193,8 @@ memory::desc Int8Conv::init(OwnedTensor w_plain, OwnedTensor w_scale, OwnedTenso
   desc_.w.shape = w_shape;
   desc_.w_scale = w_scale_.t;
   desc_.bias = bias_buf_.t;
-  plain_w_ = memory({weight_dims(), odt::s8, plain_weight_tag(weight_dims())}, eng,
-                    w_plain_.t.data);
+  plain_w_ =
+      memory({weight_dims(), odt::s8, plain_weight_tag(weight_dims())}, eng, w_plain_.t.data);
 
   const ConvPackShapes pack = conv_pack_shapes(desc_);
   auto pd =
@@ -452,9 +452,9 @@ Expected<std::unique_ptr<PackedConv>> adopt_int8_conv(const ConvDesc& d, const T
                                                       const Tensor& weights, const Tensor& w_plain,
                                                       const Tensor& w_scale, const Tensor& bias,
                                                       std::shared_ptr<const void> storage) {
-  FLICK_ASSIGN_OR_RETURN(std::unique_ptr<Int8Conv> c,
-                         Int8Conv::adopt(d, md, weights, w_plain, w_scale, bias,
-                                         std::move(storage)));
+  FLICK_ASSIGN_OR_RETURN(
+      std::unique_ptr<Int8Conv> c,
+      Int8Conv::adopt(d, md, weights, w_plain, w_scale, bias, std::move(storage)));
   return std::unique_ptr<PackedConv>(std::move(c));
 }
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "runtime/backend.h"
-#include "runtime/status.h"
 #include "runtime/ref/conv_int8.h"
+#include "runtime/status.h"
 
 namespace flick::cpu {
 

@@ -91,8 +91,8 @@ TEST_F(PlanCachePipeline, ColdAndWarmLoadsMakeTheSameVideoBitForBit) {
   const auto cold = video(tiny_int8(dir_));
   EXPECT_EQ(cold, uncached);
   // Every INT8 linear of the DiT (fused q/k/v included) and of CLIP's
-  // blocks, and the VAE's larger convolution weights (if the tiny VAE has
-  // any of 4096 values or more).
+  // blocks, and every convolution of the VAE, packed
+  // (runtime/cpu/conv_cache.h).
   Expected<std::vector<PlanEntryInfo>> l = PlanCache(dir_).list();
   ASSERT_TRUE(l.ok());
   int dit = 0, clip = 0, vae = 0;
@@ -100,12 +100,16 @@ TEST_F(PlanCachePipeline, ColdAndWarmLoadsMakeTheSameVideoBitForBit) {
     EXPECT_TRUE(e.problem.empty()) << e.file << ": " << e.problem;
     dit += e.file.rfind("mg2-universal-dit-", 0) == 0;
     clip += e.file.rfind("mg2-clip-", 0) == 0;
-    vae += e.file.rfind("mg2-vae-", 0) == 0;
+    if (e.file.rfind("mg2-vae-", 0) == 0) {
+      ++vae;
+      EXPECT_NE(e.key.find("kind=packed-conv-v1 onednn "), std::string::npos) << e.key;
+    }
     EXPECT_NE(e.key.find("isa="), std::string::npos) << e.key;
     EXPECT_NE(e.key.find("mtime_ns="), std::string::npos) << e.key;
   }
   EXPECT_GT(dit, 0);
   EXPECT_GT(clip, 0);
+  EXPECT_GT(vae, 0);
   EXPECT_EQ(static_cast<int>(l->size()), dit + clip + vae);
   const auto before = inodes(dir_);
   const auto warm = video(tiny_int8(dir_));
@@ -113,9 +117,9 @@ TEST_F(PlanCachePipeline, ColdAndWarmLoadsMakeTheSameVideoBitForBit) {
   EXPECT_EQ(inodes(dir_), before);  // nothing rewritten: every entry was a hit
 }
 
-// `flick synth --size tiny` weights have the real head sizes and VAE
-// convolutions large enough for the cache (4096 values and up): the VAE's
-// entries are bit-exact too.
+// `flick synth --size tiny` weights have the real head sizes and a VAE of
+// the released layout: its packed convolution entries are bit-exact too,
+// BF16 and (vae_precision = "int8") INT8 alike.
 TEST_F(PlanCachePipeline, SynthWeightsWithVaeEntriesAreBitExact) {
   const std::string weights = root_ + "/mg2";
   const int rc = std::system((std::string(FLICK_BINARY) + " synth --size tiny --mode universal " +
@@ -138,6 +142,29 @@ TEST_F(PlanCachePipeline, SynthWeightsWithVaeEntriesAreBitExact) {
   const auto before = inodes(dir_);
   EXPECT_EQ(video(o), uncached);  // warm
   EXPECT_EQ(inodes(dir_), before);
+
+  // The INT8 VAE: its residual blocks' convs are INT8 entries (s8 weights,
+  // scales, oneDNN's blocks), the others BF16; a second pipeline
+  // configuration in the same cache evicts none of the first's entries.
+  o.vae_precision = Precision::INT8;
+  o.plan_cache.clear();
+  const auto uncached8 = video(o);
+  ASSERT_EQ(uncached8.size(), 9u);
+  o.plan_cache = dir_;
+  EXPECT_EQ(video(o), uncached8);  // cold for the INT8 convs
+  l = PlanCache(dir_).list();
+  ASSERT_TRUE(l.ok());
+  int int8 = 0;
+  for (const PlanEntryInfo& e : *l)
+    int8 += e.file.rfind("mg2-vae-", 0) == 0 && e.key.find("onednn-u8s8 int8") != std::string::npos;
+  EXPECT_GT(int8, 0);
+  const auto before8 = inodes(dir_);
+  EXPECT_EQ(video(o), uncached8);  // warm
+  EXPECT_EQ(inodes(dir_), before8);
+  for (const auto& [file, ino] : before) EXPECT_EQ(before8.count(file), 1u) << file;
+  o.vae_precision = Precision::BF16;
+  EXPECT_EQ(video(o), uncached);  // the BF16 entries still there, still hits
+  EXPECT_EQ(inodes(dir_), before8);
 }
 
 TEST_F(PlanCachePipeline, AWarmLoadUsesTheEntriesAndRebuildsADamagedOne) {
