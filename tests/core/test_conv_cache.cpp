@@ -20,6 +20,7 @@
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
 #include "runtime/plan_cache.h"
+#include "tests/core/plan_entry_doctor.h"
 
 namespace flick {
 namespace {
@@ -111,49 +112,14 @@ class ConvCacheTest : public ::testing::TestWithParam<Case> {
   std::string dir() const { return root_ + "/plans"; }
   std::string file() const { return dir() + "/cc.decoder.conv1.plan"; }
 
-  struct Stored {
-    std::string key;
-    std::vector<OwnedTensor> tensors;
-  };
-  Stored stored() const {
-    PlanCache cache(dir());
-    Expected<std::vector<PlanEntryInfo>> l = cache.list();
-    EXPECT_TRUE(l.ok() && l->size() == 1u);
-    Stored s;
-    if (!l.ok() || l->size() != 1u) return s;
-    s.key = (*l)[0].key;
-    std::optional<PlanEntry> e = cache.load("cc.decoder.conv1", s.key);
-    EXPECT_TRUE(e.has_value());
-    if (!e) return s;
-    for (const Tensor& t : e->tensors()) {
-      OwnedTensor& o = s.tensors.emplace_back(t.dtype, t.shape);
-      std::memcpy(o.t.data, t.data, t.nbytes());
-    }
-    return s;
+  plan_test::StoredEntry stored() const { return plan_test::read_entry(dir(), "cc.decoder.conv1"); }
+  void restore(const plan_test::StoredEntry& s) const {
+    plan_test::write_entry(dir(), "cc.decoder.conv1", s);
   }
-  void restore(const Stored& s) const {
-    std::vector<Tensor> t;
-    for (const OwnedTensor& o : s.tensors) t.push_back(o.t);
-    ASSERT_TRUE(PlanCache(dir()).store("cc.decoder.conv1", s.key, t).ok());
-  }
-  // A warm pack of a doctored entry: rebuilt (packed once more) with a
-  // warning naming the file, and still the fresh conv's bits.
   void expect_rebuilt(const std::string& why) {
-    const std::vector<uint8_t> want = run(*cpu::pack_conv(desc()));
-    int packs = 0;
-    testing::internal::CaptureStderr();
-    std::unique_ptr<PackedConv> c = cached(&packs);
-    const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_EQ(packs, 1) << why;
-    EXPECT_NE(err.find(file()), std::string::npos) << why << ": " << err;
-    EXPECT_NE(err.find("rebuilding"), std::string::npos) << why << ": " << err;
-    ASSERT_NE(c, nullptr);
-    EXPECT_EQ(run(*c), want) << why;
-    packs = 0;
-    std::unique_ptr<PackedConv> again = cached(&packs);
-    EXPECT_EQ(packs, 0) << why;
-    ASSERT_NE(again, nullptr);
-    EXPECT_EQ(run(*again), want) << why;
+    plan_test::expect_rebuilt(
+        why, file(), run(*cpu::pack_conv(desc())), [&](int* packs) { return cached(packs); },
+        [&](const PackedConv& p) { return run(p); });
   }
 
   std::string root_;
@@ -187,33 +153,15 @@ TEST_P(ConvCacheTest, WarmAdoptsTheEntryBitForBit) {
     x_.t.ptr<uint16_t>()[i] = f32_to_bf16(static_cast<float>((i * 17) % 89 - 44) / 32.f);
   EXPECT_EQ(run(*warm), run(*fresh));
   // The adopted conv serialises to the same bytes as the fresh one.
-  const std::vector<Tensor> a = cpu::packed_conv_tensors(*fresh);
-  std::vector<std::vector<uint8_t>> fresh_bytes;
-  for (const Tensor& t : a) {
-    const auto* p = static_cast<const uint8_t*>(t.data);
-    fresh_bytes.emplace_back(p, p + t.nbytes());
-  }
-  const std::vector<Tensor> b = cpu::packed_conv_tensors(*warm);
-  ASSERT_EQ(b.size(), fresh_bytes.size());
-  for (size_t i = 0; i < b.size(); ++i) {
-    const auto* p = static_cast<const uint8_t*>(b[i].data);
-    EXPECT_EQ(std::vector<uint8_t>(p, p + b[i].nbytes()), fresh_bytes[i]) << "tensor " << i;
-  }
+  EXPECT_EQ(plan_test::bytes_of(cpu::packed_conv_tensors(*warm)),
+            plan_test::bytes_of(cpu::packed_conv_tensors(*fresh)));
 }
 
 TEST_P(ConvCacheTest, CorruptOrTruncatedEntryIsRebuilt) {
   int packs = 0;
   ASSERT_NE(cached(&packs), nullptr);
   const auto size = fs::file_size(file());
-  {  // one flipped bit near the end of the payload: the payload checksum
-    std::fstream f(file(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(size - 100));
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 4;
-    f.seekp(static_cast<std::streamoff>(size - 100));
-    f.write(&c, 1);
-  }
+  plan_test::flip_bit(file(), static_cast<std::streamoff>(size - 100));  // the payload checksum
   expect_rebuilt("flipped bit");
   fs::resize_file(file(), size / 2);
   expect_rebuilt("truncated");
@@ -222,28 +170,28 @@ TEST_P(ConvCacheTest, CorruptOrTruncatedEntryIsRebuilt) {
 TEST_P(ConvCacheTest, DoctoredEntryWithValidChecksumsIsRebuilt) {
   int packs = 0;
   ASSERT_NE(cached(&packs), nullptr);
-  const Stored good = stored();
+  const plan_test::StoredEntry good = stored();
   ASSERT_GE(good.tensors.size(), 3u);
   auto doctored = [&](const char* why, auto edit) {
-    Stored s = stored();
+    plan_test::StoredEntry s = stored();
     edit(s);
     restore(s);
     expect_rebuilt(why);
     restore(good);
   };
-  doctored("other layout", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[0] ^= 3; });
-  doctored("other channels", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[3] += 1; });
-  doctored("other precision", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[2] ^= 1; });
-  doctored("bias flag flipped", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[6] ^= 1; });
-  doctored("packed bytes cut short", [](Stored& s) {
-    OwnedTensor& p = s.tensors[1];
-    OwnedTensor shorter(DType::U8, Shape{p.t.numel() - 64});
-    std::memcpy(shorter.t.data, p.t.data, shorter.t.nbytes());
-    p = std::move(shorter);
-  });
-  doctored("a tensor missing", [](Stored& s) { s.tensors.pop_back(); });
-  doctored("no meta", [](Stored& s) { s.tensors.erase(s.tensors.begin()); });
-  doctored("other oneDNN layout", [](Stored& s) {
+  doctored("other layout",
+           [](plan_test::StoredEntry& s) { s.tensors[0].t.ptr<int32_t>()[0] ^= 3; });
+  doctored("other channels",
+           [](plan_test::StoredEntry& s) { s.tensors[0].t.ptr<int32_t>()[3] += 1; });
+  doctored("other precision",
+           [](plan_test::StoredEntry& s) { s.tensors[0].t.ptr<int32_t>()[2] ^= 1; });
+  doctored("bias flag flipped",
+           [](plan_test::StoredEntry& s) { s.tensors[0].t.ptr<int32_t>()[6] ^= 1; });
+  doctored("packed bytes cut short",
+           [](plan_test::StoredEntry& s) { plan_test::shorten(s.tensors[1], 64); });
+  doctored("a tensor missing", [](plan_test::StoredEntry& s) { s.tensors.pop_back(); });
+  doctored("no meta", [](plan_test::StoredEntry& s) { s.tensors.erase(s.tensors.begin()); });
+  doctored("other oneDNN layout", [](plan_test::StoredEntry& s) {
     dnnl_memory_desc_t md;
     ASSERT_EQ(s.tensors[2].t.nbytes(), static_cast<int64_t>(sizeof(md)));
     std::memcpy(&md, s.tensors[2].t.data, sizeof(md));
@@ -251,7 +199,7 @@ TEST_P(ConvCacheTest, DoctoredEntryWithValidChecksumsIsRebuilt) {
     std::memcpy(s.tensors[2].t.data, &md, sizeof(md));
   });
   if (GetParam().precision == Precision::INT8) {
-    doctored("s8 weights of another shape", [](Stored& s) {
+    doctored("s8 weights of another shape", [](plan_test::StoredEntry& s) {
       OwnedTensor& p = s.tensors[3];
       OwnedTensor other(DType::I8, Shape{p.t.dim(0) - 1, p.t.dim(1)});
       std::memcpy(other.t.data, p.t.data, other.t.nbytes());

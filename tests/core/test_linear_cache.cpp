@@ -22,6 +22,7 @@
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
 #include "runtime/plan_cache.h"
+#include "tests/core/plan_entry_doctor.h"
 
 namespace flick {
 namespace {
@@ -81,51 +82,14 @@ class LinearCacheTest : public ::testing::TestWithParam<Case> {
   std::string dir() const { return root_ + "/plans"; }
   std::string file() const { return dir() + "/lc.blocks.0.q.plan"; }
 
-  // The stored entry's key and tensors (copies), to doctor and store back.
-  struct Stored {
-    std::string key;
-    std::vector<OwnedTensor> tensors;
-  };
-  Stored stored() const {
-    PlanCache cache(dir());
-    Expected<std::vector<PlanEntryInfo>> l = cache.list();
-    EXPECT_TRUE(l.ok() && l->size() == 1u);
-    Stored s;
-    if (!l.ok() || l->size() != 1u) return s;
-    s.key = (*l)[0].key;
-    std::optional<PlanEntry> e = cache.load("lc.blocks.0.q", s.key);
-    EXPECT_TRUE(e.has_value());
-    if (!e) return s;
-    for (const Tensor& t : e->tensors()) {
-      OwnedTensor& o = s.tensors.emplace_back(t.dtype, t.shape);
-      std::memcpy(o.t.data, t.data, t.nbytes());
-    }
-    return s;
+  plan_test::StoredEntry stored() const { return plan_test::read_entry(dir(), "lc.blocks.0.q"); }
+  void restore(const plan_test::StoredEntry& s) const {
+    plan_test::write_entry(dir(), "lc.blocks.0.q", s);
   }
-  void restore(const Stored& s) const {
-    std::vector<Tensor> t;
-    for (const OwnedTensor& o : s.tensors) t.push_back(o.t);
-    ASSERT_TRUE(PlanCache(dir()).store("lc.blocks.0.q", s.key, t).ok());
-  }
-  // A warm pack of a doctored entry: rebuilt (packed once more) with a
-  // warning naming the file, and still the fresh linear's bits.
   void expect_rebuilt(const std::string& why) {
-    const std::vector<uint8_t> want = run(*cpu::pack_linear(desc()));
-    int packs = 0;
-    testing::internal::CaptureStderr();
-    std::unique_ptr<PackedLinear> l = cached(&packs);
-    const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_EQ(packs, 1) << why;
-    EXPECT_NE(err.find(file()), std::string::npos) << why << ": " << err;
-    EXPECT_NE(err.find("rebuilding"), std::string::npos) << why << ": " << err;
-    ASSERT_NE(l, nullptr);
-    EXPECT_EQ(run(*l), want) << why;
-    // The rebuilt entry is good again: the next pack adopts it.
-    packs = 0;
-    std::unique_ptr<PackedLinear> again = cached(&packs);
-    EXPECT_EQ(packs, 0) << why;
-    ASSERT_NE(again, nullptr);
-    EXPECT_EQ(run(*again), want) << why;
+    plan_test::expect_rebuilt(
+        why, file(), run(*cpu::pack_linear(desc())), [&](int* packs) { return cached(packs); },
+        [&](const PackedLinear& p) { return run(p); });
   }
 
   std::string root_;
@@ -151,33 +115,15 @@ TEST_P(LinearCacheTest, WarmAdoptsTheEntryBitForBit) {
   EXPECT_EQ(cpu::linear_impl(*warm), cpu::linear_impl(*fresh));
   EXPECT_EQ(run(*warm), want);
   // The adopted linear serialises to the same bytes as the fresh one.
-  const std::vector<Tensor> a = cpu::packed_linear_tensors(*fresh);
-  std::vector<std::vector<uint8_t>> fresh_bytes;
-  for (const Tensor& t : a) {
-    const auto* p = static_cast<const uint8_t*>(t.data);
-    fresh_bytes.emplace_back(p, p + t.nbytes());
-  }
-  const std::vector<Tensor> b = cpu::packed_linear_tensors(*warm);
-  ASSERT_EQ(b.size(), fresh_bytes.size());
-  for (size_t i = 0; i < b.size(); ++i) {
-    const auto* p = static_cast<const uint8_t*>(b[i].data);
-    EXPECT_EQ(std::vector<uint8_t>(p, p + b[i].nbytes()), fresh_bytes[i]) << "tensor " << i;
-  }
+  EXPECT_EQ(plan_test::bytes_of(cpu::packed_linear_tensors(*warm)),
+            plan_test::bytes_of(cpu::packed_linear_tensors(*fresh)));
 }
 
 TEST_P(LinearCacheTest, CorruptOrTruncatedEntryIsRebuilt) {
   int packs = 0;
   ASSERT_NE(cached(&packs), nullptr);
   const auto size = fs::file_size(file());
-  {  // one flipped bit in the packed weights: the payload checksum
-    std::fstream f(file(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(size - 200));
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 4;
-    f.seekp(static_cast<std::streamoff>(size - 200));
-    f.write(&c, 1);
-  }
+  plan_test::flip_bit(file(), static_cast<std::streamoff>(size - 200));  // the payload checksum
   expect_rebuilt("flipped bit");
   fs::resize_file(file(), size / 2);
   expect_rebuilt("truncated");
@@ -186,31 +132,28 @@ TEST_P(LinearCacheTest, CorruptOrTruncatedEntryIsRebuilt) {
 TEST_P(LinearCacheTest, DoctoredEntryWithValidChecksumsIsRebuilt) {
   int packs = 0;
   ASSERT_NE(cached(&packs), nullptr);
-  const Stored good = stored();
+  const plan_test::StoredEntry good = stored();
   ASSERT_GE(good.tensors.size(), 2u);
   // Entries whose checksums and key are right but whose tensors are not what
   // this process packs: adopt must refuse each, never read past a buffer.
   auto doctored = [&](const char* why, auto edit) {
-    Stored s = stored();
+    plan_test::StoredEntry s = stored();
     edit(s);
     restore(s);
     expect_rebuilt(why);
     restore(good);
   };
-  doctored("other layout", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[0] ^= 3; });
-  doctored("other shape", [](Stored& s) { s.tensors[0].t.ptr<int32_t>()[3] += 1; });
-  doctored("packed bytes cut short", [](Stored& s) {
-    OwnedTensor& p = s.tensors[1];
-    OwnedTensor shorter(DType::U8, Shape{p.t.numel() - 64});
-    std::memcpy(shorter.t.data, p.t.data, shorter.t.nbytes());
-    p = std::move(shorter);
-  });
-  doctored("a tensor missing", [](Stored& s) { s.tensors.pop_back(); });
-  doctored("no meta", [](Stored& s) { s.tensors.erase(s.tensors.begin()); });
+  doctored("other layout",
+           [](plan_test::StoredEntry& s) { s.tensors[0].t.ptr<int32_t>()[0] ^= 3; });
+  doctored("other shape", [](plan_test::StoredEntry& s) { s.tensors[0].t.ptr<int32_t>()[3] += 1; });
+  doctored("packed bytes cut short",
+           [](plan_test::StoredEntry& s) { plan_test::shorten(s.tensors[1], 64); });
+  doctored("a tensor missing", [](plan_test::StoredEntry& s) { s.tensors.pop_back(); });
+  doctored("no meta", [](plan_test::StoredEntry& s) { s.tensors.erase(s.tensors.begin()); });
   if (cpu::linear_impl(*cpu::pack_linear(desc())).rfind("flick:", 0) != 0) {
     // oneDNN: the stored weights md (tensors[2]) is compared with the one
     // this process's primitive wants.
-    doctored("other oneDNN layout", [](Stored& s) {
+    doctored("other oneDNN layout", [](plan_test::StoredEntry& s) {
       ASSERT_GE(s.tensors.size(), 3u);
       dnnl_memory_desc_t md;
       ASSERT_EQ(s.tensors[2].t.nbytes(), static_cast<int64_t>(sizeof(md)));
