@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <vector>
 
 #include "runtime/cpu/conv_cache.h"
@@ -33,6 +34,11 @@ struct Case {
   bool bias;
   int64_t stride;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << precision_name(c.precision) << " " << c.spatial_dims << "-d" << (c.bias ? " bias" : "")
+      << " stride " << c.stride;
+}
 
 constexpr int64_t kOut = 24, kIn = 20, kSize = 9;  // channels not multiples of 16
 
