@@ -45,6 +45,10 @@ struct BenchOptions {
   // --size full --dit-layers 2,4`) for the framepack benchmarks (empty: one is
   // written to $TMPDIR).
   std::string framepack_weights;
+  // `--plan-cache DIR`: the framepack benchmarks open the DiT through this
+  // plan cache (runtime/plan_cache.h), so their "load" row times a cold load
+  // (an empty directory) or a warm one.
+  std::string plan_cache;
 };
 
 // The clock benchmarks time with, in seconds: steady wall clock, or the

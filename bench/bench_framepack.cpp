@@ -11,12 +11,15 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "models/hunyuan/framepack_dit.h"
 #include "models/pipelines/framepack.h"
 #include "models/pipelines/framepack_synth.h"
+#include "models/wan/wan_quant.h"
 #include "runtime/backend.h"
+#include "runtime/plan_cache.h"
 #include "runtime/profile_backend.h"
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/weight_store.h"
@@ -149,11 +152,23 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   // FLICK_PROFILE=1: the per-op table (stderr) of the last call.
   std::unique_ptr<Backend> backend = profile_if_enabled(make_cpu_backend());
   ProfileBackend* profiler = as_profiler(*backend);
+  std::optional<PlanCache> cache;
+  if (!options.plan_cache.empty()) cache.emplace(options.plan_cache);
   const double t0 = bench_now(options);
-  Expected<hunyuan::FramePackDitModel> m =
-      hunyuan::open_framepack_dit(folder, *backend, p.precision);
+  Expected<hunyuan::FramePackDitModel> m = [&] {
+    PlanCacheScope scope(cache ? &*cache : nullptr, plan_cache_platform(*backend));
+    return hunyuan::open_framepack_dit(folder, *backend, p.precision);
+  }();
   if (!m.ok()) return {failed_row(base + " load", m.status().message())};
   const double load = bench_now(options) - t0;
+  std::string cached;
+  if (cache) {
+    cached = "; plan cache: ";
+    cached += std::to_string(cache->hits());
+    cached += " entries loaded, ";
+    cached += std::to_string(cache->stores());
+    cached += " stored";
+  }
   const hunyuan::FramePackDitConfig& c = m->dit.config();
   Expected<Inputs> inputs = make_inputs(fs::path(folder).parent_path().string(), c);
   if (!inputs.ok()) return {failed_row(base + " call", inputs.status().message())};
@@ -213,7 +228,7 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   char rss[64];
   std::snprintf(rss, sizeof rss, "peak RSS %.2f GiB", max_rss_gb());
   std::vector<BenchResult> rows;
-  rows.push_back(per_minute_row(base + " load", load, rss));
+  rows.push_back(per_minute_row(base + " load", load, rss + cached));
   rows.push_back(per_minute_row(base + " call", best.total, shape));
   rows.push_back(
       per_minute_row(base + " double block", dmean, "mean of " + std::to_string(c.layers)));

@@ -111,6 +111,9 @@ void register_bench(CLI::App& app, CliContext& ctx) {
                   "A folder with a FramePack transformer/ (flick synth --model framepack --size "
                   "full --dit-layers 2,4) for the framepack benchmarks (which run only when "
                   "--filter names them: framepack, framepack.int8)");
+  cmd->add_option("--plan-cache", options->plan_cache,
+                  "Open the framepack benchmarks' DiT through this plan cache directory: their "
+                  "load row is then a cold load (empty directory) or a warm one");
   cmd->add_flag("--cpu-clock", options->cpu_clock,
                 "Time peaks, linear and conv with the thread's CPU clock: steadier on a busy "
                 "machine; use with OMP_NUM_THREADS=1");

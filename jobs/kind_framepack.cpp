@@ -111,7 +111,9 @@ class FramePackInstance : public PipelineInstance {
   Status load() override {
     if (pipeline_ != nullptr) return ok_status();
     backend_ = profile_if_enabled(make_cpu_backend());
-    FLICK_ASSIGN_OR_RETURN(pipeline_, FramePackPipeline::load(options_, *backend_));
+    FramePackOptions o = options_;
+    o.plan_cache = loading_plan_cache();  // [daemon].plan_cache
+    FLICK_ASSIGN_OR_RETURN(pipeline_, FramePackPipeline::load(o, *backend_));
     return ok_status();
   }
 

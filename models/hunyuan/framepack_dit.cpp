@@ -5,6 +5,8 @@
 
 #include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
+#include "runtime/plan_cache.h"
+#include "runtime/sha256.h"
 
 namespace flick::hunyuan {
 
@@ -58,6 +60,31 @@ Expected<FramePackDitFiles> framepack_dit_files(const std::string& path,
   return f;
 }
 
+namespace {
+
+// The DiT's entries in the plan cache of the current scope (a pipeline's
+// load, runtime/plan_cache.h), if any: named after the checkpoint's
+// canonical path (two checkpoints share a cache without evicting each
+// other), keyed by the identity of every file of it (each shard of an
+// index), so a changed shard rebuilds them.
+Status set_plan_source(const WeightStore& store, const std::string& weights) {
+  PlanCacheScope* scope = PlanCacheScope::current();
+  if (scope == nullptr || scope->cache() == nullptr) return ok_status();
+  std::string identity;
+  for (const WeightStore::Source& s : store.sources())
+    for (const WeightFile* f : s.files) {
+      FLICK_ASSIGN_OR_RETURN(std::string id, source_identity(f->path()));
+      if (!identity.empty()) identity += ';';
+      identity += id;
+    }
+  std::error_code ec;
+  const std::string canonical = std::filesystem::weakly_canonical(weights, ec).string();
+  scope->set_source("framepack-dit-" + sha256_hex(ec ? weights : canonical).substr(0, 8), identity);
+  return ok_status();
+}
+
+}  // namespace
+
 Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backend& backend,
                                                Precision precision,
                                                const std::string& config_json) {
@@ -65,6 +92,7 @@ Expected<FramePackDitModel> open_framepack_dit(const std::string& folder, Backen
   const std::string &weights = files.weights, &config = files.config;
   FramePackDitModel m;
   FLICK_ASSIGN_OR_RETURN(m.store, WeightStore::open({weights}));
+  FLICK_TRY(set_plan_source(m.store, weights));
   FLICK_ASSIGN_OR_RETURN(const FramePackDitConfig cfg,
                          FramePackDitConfig::detect(m.store.root(), config));
   FLICK_ASSIGN_OR_RETURN(m.dit, FramePackDit::load(m.store.root(), cfg, backend, precision));

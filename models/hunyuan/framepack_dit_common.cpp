@@ -1,8 +1,11 @@
 #include "models/hunyuan/framepack_dit_common.h"
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <string>
 
+#include "runtime/cpu/linear_cache.h"
 #include "runtime/dtype.h"
 #include "runtime/quant/quantize.h"
 
@@ -76,24 +79,56 @@ Expected<std::unique_ptr<PackedLinear>> pack(const WeightView& v, std::string_vi
   return run.be->pack_linear({wt, Tensor{}, b, precision});
 }
 
+// pack() of the weight read() returns, through the plan cache of a
+// pipeline's load on the CPU backend (runtime/cpu/linear_cache.h): a hit
+// adopts the packed layer and reads none of the checkpoint. The bytes depend
+// on the file (the key's source identity), the precision (the key's kind)
+// and round_weight_bf16, which is fixed per layer in this code; the run's
+// activation dtype follows from the precision.
+Expected<std::unique_ptr<PackedLinear>> pack_cached(const WeightView& v, std::string_view name,
+                                                    int64_t n, int64_t k, const DitRun& run,
+                                                    Precision precision, bool round_weight_bf16,
+                                                    const std::function<Expected<Tensor>()>& read) {
+  auto build = [&]() -> Expected<std::unique_ptr<PackedLinear>> {
+    FLICK_ASSIGN_OR_RETURN(Tensor w, read());
+    return pack(v, name, w, n, run, precision, round_weight_bf16);
+  };
+  if (std::strcmp(run.be->name(), "cpu") != 0) return build();
+  const std::string layer(name);
+  // The precision in the name: INT8 and BF16 pipelines sharing a cache keep
+  // their own entries (the layers both run at BF16 share one).
+  Expected<std::unique_ptr<PackedLinear>> l = cpu::pack_linear_cached(
+      v.full_name(layer) + "@" + precision_name(precision), precision, n, k, /*bias=*/true, build);
+  if (l.ok()) {  // a hit stands for the layer's tensors
+    v.mark_used(layer + ".weight");
+    v.mark_used(layer + ".bias");
+    const std::string scale = layer + std::string(kDitFp8ScaleSuffix);
+    if (v.has(scale)) v.mark_used(scale);
+  }
+  return l;
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<PackedLinear>> load_dit_linear(const WeightView& v, std::string_view name,
                                                         int64_t n, int64_t k, const DitRun& run,
                                                         Precision precision,
                                                         bool round_weight_bf16) {
-  FLICK_ASSIGN_OR_RETURN(Tensor w,
-                         v.get(std::string(name) + ".weight", dit_stored_types(), {n, k}));
-  return pack(v, name, w, n, run, precision, round_weight_bf16);
+  return pack_cached(v, name, n, k, run, precision, round_weight_bf16, [&] {
+    return v.get(std::string(name) + ".weight", dit_stored_types(), {n, k});
+  });
 }
 
 Expected<std::unique_ptr<PackedLinear>> load_dit_patch_conv(const WeightView& v,
                                                             std::string_view name, int64_t n,
                                                             int64_t c, int64_t kt, int64_t kh,
                                                             int64_t kw, const DitRun& run) {
-  FLICK_ASSIGN_OR_RETURN(
-      Tensor w, v.get(std::string(name) + ".weight", dit_stored_types(), {n, c, kt, kh, kw}));
-  return pack(v, name, w.reshape({n, c * kt * kh * kw}), n, run, run.kept(), false);
+  const int64_t k = c * kt * kh * kw;
+  return pack_cached(v, name, n, k, run, run.kept(), false, [&]() -> Expected<Tensor> {
+    FLICK_ASSIGN_OR_RETURN(
+        Tensor w, v.get(std::string(name) + ".weight", dit_stored_types(), {n, c, kt, kh, kw}));
+    return w.reshape({n, k});
+  });
 }
 
 Expected<Tensor> load_dit_param(const WeightView& v, std::string_view name, const Shape& shape,

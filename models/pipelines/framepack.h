@@ -171,6 +171,11 @@ struct FramePackOptions {
   // encoders and the DiT are never in memory together (the lower peak, for
   // memory budgets below their sum; costs one DiT load per job).
   bool keep_dit_loaded = true;
+  // Plan cache directory (runtime/plan_cache.h; [daemon].plan_cache): the
+  // DiT's linears stored as the backend packs them (quantized at int8 /
+  // fp8), so a load after the first maps them instead of reading and
+  // quantizing the checkpoint. Empty: no cache.
+  std::string plan_cache;
 };
 
 struct FramePackInput {

@@ -13,9 +13,11 @@
 // against the BF16 model and the reference's bf16 run, and Kijai's
 // single-file FP8 layout (tests/data/framepack_dit/kijai_fp8/).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +33,7 @@
 #include "models/hunyuan/framepack_dit_rope.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/dtype.h"
+#include "runtime/plan_cache.h"
 #include "runtime/weights/safetensors.h"
 #include "runtime/weights/stored_type.h"
 #include "runtime/weights/weight_file.h"
@@ -505,6 +508,84 @@ TEST(FramePackDit, OpensADiffusersFolder) {
     ASSERT_FALSE(int8.ok());
     EXPECT_NE(int8.status().message().find("VNNI"), std::string::npos) << int8.status().message();
   }
+}
+
+// The DiT's linears through the plan cache (open_framepack_dit under a
+// pipeline's PlanCacheScope): a cold load stores every linear packed, a warm
+// one adopts them all (no new file, check_all_used still satisfied), and
+// both compute the uncached model's output bit for bit; a changed shard
+// makes the entries stale.
+TEST(FramePackDit, PlanCacheWarmLoadIsBitExact) {
+  char tmpl[] = "/tmp/flick-fp-plan-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl, dir = root + "/plans";
+  Tiny t = open_tiny();
+  int64_t n_valid = 0;
+  const FramePackDitInputs in = golden_inputs(t.golden, &n_valid);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  auto output = [&](const std::string& model, Precision p, PlanCache* cache) {
+    PlanCacheScope scope(cache, "test-platform");
+    Expected<FramePackDitModel> m = open_framepack_dit(model, *backend, p);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    if (!m.ok()) return std::vector<float>{};
+    Expected<OwnedTensor> out = m->dit.forward(in);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return out.ok() ? to_f32(out->t) : std::vector<float>{};
+  };
+  auto files = [&] {
+    std::map<std::string, ino_t> m;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      struct stat st;
+      if (stat(e.path().c_str(), &st) == 0) m[e.path().filename().string()] = st.st_ino;
+    }
+    return m;
+  };
+  for (Precision p : {Precision::INT8, Precision::BF16}) {
+    SCOPED_TRACE(precision_name(p));
+    if (!cpu::cpu_supports(p)) continue;
+    const std::vector<float> uncached = output(kModel, p, nullptr);
+    ASSERT_FALSE(uncached.empty());
+    PlanCache cold(dir);
+    EXPECT_EQ(output(kModel, p, &cold), uncached);
+    EXPECT_GT(cold.stores(), 0);
+    // BF16 after INT8: the layers INT8 keeps at BF16 are hits already.
+    if (p == Precision::INT8) {
+      EXPECT_EQ(cold.hits(), 0);
+    }
+    EXPECT_EQ(cold.rejected(), 0);
+    for (const auto& [f, ino] : files()) EXPECT_EQ(f.rfind("framepack-dit-", 0), 0u) << f;
+    const auto before = files();
+    PlanCache warm(dir);
+    EXPECT_EQ(output(kModel, p, &warm), uncached);
+    EXPECT_EQ(warm.hits(), cold.hits() + cold.stores());
+    EXPECT_EQ(warm.stores(), 0);
+    EXPECT_EQ(warm.rejected(), 0);
+    EXPECT_EQ(files(), before);  // nothing rewritten
+  }
+  // A copy of the checkpoint: its own entries (another path). Then one of
+  // its shards touched (a new mtime): the key's identity differs, so every
+  // entry of the copy is stale and rebuilt, with a warning.
+  const std::string copy = root + "/transformer";
+  std::filesystem::copy(kModel, copy);
+  const std::vector<float> want = output(kModel, Precision::BF16, nullptr);
+  PlanCache first(dir);
+  EXPECT_EQ(output(copy, Precision::BF16, &first), want);
+  EXPECT_EQ(first.hits(), 0);
+  EXPECT_GT(first.stores(), 0);
+  for (const auto& e : std::filesystem::directory_iterator(copy))
+    if (e.path().extension() == ".safetensors") {
+      std::filesystem::last_write_time(
+          e.path(), std::filesystem::last_write_time(e.path()) + std::chrono::hours(1));
+      break;
+    }
+  PlanCache again(dir);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(output(copy, Precision::BF16, &again), want);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(again.hits(), 0);
+  EXPECT_EQ(again.stores(), first.stores());
+  EXPECT_NE(err.find("stale"), std::string::npos) << err;
+  std::filesystem::remove_all(root);
 }
 
 // ---- INT8 / FP8 (framepack_dit_common.h: the block linears quantized) ----
