@@ -161,14 +161,7 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   }();
   if (!m.ok()) return {failed_row(base + " load", m.status().message())};
   const double load = bench_now(options) - t0;
-  std::string cached;
-  if (cache) {
-    cached = "; plan cache: ";
-    cached += std::to_string(cache->hits());
-    cached += " entries loaded, ";
-    cached += std::to_string(cache->stores());
-    cached += " stored";
-  }
+  const std::string cached = cache ? "; plan cache " + cache->summary() : std::string();
   const hunyuan::FramePackDitConfig& c = m->dit.config();
   Expected<Inputs> inputs = make_inputs(fs::path(folder).parent_path().string(), c);
   if (!inputs.ok()) return {failed_row(base + " call", inputs.status().message())};

@@ -425,4 +425,19 @@ Expected<PlanCached> PlanCached::get(
   return out;
 }
 
+std::string PlanCache::summary() const {
+  return dir_ + ": " + std::to_string(hits_) + " entries loaded, " + std::to_string(stores_) +
+         " stored, " + std::to_string(rejected_) + " rejected";
+}
+
+std::optional<PlanCache> open_plan_cache(const std::string& dir, std::string_view who) {
+  if (dir.empty()) return std::nullopt;
+  PlanCache cache(dir);
+  if (Status s = cache.create_dir(); !s.ok()) {
+    log_warning(std::string(who) + ": loading without the plan cache: " + s.message());
+    return std::nullopt;
+  }
+  return cache;
+}
+
 }  // namespace flick

@@ -112,6 +112,8 @@ class PlanCache {
   int64_t hits() const { return hits_; }
   int64_t rejected() const { return rejected_; }
   int64_t stores() const { return stores_; }
+  // "<dir>: N entries loaded, M stored, R rejected", for a load's log line.
+  std::string summary() const;
 
  private:
   friend struct PlanCached;
@@ -119,6 +121,11 @@ class PlanCache {
   std::string dir_;
   mutable int64_t hits_ = 0, rejected_ = 0, stores_ = 0;
 };
+
+// A pipeline's cache at `dir` (empty: none), its directory created; one that
+// cannot be made is a warning naming `who` and no cache (the load goes on
+// without it, as the cache is an optimisation).
+std::optional<PlanCache> open_plan_cache(const std::string& dir, std::string_view who);
 
 // The cache a component loader consults while a pipeline loads: set by the
 // pipeline around its load (thread-local, nested scopes restore the outer
@@ -175,6 +182,40 @@ struct PlanCached {
                                   const std::function<Expected<std::vector<OwnedTensor>>()>& build,
                                   const std::function<Status(const PlanEntry&)>& accept = nullptr);
 };
+
+// An object prepared at load (a packed linear or convolution: linear_cache.h,
+// conv_cache.h) through the current scope's cache in its prepared form: a
+// hit returns adopt(entry) and build() is not called (so no checkpoint
+// tensor is read); a miss build()s and stores tensors_of(built) (views into
+// the built object, stored before anything else runs on this thread). An
+// entry adopt refuses is a warning and a rebuild (PlanCached::get). Without
+// a scope, build().
+template <class T>
+Expected<std::unique_ptr<T>> plan_cached_object(
+    std::string_view layer, std::string_view kind,
+    const std::function<Expected<std::unique_ptr<T>>()>& build,
+    const std::function<std::vector<Tensor>(const T&)>& tensors_of,
+    const std::function<Expected<std::unique_ptr<T>>(const PlanEntry&)>& adopt) {
+  const PlanCacheScope* scope = PlanCacheScope::current();
+  if (scope == nullptr || scope->cache() == nullptr) return build();
+  std::unique_ptr<T> built, adopted;
+  FLICK_ASSIGN_OR_RETURN(PlanCached c, PlanCached::get(
+                                           layer, kind,
+                                           [&]() -> Expected<std::vector<OwnedTensor>> {
+                                             FLICK_ASSIGN_OR_RETURN(built, build());
+                                             std::vector<OwnedTensor> out;
+                                             for (const Tensor& v : tensors_of(*built))
+                                               out.emplace_back().t = v;
+                                             return out;
+                                           },
+                                           [&](const PlanEntry& e) -> Status {
+                                             Expected<std::unique_ptr<T>> a = adopt(e);
+                                             if (!a.ok()) return a.status();
+                                             adopted = std::move(*a);
+                                             return ok_status();
+                                           }));
+  return c.hit ? std::move(adopted) : std::move(built);
+}
 
 // The payload checksum (exposed for tests).
 uint64_t plan_checksum(const void* data, size_t size, uint64_t seed = 0);

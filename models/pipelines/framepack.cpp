@@ -466,22 +466,12 @@ struct FramePackPipeline::Impl {
     if (dit) return ok_status();
     // Through the plan cache if configured (the DiT names its source:
     // open_framepack_dit); a directory that cannot be made loads without it.
-    std::optional<PlanCache> cache;
-    if (!opt.plan_cache.empty()) {
-      cache.emplace(opt.plan_cache);
-      if (Status s = cache->create_dir(); !s.ok()) {
-        log_warning("FramePack: loading the DiT without the plan cache: " + s.message());
-        cache.reset();
-      }
-    }
+    std::optional<PlanCache> cache = open_plan_cache(opt.plan_cache, "FramePack");
     PlanCacheScope scope(cache ? &*cache : nullptr, plan_cache_platform(*be));
     FLICK_ASSIGN_OR_RETURN(hunyuan::FramePackDitModel d,
                            hunyuan::open_framepack_dit(paths.transformer, *be, opt.precision));
     dit.emplace(std::move(d));
-    if (cache)
-      log_info("FramePack: plan cache " + cache->dir() + ": " + std::to_string(cache->hits()) +
-               " entries loaded, " + std::to_string(cache->stores()) + " stored, " +
-               std::to_string(cache->rejected()) + " rejected");
+    if (cache) log_info("FramePack: plan cache " + cache->summary());
     return ok_status();
   }
   Expected<framepack::PromptEncoding> encode_prompt(const std::string& prompt);

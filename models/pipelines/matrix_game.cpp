@@ -256,14 +256,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   // entry's name holds a hash of its checkpoint's path (two weight
   // directories share a cache without evicting each other); its key holds
   // the file's identity, so a changed checkpoint rebuilds its entries.
-  std::optional<PlanCache> plan_cache;
-  if (!opt.plan_cache.empty()) {
-    plan_cache.emplace(opt.plan_cache);
-    if (Status s = plan_cache->create_dir(); !s.ok()) {
-      log_warning("Matrix-Game 2.0: loading without the plan cache: " + s.message());
-      plan_cache.reset();
-    }
-  }
+  std::optional<PlanCache> plan_cache = open_plan_cache(opt.plan_cache, "Matrix-Game 2.0");
   PlanCacheScope plan_scope(plan_cache ? &*plan_cache : nullptr, plan_cache_platform(be));
   auto plan_source = [&](std::string_view component, const std::string& path) -> Status {
     if (!plan_cache) return ok_status();
@@ -376,11 +369,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   for (const WeightStore* s : {&clip_store, &dit_store}) s->release_pages();
   release_free_heap();
   log_debug("Matrix-Game 2.0: mapped checkpoints released, " + resident() + " resident");
-  if (plan_cache)
-    log_info("Matrix-Game 2.0: plan cache " + plan_cache->dir() + ": " +
-             std::to_string(plan_cache->hits()) + " entries loaded, " +
-             std::to_string(plan_cache->stores()) + " stored, " +
-             std::to_string(plan_cache->rejected()) + " rejected");
+  if (plan_cache) log_info("Matrix-Game 2.0: plan cache " + plan_cache->summary());
   step_t = wan::warped_step_times(schedule, mode->steps);
   return ok_status();
 }

@@ -146,7 +146,10 @@ Expected<std::unique_ptr<PackedLinear>> pack_int8_cached(
     const std::function<Expected<Tensor>(OwnedTensor& keep)>& read) {
   const int64_t total = n * static_cast<int64_t>(layers.size());
   std::string name = v.full_name(std::string(layers[0]));
-  for (size_t i = 1; i < layers.size(); ++i) name += "+" + std::string(layers[i]);
+  for (size_t i = 1; i < layers.size(); ++i) {
+    name += '+';
+    name += layers[i];
+  }
   // The stacked bias in the activation dtype (the reference's module holds
   // a bf16 bias), as the uncached loaders make it.
   auto read_bias = [&]() -> Expected<OwnedTensor> {

@@ -99,6 +99,25 @@ Expected<std::unique_ptr<PackedConv>> pack_conv_cached(const WeightView& v, std:
   return c;
 }
 
+// The convolution of the checkpoint's `<p>.weight` (stored as `file`,
+// convolved as `ws`, the same values) and `<p>.bias`, geometry and
+// precision from `d`, through pack_conv_cached.
+Expected<std::unique_ptr<PackedConv>> load_conv(const WeightView& v, const std::string& p,
+                                                const Shape& file, const Shape& ws,
+                                                const ConvDesc& d, Backend& be,
+                                                const Numerics& num) {
+  return pack_conv_cached(
+      v, p, {p + ".weight", p + ".bias"}, be, conv_shapes(d, ws), num,
+      [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
+        FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load(v, p + ".weight", file, num));
+        FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, p + ".bias", Shape{ws[0]}, num));
+        ConvDesc full = d;
+        full.w = w.t.reshape(ws);
+        full.bias = b.t;
+        return be.pack_conv(full);
+      });
+}
+
 size_t frame_bytes(const Tensor& x) {
   return static_cast<size_t>(x.dim(1) * x.dim(3) * x.dim(4)) * dtype_size(x.dtype);
 }
@@ -279,17 +298,7 @@ Expected<CausalConv3d> CausalConv3d::load(const WeightView& v, std::string_view 
   d.padding = {0, s[3] / 2, s[4] / 2};
   d.precision = num.conv;
   const Shape ws{s[0], s[1], s[2], s[3], s[4]};
-  FLICK_ASSIGN_OR_RETURN(
-      c.conv_, pack_conv_cached(
-                   v, p, {p + ".weight", p + ".bias"}, be, conv_shapes(d, ws), num,
-                   [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
-                     FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load(v, p + ".weight", ws, num));
-                     FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, p + ".bias", Shape{s[0]}, num));
-                     ConvDesc full = d;
-                     full.w = w.t;
-                     full.bias = b.t;
-                     return be.pack_conv(full);
-                   }));
+  FLICK_ASSIGN_OR_RETURN(c.conv_, load_conv(v, p, ws, ws, d, be, num));
   return c;
 }
 
@@ -310,19 +319,8 @@ Expected<CausalConv3d> CausalConv3d::load_2d(const WeightView& v, std::string_vi
   d.spatial_dims = 3;
   d.padding = {0, s[2] / 2, s[3] / 2};
   d.precision = num.conv;
-  const Shape ws{s[0], s[1], 1, s[2], s[3]};
-  FLICK_ASSIGN_OR_RETURN(
-      c.conv_, pack_conv_cached(
-                   v, p, {p + ".weight", p + ".bias"}, be, conv_shapes(d, ws), num,
-                   [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
-                     FLICK_ASSIGN_OR_RETURN(
-                         OwnedTensor w, load(v, p + ".weight", Shape{s[0], s[1], s[2], s[3]}, num));
-                     FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, p + ".bias", Shape{s[0]}, num));
-                     ConvDesc full = d;
-                     full.w = w.t.reshape(ws);
-                     full.bias = b.t;
-                     return be.pack_conv(full);
-                   }));
+  FLICK_ASSIGN_OR_RETURN(c.conv_, load_conv(v, p, Shape{s[0], s[1], s[2], s[3]},
+                                            Shape{s[0], s[1], 1, s[2], s[3]}, d, be, num));
   return c;
 }
 
@@ -681,38 +679,16 @@ Expected<Downsample> Downsample::load(const WeightView& v, Backend& be, const Nu
   cd.stride = {1, 2, 2};
   // Both convs read the raw residual stream: INT8 runs them as BF16.
   cd.precision = normalized_only(num).conv;
-  const Shape ws{c, c, 1, 3, 3};  // per frame
   FLICK_ASSIGN_OR_RETURN(
-      d.conv_,
-      pack_conv_cached(
-          v, "resample.1", {"resample.1.weight", "resample.1.bias"}, be, conv_shapes(cd, ws), num,
-          [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
-            FLICK_ASSIGN_OR_RETURN(OwnedTensor w,
-                                   load(v, "resample.1.weight", Shape{c, c, 3, 3}, num));
-            FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, "resample.1.bias", Shape{c}, num));
-            ConvDesc full = cd;
-            full.w = w.t.reshape(ws);
-            full.bias = b.t;
-            return be.pack_conv(full);
-          }));
+      d.conv_, load_conv(v, "resample.1", Shape{c, c, 3, 3}, Shape{c, c, 1, 3, 3},  // per frame
+                         cd, be, num));
   if (v.has("time_conv.weight")) {
     ConvDesc td;
     td.spatial_dims = 3;
     td.stride = {2, 1, 1};
     td.precision = cd.precision;
     const Shape ts{c, c, 3, 1, 1};
-    FLICK_ASSIGN_OR_RETURN(
-        d.time_conv_,
-        pack_conv_cached(
-            v, "time_conv", {"time_conv.weight", "time_conv.bias"}, be, conv_shapes(td, ts), num,
-            [&](LoadF32 load) -> Expected<std::unique_ptr<PackedConv>> {
-              FLICK_ASSIGN_OR_RETURN(OwnedTensor w, load(v, "time_conv.weight", ts, num));
-              FLICK_ASSIGN_OR_RETURN(OwnedTensor b, load(v, "time_conv.bias", Shape{c}, num));
-              ConvDesc full = td;
-              full.w = w.t;
-              full.bias = b.t;
-              return be.pack_conv(full);
-            }));
+    FLICK_ASSIGN_OR_RETURN(d.time_conv_, load_conv(v, "time_conv", ts, ts, td, be, num));
   }
   return d;
 }

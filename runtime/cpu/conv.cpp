@@ -585,32 +585,16 @@ std::string packed_conv_kind(const ConvDesc& d) {
 Expected<std::unique_ptr<PackedConv>> pack_conv_cached(
     std::string_view layer, const ConvDesc& d,
     const std::function<Expected<std::unique_ptr<PackedConv>>()>& pack) {
-  const PlanCacheScope* scope = PlanCacheScope::current();
-  if (scope == nullptr || scope->cache() == nullptr) return pack();
-  std::unique_ptr<PackedConv> built, adopted;
-  FLICK_ASSIGN_OR_RETURN(PlanCached c,
-                         PlanCached::get(
-                             layer, packed_conv_kind(d),
-                             [&]() -> Expected<std::vector<OwnedTensor>> {
-                               FLICK_ASSIGN_OR_RETURN(built, pack());
-                               FLICK_CHECK(built->desc().w.shape == d.w.shape &&
-                                               built->desc().precision == d.precision,
-                                           "pack_conv_cached: pack() made another convolution");
-                               // Views into `built` (and the meta's thread-local), stored
-                               // before anything else runs on this thread.
-                               std::vector<OwnedTensor> out;
-                               for (const Tensor& v : packed_conv_tensors(*built))
-                                 out.emplace_back().t = v;
-                               return out;
-                             },
-                             [&](const PlanEntry& e) -> Status {
-                               Expected<std::unique_ptr<PackedConv>> a =
-                                   adopt_packed_conv(e.tensors(), d, e.storage());
-                               if (!a.ok()) return a.status();
-                               adopted = std::move(*a);
-                               return ok_status();
-                             }));
-  return c.hit ? std::move(adopted) : std::move(built);
+  return plan_cached_object<PackedConv>(
+      layer, packed_conv_kind(d),
+      [&]() -> Expected<std::unique_ptr<PackedConv>> {
+        FLICK_ASSIGN_OR_RETURN(std::unique_ptr<PackedConv> c, pack());
+        FLICK_CHECK(c->desc().w.shape == d.w.shape && c->desc().precision == d.precision,
+                    "pack_conv_cached: pack() made another convolution");
+        return c;
+      },
+      packed_conv_tensors,
+      [&](const PlanEntry& e) { return adopt_packed_conv(e.tensors(), d, e.storage()); });
 }
 
 }  // namespace flick::cpu

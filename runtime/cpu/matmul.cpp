@@ -720,8 +720,6 @@ Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tens
         precision, std::move(w), scale, bias, std::vector<OwnedTensor>{}, std::move(storage));
     return l;
   }
-  if (t[1].dtype != DType::U8 || t[2].dtype != DType::U8)
-    return invalid_input("has oneDNN weights of the wrong dtype");
   FLICK_ASSIGN_OR_RETURN(
       std::unique_ptr<OnednnLinear> l,
       OnednnLinear::adopt(precision, n, k, t[2], t[1], scale, bias, std::move(storage)));
@@ -743,31 +741,18 @@ std::string packed_linear_kind(Precision precision, int64_t n, int64_t k, bool b
 Expected<std::unique_ptr<PackedLinear>> pack_linear_cached(
     std::string_view layer, Precision precision, int64_t n, int64_t k, bool bias,
     const std::function<Expected<std::unique_ptr<PackedLinear>>()>& pack) {
-  const PlanCacheScope* scope = PlanCacheScope::current();
-  if (scope == nullptr || scope->cache() == nullptr) return pack();
-  std::unique_ptr<PackedLinear> built, adopted;
-  FLICK_ASSIGN_OR_RETURN(PlanCached c,
-                         PlanCached::get(
-                             layer, packed_linear_kind(precision, n, k, bias),
-                             [&]() -> Expected<std::vector<OwnedTensor>> {
-                               FLICK_ASSIGN_OR_RETURN(built, pack());
-                               FLICK_CHECK(built->out_features() == n && built->in_features() == k,
-                                           "pack_linear_cached: pack() made another shape");
-                               // Views into `built` (and the meta's thread-local), stored
-                               // before anything else runs on this thread.
-                               std::vector<OwnedTensor> out;
-                               for (const Tensor& v : packed_linear_tensors(*built))
-                                 out.emplace_back().t = v;
-                               return out;
-                             },
-                             [&](const PlanEntry& e) -> Status {
-                               Expected<std::unique_ptr<PackedLinear>> a =
-                                   adopt_packed_linear(e.tensors(), precision, n, k, e.storage());
-                               if (!a.ok()) return a.status();
-                               adopted = std::move(*a);
-                               return ok_status();
-                             }));
-  return c.hit ? std::move(adopted) : std::move(built);
+  return plan_cached_object<PackedLinear>(
+      layer, packed_linear_kind(precision, n, k, bias),
+      [&]() -> Expected<std::unique_ptr<PackedLinear>> {
+        FLICK_ASSIGN_OR_RETURN(std::unique_ptr<PackedLinear> l, pack());
+        FLICK_CHECK(l->out_features() == n && l->in_features() == k,
+                    "pack_linear_cached: pack() made another shape");
+        return l;
+      },
+      packed_linear_tensors,
+      [&](const PlanEntry& e) {
+        return adopt_packed_linear(e.tensors(), precision, n, k, e.storage());
+      });
 }
 
 void linear(const Tensor& x, const PackedLinear& w, Tensor& y, Activation act) {
