@@ -36,6 +36,14 @@ class FrameSink {
   virtual Status write_side_file(const std::string& name, const void* data, size_t size) {
     return ok_status();
   }
+  // Appends to a side file that grows with the job (sam3-segment's
+  // detections.jsonl), so the pipeline holds none of it in memory: written
+  // under a temporary name as it comes, and like the videos it appears under
+  // `name` (fsynced, listed in outputs()) only at finish(); a job that stops
+  // before leaves none of it. Sinks that write no files ignore it.
+  virtual Status append_side_file(const std::string& name, const void* data, size_t size) {
+    return ok_status();
+  }
   // The files written so far (all of them after finish()), in the order they
   // were completed. Sinks that write no files return none.
   virtual std::vector<OutputFile> outputs() const { return {}; }

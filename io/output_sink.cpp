@@ -5,10 +5,10 @@
 #include <optional>
 
 #include "io/contact_sheet.h"
-#include "runtime/file_util.h"
 #include "io/frame_archive.h"
 #include "io/image.h"
 #include "io/video.h"
+#include "runtime/file_util.h"
 
 namespace flick {
 namespace {
@@ -48,6 +48,12 @@ class OutputSink final : public FrameSink {
     FLICK_CHECK(begun_ && !finished_, "write_side_file outside begin/finish");
     if (!failed_.ok()) return failed_;
     return remember(write_side(name, data, size));
+  }
+
+  Status append_side_file(const std::string& name, const void* data, size_t size) override {
+    FLICK_CHECK(begun_ && !finished_, "append_side_file outside begin/finish");
+    if (!failed_.ok()) return failed_;
+    return remember(append_side(name, data, size));
   }
 
  private:
@@ -132,7 +138,7 @@ class OutputSink final : public FrameSink {
     return ok_status();
   }
 
-  Status write_side(const std::string& name, const void* data, size_t size) {
+  Status check_side_name(const std::string& name) const {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
       return internal_error("side file name \"" + name + "\" is not a plain file name");
     }
@@ -141,6 +147,27 @@ class OutputSink final : public FrameSink {
         return invalid_input("output file \"" + name + "\" is also the name of a video output");
       }
     }
+    return ok_status();
+  }
+
+  Status append_side(const std::string& name, const void* data, size_t size) {
+    auto it = std::find_if(streams_.begin(), streams_.end(),
+                           [&](const auto& s) { return s.first == name; });
+    if (it == streams_.end()) {
+      FLICK_TRY(check_side_name(name));
+      FLICK_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::create(join_path(dir_, name)));
+      streams_.emplace_back(name, std::move(f));
+      it = streams_.end() - 1;
+    }
+    return it->second.write(data, size);
+  }
+
+  Status write_side(const std::string& name, const void* data, size_t size) {
+    FLICK_TRY(check_side_name(name));
+    if (std::any_of(streams_.begin(), streams_.end(),
+                    [&](const auto& s) { return s.first == name; })) {
+      return internal_error("side file \"" + name + "\" is already being appended to");
+    }
     const std::string path = join_path(dir_, name);
     FLICK_TRY(write_file_atomic(path, data, size));
     outputs_.push_back({name, static_cast<int64_t>(size)});
@@ -148,6 +175,10 @@ class OutputSink final : public FrameSink {
   }
 
   Status finish_all() {
+    for (auto& [name, file] : streams_) {
+      FLICK_TRY(file.commit());
+      FLICK_TRY(record(name));
+    }
     if (archive_) {
       FLICK_TRY(archive_->finish());
       FLICK_TRY(record(kFrameArchiveName));
@@ -190,6 +221,9 @@ class OutputSink final : public FrameSink {
   std::optional<ContactSheet> sheet_;
   std::vector<uint8_t> encoded_;  // reused PNG / JPEG buffer
   std::vector<OutputFile> outputs_;
+  // Appended side files, in order of their first append; an uncommitted one
+  // is removed with the sink.
+  std::vector<std::pair<std::string, AtomicFile>> streams_;
 };
 
 }  // namespace

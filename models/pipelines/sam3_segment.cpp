@@ -148,32 +148,24 @@ class FrameSource {
 
 // Detections of one prompt as tracker objects (masks binarised at 0.5,
 // sam3/model/sam3_image_processor.py: masks = masks_logits > 0.5 on the
-// sigmoid).
-Expected<std::vector<Sam3Object>> to_objects(const Sam3Detections& d, int prompt, int width,
-                                             int height) {
+// sigmoid; sam3_postprocess does it).
+Expected<std::vector<Sam3Object>> to_objects(Sam3Detections& d, int prompt, int width, int height) {
   const size_t n = d.query.size();
-  if (d.score.size() != n || d.box_xyxy.size() != n) {
+  if (d.score.size() != n || d.box_xyxy.size() != n || d.masks.size() != n) {
     return internal_error("sam3 detections: inconsistent counts");
   }
   std::vector<Sam3Object> out;
-  if (n == 0) return out;
-  const Tensor& m = d.mask_prob.t;
-  if (m.dtype != DType::F32 || m.shape.ndim != 3 || m.dim(0) != static_cast<int64_t>(n) ||
-      m.dim(1) != height || m.dim(2) != width) {
-    return internal_error("sam3 detections: masks are not F32 [" + std::to_string(n) + ", " +
-                          std::to_string(height) + ", " + std::to_string(width) + "]");
-  }
-  const float* p = m.ptr<float>();
-  const size_t plane = static_cast<size_t>(width) * height;
   for (size_t q = 0; q < n; ++q) {
+    if (d.masks[q].width != width || d.masks[q].height != height) {
+      return internal_error("sam3 detections: a mask is " + std::to_string(d.masks[q].width) + "x" +
+                            std::to_string(d.masks[q].height) + ", the frame " +
+                            size_str(width, height));
+    }
     Sam3Object o;
     o.prompt = prompt;
     o.score = d.score[q];
     o.box_xyxy = d.box_xyxy[q];
-    o.width = width;
-    o.height = height;
-    o.mask.resize(plane);
-    for (size_t i = 0; i < plane; ++i) o.mask[i] = p[q * plane + i] > 0.5f ? 1 : 0;
+    o.mask = std::move(d.masks[q]);
     out.push_back(std::move(o));
   }
   return out;
@@ -255,7 +247,7 @@ Status run_sam3_segment(Sam3FrameModel& model, const Sam3SegmentInput& in, Frame
   FLICK_TRY(sink.begin(width, height, source->rate() / double(in.every_n), total));
 
   Sam3Tracker tracker;
-  std::string jsonl;
+  std::string line;
   std::vector<uint8_t> png;
   Sam3SegmentStats st;
   Frame frame;
@@ -296,8 +288,9 @@ Status run_sam3_segment(Sam3FrameModel& model, const Sam3SegmentInput& in, Frame
     FLICK_ASSIGN_OR_RETURN(LabelMap labels, sam3_label_map(objects, width, height));
     FLICK_TRY(encode_label_png(labels, kLabelPngLevel, &png));
     FLICK_TRY(sink.write_side_file(sam3_label_file_name(k), png.data(), png.size()));
-    jsonl += sam3_json_line(k, source_index, objects, in.prompts, width, height);
-    jsonl += '\n';
+    line = sam3_json_line(k, source_index, objects, in.prompts, width, height);
+    line += '\n';
+    FLICK_TRY(sink.append_side_file(kSam3DetectionsName, line.data(), line.size()));
 
     if (overlay) {
       overlay->frame = k;
@@ -309,7 +302,6 @@ Status run_sam3_segment(Sam3FrameModel& model, const Sam3SegmentInput& in, Frame
     if (ctx.progress) ctx.progress(k + 1, total);
   }
   if (st.frames == 0) return invalid_input("sam3-segment: the input has no frames");
-  FLICK_TRY(sink.write_side_file(kSam3DetectionsName, jsonl.data(), jsonl.size()));
   st.ids = tracker.ids_issued();
   if (stats != nullptr) *stats = st;
   return sink.finish();

@@ -8,7 +8,8 @@
 // k (source frame i = k * every_n): encode_image once, detect per prompt
 // (prob > threshold), masks binarised at 0.5, ids assigned; then
 //   label_%06d.png      16-bit label map, pixel = object id (0: none)
-//   one line of detections.jsonl (sam3_json_line), written after the last frame
+//   one line of detections.jsonl (sam3_json_line), appended as the frame ends
+//                       (the file appears whole when the job finishes)
 //   the frame itself to the sink (frames / video / contact sheet), and the
 //   overlay video's copy drawn by the annotator (sam3_overlay_annotator).
 // Output rate: the source's (input.fps, the archive's or the video's, 25 for

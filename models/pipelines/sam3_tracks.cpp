@@ -6,67 +6,11 @@
 #include <numeric>
 
 namespace flick {
-namespace {
-
-// The set pixels' bounding box, x1 / y1 exclusive; x0 >= x1 when empty.
-std::array<int, 4> mask_bbox(const std::vector<uint8_t>& m, int width, int height) {
-  std::array<int, 4> b{width, height, 0, 0};
-  for (int y = 0; y < height; ++y) {
-    const uint8_t* row = m.data() + static_cast<size_t>(y) * width;
-    for (int x = 0; x < width; ++x) {
-      if (row[x] == 0) continue;
-      b[0] = std::min(b[0], x);
-      b[1] = std::min(b[1], y);
-      b[2] = std::max(b[2], x + 1);
-      b[3] = std::max(b[3], y + 1);
-    }
-  }
-  return b;
-}
-
-// IoU restricted to the union of the two boxes (pixels outside both are 0).
-double iou_in(const std::vector<uint8_t>& a, const std::array<int, 4>& ba,
-              const std::vector<uint8_t>& b, const std::array<int, 4>& bb, int width) {
-  const bool ea = ba[0] >= ba[2], eb = bb[0] >= bb[2];
-  if (ea || eb) return 0;
-  // No overlap of the boxes: no intersection.
-  if (ba[2] <= bb[0] || bb[2] <= ba[0] || ba[3] <= bb[1] || bb[3] <= ba[1]) return 0;
-  const int x0 = std::min(ba[0], bb[0]), x1 = std::max(ba[2], bb[2]);
-  const int y0 = std::min(ba[1], bb[1]), y1 = std::max(ba[3], bb[3]);
-  int64_t inter = 0, uni = 0;
-  for (int y = y0; y < y1; ++y) {
-    const size_t row = static_cast<size_t>(y) * width;
-    for (int x = x0; x < x1; ++x) {
-      const bool pa = a[row + x] != 0, pb = b[row + x] != 0;
-      inter += pa && pb;
-      uni += pa || pb;
-    }
-  }
-  return uni == 0 ? 0 : double(inter) / double(uni);
-}
-
-}  // namespace
-
-double mask_iou(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  FLICK_CHECK(a.size() == b.size(), "mask_iou: masks of different sizes");
-  int64_t inter = 0, uni = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const bool pa = a[i] != 0, pb = b[i] != 0;
-    inter += pa && pb;
-    uni += pa || pb;
-  }
-  return uni == 0 ? 0 : double(inter) / double(uni);
-}
-
 Status Sam3Tracker::assign(std::vector<Sam3Object>& objects) {
   const int64_t frame = frame_++;
   // Forget what was not seen for too long.
   std::erase_if(tracks_,
                 [&](const Track& t) { return frame - t.last_seen > options_.max_missed + 1; });
-  std::vector<std::array<int, 4>> boxes(objects.size());
-  for (size_t d = 0; d < objects.size(); ++d) {
-    boxes[d] = mask_bbox(objects[d].mask, objects[d].width, objects[d].height);
-  }
   struct Pair {
     double iou;
     int64_t id;
@@ -76,8 +20,8 @@ Status Sam3Tracker::assign(std::vector<Sam3Object>& objects) {
   for (size_t t = 0; t < tracks_.size(); ++t) {
     for (size_t d = 0; d < objects.size(); ++d) {
       const Track& tr = tracks_[t];
-      if (tr.prompt != objects[d].prompt || tr.mask.size() != objects[d].mask.size()) continue;
-      const double iou = iou_in(tr.mask, tr.bbox, objects[d].mask, boxes[d], objects[d].width);
+      if (tr.prompt != objects[d].prompt) continue;
+      const double iou = boxed_mask_iou(tr.mask, objects[d].mask);
       if (iou >= options_.min_iou && iou > 0) pairs.push_back({iou, tr.id, t, d});
     }
   }
@@ -99,7 +43,7 @@ Status Sam3Tracker::assign(std::vector<Sam3Object>& objects) {
                            " object ids: the 16-bit label PNGs cannot hold more");
     }
     objects[d].id = next_id_++;
-    tracks_.push_back({objects[d].id, objects[d].prompt, frame, {}, {}});
+    tracks_.push_back({objects[d].id, objects[d].prompt, frame, {}});
     track_used.push_back(true);
     det_used[d] = true;
   }
@@ -109,7 +53,6 @@ Status Sam3Tracker::assign(std::vector<Sam3Object>& objects) {
       if (t.id != objects[d].id) continue;
       t.last_seen = frame;
       t.mask = objects[d].mask;
-      t.bbox = boxes[d];
     }
   }
   return ok_status();
@@ -131,12 +74,15 @@ Expected<LabelMap> sam3_label_map(const std::vector<Sam3Object>& objects, int wi
       return internal_error("object id " + std::to_string(o.id) + " outside 1.." +
                             std::to_string(kMaxLabelId));
     }
-    if (o.width != width || o.height != height || o.mask.size() != m.ids.size()) {
+    const BoxedMask& mask = o.mask;
+    if (mask.width != width || mask.height != height) {
       return internal_error("object mask size does not match the frame");
     }
-    for (size_t p = 0; p < m.ids.size(); ++p) {
-      if (o.mask[p] != 0) m.ids[p] = static_cast<uint16_t>(o.id);
-    }
+    for (int y = mask.y0; y < mask.y1; ++y)
+      for (int x = mask.x0; x < mask.x1; ++x)
+        if (mask.at(x, y))
+          m.ids[static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x)] =
+              static_cast<uint16_t>(o.id);
   }
   return m;
 }
@@ -151,7 +97,7 @@ std::string sam3_json_line(int64_t frame, int64_t source_frame,
   line["height"] = height;
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const Sam3Object& o : objects) {
-    const CocoRle rle = coco_rle_encode(o.mask.data(), o.width, o.height, o.width);
+    const CocoRle rle = coco_rle_encode(o.mask);
     nlohmann::ordered_json j;
     j["id"] = o.id;
     j["prompt"] = prompts.at(static_cast<size_t>(o.prompt));
@@ -159,7 +105,7 @@ std::string sam3_json_line(int64_t frame, int64_t source_frame,
     j["score"] = o.score;
     j["box"] = {o.box_xyxy[0], o.box_xyxy[1], o.box_xyxy[2], o.box_xyxy[3]};
     j["area"] = coco_rle_area(rle);
-    j["rle"] = {{"size", {o.height, o.width}}, {"counts", coco_rle_to_string(rle.counts)}};
+    j["rle"] = {{"size", {rle.height, rle.width}}, {"counts", coco_rle_to_string(rle.counts)}};
     list.push_back(std::move(j));
   }
   line["objects"] = std::move(list);
@@ -190,14 +136,12 @@ void draw_sam3_overlay(Frame& frame, const std::vector<Sam3Object>& objects,
   const int line = std::max(1, std::min(frame.width, frame.height) / 200);
   const int scale = std::max(1, std::min(frame.width, frame.height) / 300);
   for (const Sam3Object& o : objects) {
-    if (o.width != frame.width || o.height != frame.height) continue;
+    const BoxedMask& mask = o.mask;
+    if (mask.width != frame.width || mask.height != frame.height) continue;
     const Rgb c = sam3_id_color(o.id);
-    for (int y = 0; y < frame.height; ++y) {
-      for (int x = 0; x < frame.width; ++x) {
-        if (o.mask[static_cast<size_t>(y) * frame.width + x] != 0)
-          blend_pixel(frame, x, y, c, kTint);
-      }
-    }
+    for (int y = mask.y0; y < mask.y1; ++y)
+      for (int x = mask.x0; x < mask.x1; ++x)
+        if (mask.at(x, y)) blend_pixel(frame, x, y, c, kTint);
   }
   // Boxes and labels over every mask.
   for (const Sam3Object& o : objects) {

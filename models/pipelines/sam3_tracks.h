@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "io/boxed_mask.h"
 #include "io/coco_rle.h"
 #include "io/frame.h"
 #include "io/label_png.h"
@@ -35,8 +36,7 @@ struct Sam3Object {
   int prompt = 0;  // index into the job's prompts
   float score = 0;
   std::array<float, 4> box_xyxy{};  // pixels
-  int width = 0, height = 0;
-  std::vector<uint8_t> mask;  // [height, width] 0 / 1
+  BoxedMask mask;                   // at the frame's size
 };
 
 struct Sam3TrackerOptions {
@@ -55,18 +55,14 @@ class Sam3Tracker {
   struct Track {
     int64_t id;
     int prompt;
-    int64_t last_seen;        // processed frame index
-    std::array<int, 4> bbox;  // x0, y0, x1, y1 (exclusive) of the mask; empty: x0 >= x1
-    std::vector<uint8_t> mask;
+    int64_t last_seen;  // processed frame index
+    BoxedMask mask;
   };
   Sam3TrackerOptions options_;
   std::vector<Track> tracks_;
   int64_t next_id_ = 1;
   int64_t frame_ = 0;
 };
-
-// Mask IoU of two same-size binary masks (0 when both are empty).
-double mask_iou(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 
 // The label map of one frame (see the top of this file).
 Expected<LabelMap> sam3_label_map(const std::vector<Sam3Object>& objects, int width, int height);

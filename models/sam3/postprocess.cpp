@@ -13,7 +13,7 @@ float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 Expected<Sam3Detections> sam3_postprocess(Backend& backend, const Tensor& logits,
                                           float presence_logit, const Tensor& boxes,
                                           const Tensor& mask_logits, float threshold, int width,
-                                          int height) {
+                                          int height, Sam3MaskOutput output) {
   const int64_t nq = logits.ndim() == 1 ? logits.dim(0) : 0;
   if (logits.dtype != DType::F32 || nq < 1 || !logits.is_contiguous() ||
       boxes.dtype != DType::F32 || boxes.shape != Shape{nq, 4} || !boxes.is_contiguous() ||
@@ -45,12 +45,18 @@ Expected<Sam3Detections> sam3_postprocess(Backend& backend, const Tensor& logits
                             (r[0] + 0.5f * r[2]) * w, (r[1] + 0.5f * r[3]) * h});
   }
   const int64_t n = static_cast<int64_t>(det.query.size());
-  det.mask_prob = OwnedTensor(DType::F32, {n, height, width});
+  const bool keep_prob = output == Sam3MaskOutput::kProbabilities;
+  if (keep_prob) det.mask_prob = OwnedTensor(DType::F32, {n, height, width});
+  OwnedTensor plane;  // [1, 1, H, W]: the mask being binarised, reused
+  if (!keep_prob && n > 0) plane = OwnedTensor(DType::F32, {1, 1, height, width});
+  det.masks.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const Tensor src = mask_logits.slice(1, det.query[static_cast<size_t>(i)], 1);  // [1, 1, h, w]
-    Tensor dst = det.mask_prob.t.slice(0, i, 1).reshape({1, 1, height, width});
+    Tensor dst =
+        keep_prob ? det.mask_prob.t.slice(0, i, 1).reshape({1, 1, height, width}) : plane.t;
     backend.resize(src, dst, ResizeMode::Bilinear, /*align_corners=*/false, /*antialias=*/false);
     backend.activation(dst, dst, Activation::Sigmoid);
+    det.masks.push_back(boxed_mask_above(dst.ptr<float>(), width, height, width, 0.5f));
   }
   return det;
 }

@@ -9,14 +9,17 @@
 //   binary mask = mask > 0.5
 //
 // (The processor stores the sigmoid as "masks_logits": errata A8.) Only the
-// kept queries' masks are resized. The outputs are data-dependent in size and
-// are returned in owned buffers.
+// kept queries' masks are resized, one at a time into one frame-sized plane,
+// and kept binary, boxed (io/boxed_mask.h); the probabilities themselves
+// ([N, H, W] floats: 737 MB for 200 queries at 1280x720) only on request.
+// The outputs are data-dependent in size and are returned in owned buffers.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
+#include "io/boxed_mask.h"
 #include "runtime/backend.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
@@ -27,7 +30,13 @@ struct Sam3Detections {
   std::vector<int64_t> query;                  // kept query indices, ascending
   std::vector<float> score;                    // prob of each kept query
   std::vector<std::array<float, 4>> box_xyxy;  // pixels, x0 y0 x1 y1
-  OwnedTensor mask_prob;                       // F32 [N, H, W]: sigmoid of the upsampled logits
+  std::vector<BoxedMask> masks;                // binary masks (prob > 0.5) at the frame's size
+  OwnedTensor mask_prob;  // F32 [N, H, W], sigmoid of the upsampled logits: with kProbabilities
+};
+
+enum class Sam3MaskOutput {
+  kBinary,         // masks only
+  kProbabilities,  // masks and mask_prob
 };
 
 // logits: F32 [Q] (the scoring's last layer), presence_logit: the decoder's
@@ -37,6 +46,7 @@ struct Sam3Detections {
 Expected<Sam3Detections> sam3_postprocess(Backend& backend, const Tensor& logits,
                                           float presence_logit, const Tensor& boxes,
                                           const Tensor& mask_logits, float threshold, int width,
-                                          int height);
+                                          int height,
+                                          Sam3MaskOutput output = Sam3MaskOutput::kBinary);
 
 }  // namespace flick

@@ -250,7 +250,7 @@ Expected<const Sam3ImageModel::Impl::TextEntry*> Sam3ImageModel::Impl::encode_te
 }
 
 Expected<Sam3Detections> Sam3ImageModel::detect(std::string_view prompt, float threshold,
-                                                const Tap& tap) {
+                                                const Tap& tap, Sam3MaskOutput output) {
   Impl& m = *impl_;
   if (prompt.empty()) return invalid_input("EfficientSAM3: empty prompt");
   if (!m.have_frame) return usage_error("EfficientSAM3: detect() before encode_image()");
@@ -307,7 +307,7 @@ Expected<Sam3Detections> Sam3ImageModel::detect(std::string_view prompt, float t
                                    dec.hs.select(0, layers - 1)));
   if (tap) tap("mask_logits", masks);  // [1, Q, 4g, 4g]
   return sam3_postprocess(*m.backend, logits, presence, dec.last_ref, masks, threshold, m.frame_w,
-                          m.frame_h);
+                          m.frame_h, output);
 }
 
 }  // namespace flick

@@ -72,9 +72,11 @@ class Sam3ImageModel {
   Status encode_image(const FrameView& frame, const Tap& tap = {});
   // The prompt-dependent part against the last encode_image() frame:
   // detections with prob > threshold (0 keeps every query), boxes in the
-  // frame's pixels and masks at the frame's size. Errors on an empty prompt
-  // or before any encode_image().
-  Expected<Sam3Detections> detect(std::string_view prompt, float threshold, const Tap& tap = {});
+  // frame's pixels and masks at the frame's size (binary; the probabilities
+  // too with Sam3MaskOutput::kProbabilities). Errors on an empty prompt or
+  // before any encode_image().
+  Expected<Sam3Detections> detect(std::string_view prompt, float threshold, const Tap& tap = {},
+                                  Sam3MaskOutput output = Sam3MaskOutput::kBinary);
 
  private:
   struct Impl;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "io/image.h"
@@ -88,19 +89,78 @@ TEST(OutputSinkSideFiles, ContentAndOutputs) {
   EXPECT_EQ(entries, (std::vector<std::string>{"detections.jsonl", "frame_000000.png"}));
 }
 
-TEST(OutputSinkSideFiles, BadNamesAreErrors) {
-  for (const std::string bad : {"../x", "a/b", "", "v.mkv"}) {
-    TempDir dir;
+TEST(OutputSinkSideFiles, AppendedFileAppearsWholeAtFinish) {
+  TempDir dir;
+  OutputSpec spec;  // no frames: only side files
+  spec.frames.format = FrameFormat::None;
+  auto sink = make_output_sink(spec, dir.path());
+  ASSERT_TRUE(sink.ok());
+  ASSERT_TRUE((*sink)->begin(8, 8, 10, 3).ok());
+  std::string want;
+  for (int k = 0; k < 3; ++k) {
+    const std::string line = "{\"frame\": " + std::to_string(k) + "}\n";
+    want += line;
+    ASSERT_TRUE((*sink)->append_side_file("detections.jsonl", line.data(), line.size()).ok());
+    ASSERT_TRUE((*sink)->write_side_file("label_" + std::to_string(k) + ".png", "x", 1).ok());
+    // Not there under its name until finish (a temporary beside it).
+    EXPECT_FALSE(std::filesystem::exists(dir.file("detections.jsonl")));
+  }
+  // A whole-file write of a name being appended to is an error.
+  EXPECT_FALSE((*sink)->write_side_file("detections.jsonl", "x", 1).ok());
+}
+
+TEST(OutputSinkSideFiles, AppendedFileIsFsyncedAndListed) {
+  TempDir dir;
+  OutputSpec spec;
+  spec.frames.format = FrameFormat::None;
+  auto sink = make_output_sink(spec, dir.path());
+  ASSERT_TRUE(sink.ok());
+  ASSERT_TRUE((*sink)->begin(8, 8, 10, 2).ok());
+  ASSERT_TRUE((*sink)->append_side_file("d.jsonl", "ab\n", 3).ok());
+  ASSERT_TRUE((*sink)->write_side_file("l.png", "x", 1).ok());
+  ASSERT_TRUE((*sink)->append_side_file("d.jsonl", "cd\n", 3).ok());
+  ASSERT_TRUE((*sink)->finish().ok());
+  const std::vector<uint8_t> got = slurp(dir.file("d.jsonl"));
+  EXPECT_EQ(std::string(got.begin(), got.end()), "ab\ncd\n");
+  std::vector<std::string> names;
+  for (const OutputFile& o : (*sink)->outputs())
+    names.push_back(o.name + ":" + std::to_string(o.bytes));
+  EXPECT_EQ(names, (std::vector<std::string>{"l.png:1", "d.jsonl:6"}));
+  std::vector<std::string> entries = dir.entries();
+  std::sort(entries.begin(), entries.end());
+  EXPECT_EQ(entries, (std::vector<std::string>{"d.jsonl", "l.png"}));  // no temporary left
+}
+
+TEST(OutputSinkSideFiles, UnfinishedAppendLeavesNothing) {
+  TempDir dir;
+  {
     OutputSpec spec;
-    VideoSpec v;
-    v.file = "v.mkv";
-    v.codec = "ffv1";
-    spec.video = v;
+    spec.frames.format = FrameFormat::None;
     auto sink = make_output_sink(spec, dir.path());
     ASSERT_TRUE(sink.ok());
-    ASSERT_TRUE((*sink)->begin(8, 8, 10, 1).ok());
-    EXPECT_FALSE((*sink)->write_side_file(bad, "a", 1).ok()) << bad;
-  }
+    ASSERT_TRUE((*sink)->begin(8, 8, 10, 2).ok());
+    ASSERT_TRUE((*sink)->append_side_file("d.jsonl", "ab\n", 3).ok());
+    EXPECT_EQ(dir.entries().size(), 1u);  // the temporary
+  }                                       // stopped before finish
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(OutputSinkSideFiles, BadNamesAreErrors) {
+  for (const bool append : {false, true})
+    for (const std::string bad : {"../x", "a/b", "", "v.mkv"}) {
+      TempDir dir;
+      OutputSpec spec;
+      VideoSpec v;
+      v.file = "v.mkv";
+      v.codec = "ffv1";
+      spec.video = v;
+      auto sink = make_output_sink(spec, dir.path());
+      ASSERT_TRUE(sink.ok());
+      ASSERT_TRUE((*sink)->begin(8, 8, 10, 1).ok());
+      const Status s =
+          append ? (*sink)->append_side_file(bad, "a", 1) : (*sink)->write_side_file(bad, "a", 1);
+      EXPECT_FALSE(s.ok()) << bad << (append ? " (append)" : "");
+    }
 }
 
 }  // namespace

@@ -79,17 +79,18 @@ class FakeModel : public Sam3FrameModel {
       const float score = 0.9f - 0.2f * static_cast<float>(r);
       if (score > threshold) kept.push_back(r);
     }
-    d.mask_prob = OwnedTensor(DType::F32, {static_cast<int64_t>(kept.size()), h, w});
     for (size_t k = 0; k < kept.size(); ++k) {
       const auto& reg = regions[kept[k]];
+      std::vector<uint8_t> full(size_t(w) * h, 0);
       float x0 = w, y0 = h, x1 = 0, y1 = 0;
       for (int p : reg) {
-        d.mask_prob.t.ptr<float>()[k * size_t(w) * h + p] = 0.99f;
+        full[size_t(p)] = 1;
         x0 = std::min<float>(x0, p % w);
         y0 = std::min<float>(y0, p / w);
         x1 = std::max<float>(x1, p % w + 1);
         y1 = std::max<float>(y1, p / w + 1);
       }
+      d.masks.push_back(boxed_mask_from_bytes(full.data(), w, h, w));
       d.query.push_back(static_cast<int64_t>(kept[k]));
       d.score.push_back(0.9f - 0.2f * static_cast<float>(kept[k]));
       d.box_xyxy.push_back({x0, y0, x1, y1});
@@ -134,6 +135,7 @@ class RecordingSink : public FrameSink {
       copy.rgb.insert(copy.rgb.end(), f.rgb + y * f.stride, f.rgb + y * f.stride + 3 * f.width);
     }
     frames.push_back(std::move(copy));
+    order.push_back("frame");
     return ok_status();
   }
   Status finish() override {
@@ -145,12 +147,18 @@ class RecordingSink : public FrameSink {
     order.push_back(name);
     return ok_status();
   }
+  Status append_side_file(const std::string& name, const void* data, size_t size) override {
+    EXPECT_EQ(finishes, 0) << "append after finish";
+    side[name].append(static_cast<const char*>(data), size);
+    order.push_back("+" + name);
+    return ok_status();
+  }
   int width = 0, height = 0, finishes = 0;
   double fps = 0;
   int64_t total = 0;
   std::vector<Frame> frames;
   std::map<std::string, std::string> side;
-  std::vector<std::string> order;
+  std::vector<std::string> order;  // side files by name, "+name" appends, "frame" writes
 };
 
 std::vector<std::string> write_scene_files(const ScratchDir& dir, int n) {
@@ -248,9 +256,14 @@ TEST(Sam3Segment, FileGlobEveryNthFrame) {
   // The overlay state holds the last frame's objects.
   EXPECT_EQ(overlay->frame, 4);
   EXPECT_EQ(overlay->objects.size(), 3u);
-  // Label PNGs come before their frame, detections.jsonl last.
-  EXPECT_EQ(sink.order.front(), "label_000000.png");
-  EXPECT_EQ(sink.order.back(), kSam3DetectionsName);
+  // Per frame: its label PNG, its line of detections.jsonl, the frame.
+  const std::string append = "+" + std::string(kSam3DetectionsName);
+  ASSERT_EQ(sink.order.size(), 15u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(sink.order[3 * k], sam3_label_file_name(int64_t(k)));
+    EXPECT_EQ(sink.order[3 * k + 1], append);
+    EXPECT_EQ(sink.order[3 * k + 2], "frame");
+  }
 }
 
 TEST(Sam3Segment, VideoAndArchiveGiveTheSameAsFiles) {

@@ -17,12 +17,11 @@ Sam3Object rect(int prompt, int x0, int y0, int x1, int y1, float score = 0.9f) 
   Sam3Object o;
   o.prompt = prompt;
   o.score = score;
-  o.width = kW;
-  o.height = kH;
-  o.mask.assign(kW * kH, 0);
+  std::vector<uint8_t> full(kW * kH, 0);
   for (int y = y0; y < y1; ++y) {
-    for (int x = x0; x < x1; ++x) o.mask[y * kW + x] = 1;
+    for (int x = x0; x < x1; ++x) full[y * kW + x] = 1;
   }
+  o.mask = boxed_mask_from_bytes(full.data(), kW, kH, kW);
   o.box_xyxy = {float(x0), float(y0), float(x1), float(y1)};
   return o;
 }
@@ -40,8 +39,9 @@ std::vector<int64_t> step(Sam3Tracker& t, std::vector<Sam3Object> objs) {
 
 TEST(Sam3MaskIou, CountsPixels) {
   // 10x10 and the same shifted by 5 columns: 50 shared of 150.
-  EXPECT_DOUBLE_EQ(mask_iou(rect(0, 0, 0, 10, 10).mask, rect(0, 5, 0, 15, 10).mask), 50.0 / 150);
-  EXPECT_DOUBLE_EQ(mask_iou(rect(0, 0, 0, 0, 0).mask, rect(0, 0, 0, 0, 0).mask), 0);
+  EXPECT_DOUBLE_EQ(boxed_mask_iou(rect(0, 0, 0, 10, 10).mask, rect(0, 5, 0, 15, 10).mask),
+                   50.0 / 150);
+  EXPECT_DOUBLE_EQ(boxed_mask_iou(rect(0, 0, 0, 0, 0).mask, rect(0, 0, 0, 0, 0).mask), 0);
 }
 
 TEST(Sam3Tracker, KeepsIdsOfMovingObjects) {
@@ -130,7 +130,7 @@ TEST(Sam3JsonLine, ParsesAndItsRleDecodesToTheMask) {
     EXPECT_EQ(o["rle"]["size"], (std::vector<int>{kH, kW}));
     auto rle = coco_rle_from_string(o["rle"]["counts"].get<std::string>(), kH, kW);
     ASSERT_TRUE(rle.ok()) << rle.status().message();
-    EXPECT_EQ(coco_rle_decode(*rle), objs[i].mask);
+    EXPECT_EQ(coco_rle_decode(*rle), boxed_mask_full(objs[i].mask));
     EXPECT_EQ(o["area"], i == 0 ? 14 * 5 : 20);
   }
   // A frame without detections is still a line.
@@ -143,12 +143,11 @@ TEST(Sam3Overlay, TintsMasksAndOutlinesBoxes) {
   o.prompt = 0;
   o.id = 3;
   o.score = 0.5f;
-  o.width = f.width;
-  o.height = f.height;
-  o.mask.assign(size_t(f.width) * f.height, 0);
+  std::vector<uint8_t> full(size_t(f.width) * f.height, 0);
   for (int y = 60; y < 100; ++y) {
-    for (int x = 40; x < 120; ++x) o.mask[y * f.width + x] = 1;
+    for (int x = 40; x < 120; ++x) full[y * f.width + x] = 1;
   }
+  o.mask = boxed_mask_from_bytes(full.data(), f.width, f.height, f.width);
   o.box_xyxy = {40, 60, 120, 100};
   draw_sam3_overlay(f, {o}, {"dog"});
   const Rgb c = sam3_id_color(3);

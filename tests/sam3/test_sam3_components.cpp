@@ -400,9 +400,13 @@ TEST(Sam3Components, PostProcessMatchesTheProcessor) {
     const std::string n(name);
     for (const char* backend : {"ref", "cpu"}) {
       auto be = std::string(backend) == "ref" ? make_ref_backend() : make_cpu_backend();
-      auto det =
-          sam3_postprocess(*be, *logits, presence->ptr<float>()[0], *boxes, *masks, 0.5f, w, h);
+      auto det = sam3_postprocess(*be, *logits, presence->ptr<float>()[0], *boxes, *masks, 0.5f, w,
+                                  h, Sam3MaskOutput::kProbabilities);
       ASSERT_TRUE(det.ok()) << det.status().message();
+      auto binary =
+          sam3_postprocess(*be, *logits, presence->ptr<float>()[0], *boxes, *masks, 0.5f, w, h);
+      ASSERT_TRUE(binary.ok()) << binary.status().message();
+      EXPECT_EQ(binary->mask_prob.t.data, nullptr);  // not asked for
       auto kept = g.get(n + ".kept", DType::I32);
       auto scores = g.get(n + ".scores", DType::F32);
       auto want_boxes = g.get(n + ".boxes", DType::F32);
@@ -419,6 +423,25 @@ TEST(Sam3Components, PostProcessMatchesTheProcessor) {
       }
       // Bilinear weights and the sigmoid in fp32: probabilities within 1e-6.
       expect_close(n + " masks", det->mask_prob.t, *want_masks, 2e-6, 2e-7);
+      // Binary masks: the reference's probabilities > 0.5 (none within 1e-6
+      // of 0.5 here, so the fp32 differences above cannot flip a pixel).
+      const size_t plane = size_t(w) * size_t(h);
+      ASSERT_EQ(det->masks.size(), det->query.size());
+      ASSERT_EQ(binary->masks.size(), det->query.size());
+      int64_t set = 0;
+      for (size_t i = 0; i < det->query.size(); ++i) {
+        const float* p = want_masks->ptr<float>() + i * plane;
+        std::vector<uint8_t> want(plane);
+        for (size_t k = 0; k < plane; ++k) {
+          ASSERT_GT(std::fabs(p[k] - 0.5f), 1e-6f);
+          want[k] = p[k] > 0.5f;
+        }
+        EXPECT_EQ(boxed_mask_full(det->masks[i]), want) << i;
+        EXPECT_EQ(boxed_mask_full(binary->masks[i]), want) << i;
+        set += binary->masks[i].area;
+      }
+      EXPECT_GT(set, 0);
+      EXPECT_LT(set, int64_t(plane * det->query.size()));
     }
   }
   // Threshold 0 keeps every query; an out-of-range threshold is an error.

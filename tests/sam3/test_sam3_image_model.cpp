@@ -298,7 +298,7 @@ void run_model(const std::string& weights, const WeightView& g, Precision p, int
     out.taps[n] = as_stored(n, t, g);
   };
   ASSERT_TRUE((*model)->encode_image(frame_of(*frame), tap).ok());
-  auto det = (*model)->detect(prompt_of(g), 0.0f, tap);
+  auto det = (*model)->detect(prompt_of(g), 0.0f, tap, Sam3MaskOutput::kProbabilities);
   ASSERT_TRUE(det.ok()) << det.status().message();
   out.det = std::move(*det);
 }
@@ -520,9 +520,11 @@ TEST(Sam3ImageModel, TinyCheckpointRunsEveryPrompt) {
   // Any frame size from 1 x 1 up.
   const Frame dot = test_frame(1, 1);
   ASSERT_TRUE(m->encode_image(dot.view()).ok());
-  auto one = m->detect("a cat", 0.f);
+  auto one = m->detect("a cat", 0.f, {}, Sam3MaskOutput::kProbabilities);
   ASSERT_TRUE(one.ok()) << one.status().message();
   EXPECT_EQ(one->mask_prob.t.shape, (Shape{20, 1, 1}));
+  ASSERT_EQ(one->masks.size(), 20u);
+  for (const BoxedMask& mask : one->masks) EXPECT_EQ(mask.width * mask.height, 1);
   ASSERT_TRUE(m->encode_image(f.view()).ok());
   // Every query at threshold 0, at the frame's size; the same prompt again
   // (from the text cache) gives the same result, another prompt another one.
@@ -532,10 +534,24 @@ TEST(Sam3ImageModel, TinyCheckpointRunsEveryPrompt) {
   });
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(a->score.size(), 20u);
-  EXPECT_EQ(a->mask_prob.t.shape, (Shape{20, 23, 37}));
-  auto a2 = m->detect("a cat", 0.f);
+  EXPECT_EQ(a->mask_prob.t.data, nullptr);  // binary masks only, unless asked
+  ASSERT_EQ(a->masks.size(), 20u);
+  auto a2 = m->detect("a cat", 0.f, {}, Sam3MaskOutput::kProbabilities);
   ASSERT_TRUE(a2.ok());
   EXPECT_EQ(a->score, a2->score);
+  // The binary masks are the probabilities > 0.5, whichever was asked for.
+  ASSERT_EQ(a2->mask_prob.t.shape, (Shape{20, 23, 37}));
+  ASSERT_EQ(a2->masks.size(), 20u);
+  int64_t set = 0;
+  for (size_t q = 0; q < 20; ++q) {
+    const float* prob = a2->mask_prob.t.ptr<float>() + q * 23 * 37;
+    std::vector<uint8_t> want(23 * 37);
+    for (size_t p = 0; p < want.size(); ++p) want[p] = prob[p] > 0.5f;
+    EXPECT_EQ(boxed_mask_full(a->masks[q]), want) << q;
+    EXPECT_EQ(boxed_mask_full(a2->masks[q]), want) << q;
+    set += a->masks[q].area;
+  }
+  EXPECT_GT(set, 0);  // the comparison saw set pixels
   std::vector<float> text_b;
   auto b = m->detect("two dogs", 0.f, [&](std::string_view n, const Tensor& t) {
     if (n == "text") text_b = floats(t);
