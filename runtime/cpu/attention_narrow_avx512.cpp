@@ -24,6 +24,9 @@
 // the fused scale of the scores (one FMA: s * scale - max, where the other
 // kernel rounds s * scale first) differ.
 //
+// A negative scale runs as -Q against |scale| (a sign flip, exact), so that
+// the block max of the raw scores is that of the scaled ones.
+//
 // It takes plain problems only (no bias, key padding or causal mask: every
 // key is visible to every query, so every score is finite); cpu::attention
 // sends the others to the general kernel. See attention_kernels.h for why
@@ -36,6 +39,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "runtime/cpu/attention_avx512_common.h"
@@ -124,20 +128,59 @@ void pack_kv(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, const Wor
   }
 }
 
-// S^T [nk][kTq] = K[key0, key0 + nk) Q^T, in register tiles of up to kSRows keys.
+// R keys of S^T: c[R][kTq] = a[R][units] Q^T, and bmax[c] = max(bmax[c],
+// the tile's scores) per query vector. The max is taken here, as the scores
+// leave the registers, rather than in a pass of its own over S^T: vmaxps
+// runs beside the products (a port they leave idle) instead of between them.
+template <class M, int R>
+void score_tile(const uint32_t* a, int64_t lda, const uint32_t* qt, int64_t units, float* c,
+                __m512* bmax) {
+  __m512 acc[R][kQv];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < kQv; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    __m512i bv[kQv];
+#pragma GCC unroll 4
+    for (int j = 0; j < kQv; ++j) bv[j] = _mm512_load_si512(qt + u * kTq + 16 * j);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r * lda + u]));
+#pragma GCC unroll 4
+      for (int j = 0; j < kQv; ++j) acc[r][j] = M::madd(acc[r][j], av, bv[j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < kQv; ++j) {
+    __m512 m = acc[0][j];
+#pragma GCC unroll 8
+    for (int r = 1; r < R; ++r) m = _mm512_max_ps(m, acc[r][j]);
+    bmax[j] = _mm512_max_ps(bmax[j], m);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < kQv; ++j) _mm512_store_ps(c + r * kTq + 16 * j, acc[r][j]);
+}
+
+// S^T [nk][kTq] = K[key0, key0 + nk) Q^T, in register tiles of up to kSRows
+// keys; bmax[c]: the block's max raw score per query lane.
 template <class M>
-void scores(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t nk) {
+void scores(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t nk, __m512* bmax) {
+#pragma GCC unroll 4
+  for (int c = 0; c < kQv; ++c) bmax[c] = _mm512_set1_ps(-__builtin_inff());
   for (int64_t j = 0; j < nk; j += kSRows) {
     const uint32_t* a = w.k + (key0 + j) * d.units;
     float* c = w.s + j * kTq;
     static_assert(kSRows == 6, "the dispatch below covers 1 to 6 keys");
     switch (min64(kSRows, nk - j)) {
-      case 1: tile_gemm<M, 1, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
-      case 2: tile_gemm<M, 2, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
-      case 3: tile_gemm<M, 3, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
-      case 4: tile_gemm<M, 4, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
-      case 5: tile_gemm<M, 5, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
-      default: tile_gemm<M, 6, kQv>(a, d.units, w.qt, kTq, 16, d.units, c, kTq, nullptr); break;
+      case 1: score_tile<M, 1>(a, d.units, w.qt, d.units, c, bmax); break;
+      case 2: score_tile<M, 2>(a, d.units, w.qt, d.units, c, bmax); break;
+      case 3: score_tile<M, 3>(a, d.units, w.qt, d.units, c, bmax); break;
+      case 4: score_tile<M, 4>(a, d.units, w.qt, d.units, c, bmax); break;
+      case 5: score_tile<M, 5>(a, d.units, w.qt, d.units, c, bmax); break;
+      default: score_tile<M, 6>(a, d.units, w.qt, d.units, c, bmax); break;
     }
   }
 }
@@ -155,17 +198,12 @@ __m512 exp2_p(__m512 x) {
 // alpha and sum per query lane, P^T as units. bf16: unit (u, q) holds P of
 // keys 2u and 2u + 1 for query q, rounded to bf16 (an odd tail pairs with 0).
 template <class M>
-void softmax_block(const Problem& p, const Workspace& w, int64_t nk) {
-  const __m512 scale = _mm512_set1_ps(p.scale * kLog2e);
-  __m512 m[kQv], shift[kQv], sum[kQv];
-  // The block max of the raw scores: scaling by a positive constant keeps
-  // the order, so max(s) * scale is the max of the scaled scores, bit for bit.
-#pragma GCC unroll 4
-  for (int c = 0; c < kQv; ++c) m[c] = _mm512_load_ps(w.s + 16 * c);
-  for (int64_t j = 1; j < nk; ++j)
-#pragma GCC unroll 4
-    for (int c = 0; c < kQv; ++c)
-      m[c] = _mm512_max_ps(m[c], _mm512_load_ps(w.s + j * kTq + 16 * c));
+void softmax_block(const Problem& p, const Workspace& w, int64_t nk, const __m512* m) {
+  const __m512 scale = _mm512_set1_ps(std::fabs(p.scale) * kLog2e);  // Q negated if < 0
+  __m512 shift[kQv], sum[kQv];
+  // m: the block max of the raw scores (scores()): scaling by a positive
+  // constant keeps the order, so max(s) * scale is the max of the scaled
+  // scores, bit for bit.
 #pragma GCC unroll 4
   for (int c = 0; c < kQv; ++c) {
     const __m512 old_max = _mm512_load_ps(w.max + 16 * c);
@@ -268,6 +306,12 @@ void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b,
   std::memset(w.qt, 0, size_t(d.units * kTq) * 4);
   for (int64_t r = 0; r < rows; ++r)
     pack_row<M>(p.q, element(p.q, b, row0 + r, h), p.head_dim, d.units, w.qt + r, kTq);
+  if (p.scale < 0) {
+    // Scores of -Q against |scale| (exact: a sign flip), so that the block
+    // max of the raw scores is the max of the scaled ones.
+    const uint32_t sign = M::kPerUnit == 2 ? 0x80008000u : 0x80000000u;
+    for (int64_t i = 0; i < d.units * kTq; ++i) w.qt[i] ^= sign;
+  }
 #pragma GCC unroll 4
   for (int c = 0; c < kQv; ++c) {
     _mm512_store_ps(w.max + 16 * c, _mm512_set1_ps(-__builtin_inff()));
@@ -276,8 +320,9 @@ void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b,
   std::memset(w.ot, 0, size_t(d.dp * kTq) * 4);
   for (int64_t key0 = 0; key0 < p.kv_len; key0 += kKb) {
     const int64_t nk = min64(kKb, p.kv_len - key0);
-    scores<M>(w, d, key0, nk);
-    softmax_block<M>(p, w, nk);
+    __m512 bmax[kQv];
+    scores<M>(w, d, key0, nk, bmax);
+    softmax_block<M>(p, w, nk, bmax);
     accumulate_pv<M>(w, d, key0, nk);
   }
   store_rows(p, w, b, h, row0, rows);

@@ -863,6 +863,22 @@ TEST(AttentionNarrow, OddShapesMatchReference) {
     }
 }
 
+// A negative scale turns the largest raw score into the smallest weight:
+// every kernel that accepts it must still subtract the max of the scaled
+// scores (scores of +-8 after scaling: 2^8 overflows nothing, but a max taken
+// on the wrong side leaves weights of up to 2^16 against a sum of ~2^-8).
+TEST(AttentionNarrow, NegativeScaleMatchesReference) {
+  std::mt19937 rng(24);
+  for (DType in : {DType::F32, DType::BF16}) {
+    OwnedTensor q = random4(in, {1, 130, 2, 32}, rng, 2.f);
+    OwnedTensor k = random4(in, {1, 200, 2, 32}, rng, 2.f);
+    OwnedTensor v = random4(in, {1, 200, 2, 32}, rng, 1.f);
+    AttentionParams params;
+    params.scale = -0.9f;
+    check_against_ref(q, k, v, DType::F32, params, dt(in) + " scale -0.9");
+  }
+}
+
 TEST(AttentionNarrow, RisingAndFallingScores) {
   std::mt19937 rng(23);
   check_rising_and_falling_scores(rng, 80, 32, "80 queries, head_dim 32");
