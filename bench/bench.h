@@ -49,6 +49,9 @@ struct BenchOptions {
   // plan cache (runtime/plan_cache.h), so their "load" row times a cold load
   // (an empty directory) or a warm one.
   std::string plan_cache;
+  // `--load-only`: the framepack benchmarks time the DiT's load and stop (a
+  // call of the released 20 + 40 blocks takes ~40 minutes on 2 cores).
+  bool load_only = false;
 };
 
 // The clock benchmarks time with, in seconds: steady wall clock, or the

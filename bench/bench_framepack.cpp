@@ -162,6 +162,13 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   if (!m.ok()) return {failed_row(base + " load", m.status().message())};
   const double load = bench_now(options) - t0;
   const std::string cached = cache ? "; plan cache " + cache->summary() : std::string();
+  if (options.load_only) {
+    char rss[64];
+    std::snprintf(rss, sizeof rss, "peak RSS %.2f GiB", max_rss_gb());
+    return {per_minute_row(base + " load", load,
+                           rss + cached + "; " + std::to_string(m->dit.config().layers) + " + " +
+                               std::to_string(m->dit.config().single_layers) + " blocks")};
+  }
   const hunyuan::FramePackDitConfig& c = m->dit.config();
   Expected<Inputs> inputs = make_inputs(fs::path(folder).parent_path().string(), c);
   if (!inputs.ok()) return {failed_row(base + " call", inputs.status().message())};

@@ -114,6 +114,9 @@ void register_bench(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--plan-cache", options->plan_cache,
                   "Open the framepack benchmarks' DiT through this plan cache directory: their "
                   "load row is then a cold load (empty directory) or a warm one");
+  cmd->add_flag("--load-only", options->load_only,
+                "framepack benchmarks: time the DiT's load only (with --plan-cache: a cold or "
+                "warm load), without a call");
   cmd->add_flag("--cpu-clock", options->cpu_clock,
                 "Time peaks, linear and conv with the thread's CPU clock: steadier on a busy "
                 "machine; use with OMP_NUM_THREADS=1");
