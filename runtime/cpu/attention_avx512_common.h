@@ -85,10 +85,13 @@ struct F32Math {
 // (64-byte aligned). c: fp32, row stride ldc (64-byte aligned rows). Without
 // a scale, c is overwritten; with row_scale, c = c * row_scale[r] + a.b; with
 // col_scale (16 * C floats, 64-byte aligned), c = c * col_scale[lane] + a.b.
+// col_max, if given: col_max[j] = max(col_max[j], the tile's rows of vector
+// j), taken as the results leave the registers (the narrow kernel's block
+// max, without a pass of its own over c).
 template <class M, int R, int C>
 void tile_gemm(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb_u, int64_t ldb_c,
                int64_t units, float* c, int64_t ldc, const float* row_scale,
-               const float* col_scale = nullptr) {
+               const float* col_scale = nullptr, __m512* col_max = nullptr) {
   __m512 acc[R][C];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -113,6 +116,15 @@ void tile_gemm(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb_u,
       const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r * lda + u]));
 #pragma GCC unroll 16
       for (int j = 0; j < C; ++j) acc[r][j] = M::madd(acc[r][j], av, bv[j]);
+    }
+  }
+  if (col_max != nullptr) {
+#pragma GCC unroll 16
+    for (int j = 0; j < C; ++j) {
+      __m512 m = acc[0][j];
+#pragma GCC unroll 16
+      for (int r = 1; r < R; ++r) m = _mm512_max_ps(m, acc[r][j]);
+      col_max[j] = _mm512_max_ps(col_max[j], m);
     }
   }
 #pragma GCC unroll 16

@@ -128,61 +128,27 @@ void pack_kv(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, const Wor
   }
 }
 
-// R keys of S^T: c[R][kTq] = a[R][units] Q^T, and bmax[c] = max(bmax[c],
-// the tile's scores) per query vector. The max is taken here, as the scores
-// leave the registers, rather than in a pass of its own over S^T: vmaxps
-// runs beside the products (a port they leave idle) instead of between them.
-template <class M, int R>
-void score_tile(const uint32_t* a, int64_t lda, const uint32_t* qt, int64_t units, float* c,
+// S^T rows of `keys` (1 .. R) keys: the R-key register tile, sought from
+// kSRows down; bmax as in scores().
+template <class M, int R = kSRows>
+void score_tile(const uint32_t* a, int64_t units, const uint32_t* qt, float* c, int64_t keys,
                 __m512* bmax) {
-  __m512 acc[R][kQv];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int j = 0; j < kQv; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; ++u) {
-    __m512i bv[kQv];
-#pragma GCC unroll 4
-    for (int j = 0; j < kQv; ++j) bv[j] = _mm512_load_si512(qt + u * kTq + 16 * j);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r * lda + u]));
-#pragma GCC unroll 4
-      for (int j = 0; j < kQv; ++j) acc[r][j] = M::madd(acc[r][j], av, bv[j]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < kQv; ++j) {
-    __m512 m = acc[0][j];
-#pragma GCC unroll 8
-    for (int r = 1; r < R; ++r) m = _mm512_max_ps(m, acc[r][j]);
-    bmax[j] = _mm512_max_ps(bmax[j], m);
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int j = 0; j < kQv; ++j) _mm512_store_ps(c + r * kTq + 16 * j, acc[r][j]);
+  if constexpr (R > 1)
+    if (keys < R) return score_tile<M, R - 1>(a, units, qt, c, keys, bmax);
+  tile_gemm<M, R, kQv>(a, units, qt, kTq, 16, units, c, kTq, nullptr, nullptr, bmax);
 }
 
 // S^T [nk][kTq] = K[key0, key0 + nk) Q^T, in register tiles of up to kSRows
-// keys; bmax[c]: the block's max raw score per query lane.
+// keys; bmax[c]: the block's max raw score per query lane, taken in the tiles
+// (vmaxps beside the products, on a port they leave idle, instead of a pass
+// of its own between them).
 template <class M>
 void scores(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t nk, __m512* bmax) {
 #pragma GCC unroll 4
   for (int c = 0; c < kQv; ++c) bmax[c] = _mm512_set1_ps(-__builtin_inff());
-  for (int64_t j = 0; j < nk; j += kSRows) {
-    const uint32_t* a = w.k + (key0 + j) * d.units;
-    float* c = w.s + j * kTq;
-    static_assert(kSRows == 6, "the dispatch below covers 1 to 6 keys");
-    switch (min64(kSRows, nk - j)) {
-      case 1: score_tile<M, 1>(a, d.units, w.qt, d.units, c, bmax); break;
-      case 2: score_tile<M, 2>(a, d.units, w.qt, d.units, c, bmax); break;
-      case 3: score_tile<M, 3>(a, d.units, w.qt, d.units, c, bmax); break;
-      case 4: score_tile<M, 4>(a, d.units, w.qt, d.units, c, bmax); break;
-      case 5: score_tile<M, 5>(a, d.units, w.qt, d.units, c, bmax); break;
-      default: score_tile<M, 6>(a, d.units, w.qt, d.units, c, bmax); break;
-    }
-  }
+  for (int64_t j = 0; j < nk; j += kSRows)
+    score_tile<M>(w.k + (key0 + j) * d.units, d.units, w.qt, w.s + j * kTq, min64(kSRows, nk - j),
+                  bmax);
 }
 
 // 2^x of the softmax for x <= 0 (finite: see narrow_accepts).

@@ -89,57 +89,56 @@ TEST(OutputSinkSideFiles, ContentAndOutputs) {
   EXPECT_EQ(entries, (std::vector<std::string>{"detections.jsonl", "frame_000000.png"}));
 }
 
-TEST(OutputSinkSideFiles, AppendedFileAppearsWholeAtFinish) {
-  TempDir dir;
-  OutputSpec spec;  // no frames: only side files
+// A sink that writes side files only, begun for `frames` 8 x 8 frames.
+std::unique_ptr<FrameSink> side_only_sink(const TempDir& dir, int frames) {
+  OutputSpec spec;
   spec.frames.format = FrameFormat::None;
   auto sink = make_output_sink(spec, dir.path());
-  ASSERT_TRUE(sink.ok());
-  ASSERT_TRUE((*sink)->begin(8, 8, 10, 3).ok());
+  if (!sink.ok() || !(*sink)->begin(8, 8, 10, frames).ok()) return nullptr;
+  return std::move(*sink);
+}
+
+TEST(OutputSinkSideFiles, AppendedFileAppearsWholeAtFinish) {
+  TempDir dir;
+  std::unique_ptr<FrameSink> sink = side_only_sink(dir, 3);
+  ASSERT_TRUE(sink);
   std::string want;
   for (int k = 0; k < 3; ++k) {
     const std::string line = "{\"frame\": " + std::to_string(k) + "}\n";
     want += line;
-    ASSERT_TRUE((*sink)->append_side_file("detections.jsonl", line.data(), line.size()).ok());
-    ASSERT_TRUE((*sink)->write_side_file("label_" + std::to_string(k) + ".png", "x", 1).ok());
+    ASSERT_TRUE(sink->append_side_file("d.jsonl", line.data(), line.size()).ok());
+    ASSERT_TRUE(sink->write_side_file("label_" + std::to_string(k) + ".png", "x", 1).ok());
     // Not there under its name until finish (a temporary beside it).
-    EXPECT_FALSE(std::filesystem::exists(dir.file("detections.jsonl")));
+    EXPECT_FALSE(std::filesystem::exists(dir.file("d.jsonl")));
   }
-  // A whole-file write of a name being appended to is an error.
-  EXPECT_FALSE((*sink)->write_side_file("detections.jsonl", "x", 1).ok());
-}
-
-TEST(OutputSinkSideFiles, AppendedFileIsFsyncedAndListed) {
-  TempDir dir;
-  OutputSpec spec;
-  spec.frames.format = FrameFormat::None;
-  auto sink = make_output_sink(spec, dir.path());
-  ASSERT_TRUE(sink.ok());
-  ASSERT_TRUE((*sink)->begin(8, 8, 10, 2).ok());
-  ASSERT_TRUE((*sink)->append_side_file("d.jsonl", "ab\n", 3).ok());
-  ASSERT_TRUE((*sink)->write_side_file("l.png", "x", 1).ok());
-  ASSERT_TRUE((*sink)->append_side_file("d.jsonl", "cd\n", 3).ok());
-  ASSERT_TRUE((*sink)->finish().ok());
+  ASSERT_TRUE(sink->finish().ok());
   const std::vector<uint8_t> got = slurp(dir.file("d.jsonl"));
-  EXPECT_EQ(std::string(got.begin(), got.end()), "ab\ncd\n");
+  EXPECT_EQ(std::string(got.begin(), got.end()), want);
   std::vector<std::string> names;
-  for (const OutputFile& o : (*sink)->outputs())
+  for (const OutputFile& o : sink->outputs())
     names.push_back(o.name + ":" + std::to_string(o.bytes));
-  EXPECT_EQ(names, (std::vector<std::string>{"l.png:1", "d.jsonl:6"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"label_0.png:1", "label_1.png:1", "label_2.png:1",
+                                             "d.jsonl:" + std::to_string(want.size())}));
   std::vector<std::string> entries = dir.entries();
   std::sort(entries.begin(), entries.end());
-  EXPECT_EQ(entries, (std::vector<std::string>{"d.jsonl", "l.png"}));  // no temporary left
+  EXPECT_EQ(entries, (std::vector<std::string>{"d.jsonl", "label_0.png", "label_1.png",
+                                               "label_2.png"}));  // no temporary left
+}
+
+TEST(OutputSinkSideFiles, WholeFileWriteOfAnAppendedNameIsAnError) {
+  TempDir dir;
+  std::unique_ptr<FrameSink> sink = side_only_sink(dir, 1);
+  ASSERT_TRUE(sink);
+  ASSERT_TRUE(sink->append_side_file("d.jsonl", "ab\n", 3).ok());
+  EXPECT_FALSE(sink->write_side_file("d.jsonl", "x", 1).ok());
 }
 
 TEST(OutputSinkSideFiles, UnfinishedAppendLeavesNothing) {
   TempDir dir;
   {
-    OutputSpec spec;
-    spec.frames.format = FrameFormat::None;
-    auto sink = make_output_sink(spec, dir.path());
-    ASSERT_TRUE(sink.ok());
-    ASSERT_TRUE((*sink)->begin(8, 8, 10, 2).ok());
-    ASSERT_TRUE((*sink)->append_side_file("d.jsonl", "ab\n", 3).ok());
+    std::unique_ptr<FrameSink> sink = side_only_sink(dir, 2);
+    ASSERT_TRUE(sink);
+    ASSERT_TRUE(sink->append_side_file("d.jsonl", "ab\n", 3).ok());
     EXPECT_EQ(dir.entries().size(), 1u);  // the temporary
   }                                       // stopped before finish
   EXPECT_TRUE(dir.entries().empty());
