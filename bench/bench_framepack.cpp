@@ -152,8 +152,7 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   // FLICK_PROFILE=1: the per-op table (stderr) of the last call.
   std::unique_ptr<Backend> backend = profile_if_enabled(make_cpu_backend());
   ProfileBackend* profiler = as_profiler(*backend);
-  std::optional<PlanCache> cache;
-  if (!options.plan_cache.empty()) cache.emplace(options.plan_cache);
+  std::optional<PlanCache> cache = open_plan_cache(options.plan_cache, "framepack bench");
   const double t0 = bench_now(options);
   Expected<hunyuan::FramePackDitModel> m = [&] {
     PlanCacheScope scope(cache ? &*cache : nullptr, plan_cache_platform(*backend));
@@ -161,14 +160,17 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
   }();
   if (!m.ok()) return {failed_row(base + " load", m.status().message())};
   const double load = bench_now(options) - t0;
-  const std::string cached = cache ? "; plan cache " + cache->summary() : std::string();
-  if (options.load_only) {
+  // The load row's detail: the peak RSS so far (after the calls, unless
+  // --load-only), the depth loaded and the cache's counts.
+  const std::string detail = "; " + std::to_string(m->dit.config().layers) + " + " +
+                             std::to_string(m->dit.config().single_layers) + " blocks" +
+                             (cache ? "; plan cache " + cache->summary() : std::string());
+  auto load_row = [&] {
     char rss[64];
     std::snprintf(rss, sizeof rss, "peak RSS %.2f GiB", max_rss_gb());
-    return {per_minute_row(base + " load", load,
-                           rss + cached + "; " + std::to_string(m->dit.config().layers) + " + " +
-                               std::to_string(m->dit.config().single_layers) + " blocks")};
-  }
+    return per_minute_row(base + " load", load, rss + detail);
+  };
+  if (options.load_only) return {load_row()};
   const hunyuan::FramePackDitConfig& c = m->dit.config();
   Expected<Inputs> inputs = make_inputs(fs::path(folder).parent_path().string(), c);
   if (!inputs.ok()) return {failed_row(base + " call", inputs.status().message())};
@@ -225,10 +227,8 @@ std::vector<BenchResult> run_precision(const std::string& folder, const Precisio
                 static_cast<long long>(in.image_embeddings.dim(1)),
                 static_cast<long long>(in.text.dim(1)), static_cast<long long>(c.layers),
                 static_cast<long long>(c.single_layers), inputs->source.c_str());
-  char rss[64];
-  std::snprintf(rss, sizeof rss, "peak RSS %.2f GiB", max_rss_gb());
   std::vector<BenchResult> rows;
-  rows.push_back(per_minute_row(base + " load", load, rss + cached));
+  rows.push_back(load_row());
   rows.push_back(per_minute_row(base + " call", best.total, shape));
   rows.push_back(
       per_minute_row(base + " double block", dmean, "mean of " + std::to_string(c.layers)));

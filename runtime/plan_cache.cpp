@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "runtime/file_util.h"
 #include "runtime/log.h"
@@ -380,6 +381,22 @@ PlanCacheScope::~PlanCacheScope() { g_scope = outer_; }
 void PlanCacheScope::set_source(std::string component, std::string identity) {
   component_ = std::move(component);
   identity_ = std::move(identity);
+}
+
+Status PlanCacheScope::set_checkpoint_source(std::string_view prefix, const std::string& path,
+                                             const std::vector<std::string>& files) {
+  if (cache_ == nullptr) return ok_status();
+  std::string identity;
+  for (const std::string& f : files) {
+    FLICK_ASSIGN_OR_RETURN(std::string id, source_identity(f));
+    if (!identity.empty()) identity += ';';
+    identity += id;
+  }
+  std::error_code ec;
+  const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
+  set_source(std::string(prefix) + "-" + sha256_hex(ec ? path : canonical).substr(0, 8),
+             std::move(identity));
+  return ok_status();
 }
 
 PlanCacheScope* PlanCacheScope::current() { return g_scope; }

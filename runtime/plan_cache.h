@@ -145,6 +145,14 @@ class PlanCacheScope {
   // `component` ("mg2-universal.dit"), keys hold `identity`
   // (source_identity() of the file).
   void set_source(std::string component, std::string identity);
+  // set_source for a checkpoint at `path` made of `files` (its shards, or
+  // just `path`): the component is "<prefix>-<8 hex digits of the SHA-256
+  // of path's canonical form>" (the same checkpoint named another way shares
+  // entries, two checkpoints never evict each other), the identity that of
+  // every file (source_identity, ';'-joined: a changed shard makes every
+  // entry stale). Nothing without a cache (no file is read).
+  Status set_checkpoint_source(std::string_view prefix, const std::string& path,
+                               const std::vector<std::string>& files);
 
   static PlanCacheScope* current();
   const PlanCache* cache() const { return cache_; }

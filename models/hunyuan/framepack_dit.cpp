@@ -6,7 +6,6 @@
 #include "models/wan/wan_quant.h"
 #include "runtime/dtype.h"
 #include "runtime/plan_cache.h"
-#include "runtime/sha256.h"
 
 namespace flick::hunyuan {
 
@@ -63,24 +62,15 @@ Expected<FramePackDitFiles> framepack_dit_files(const std::string& path,
 namespace {
 
 // The DiT's entries in the plan cache of the current scope (a pipeline's
-// load, runtime/plan_cache.h), if any: named after the checkpoint's
-// canonical path (two checkpoints share a cache without evicting each
-// other), keyed by the identity of every file of it (each shard of an
-// index), so a changed shard rebuilds them.
+// load, runtime/plan_cache.h), if any: named after the checkpoint's path,
+// keyed by the identity of every file of it (each shard of an index).
 Status set_plan_source(const WeightStore& store, const std::string& weights) {
   PlanCacheScope* scope = PlanCacheScope::current();
-  if (scope == nullptr || scope->cache() == nullptr) return ok_status();
-  std::string identity;
+  if (scope == nullptr) return ok_status();
+  std::vector<std::string> files;
   for (const WeightStore::Source& s : store.sources())
-    for (const WeightFile* f : s.files) {
-      FLICK_ASSIGN_OR_RETURN(std::string id, source_identity(f->path()));
-      if (!identity.empty()) identity += ';';
-      identity += id;
-    }
-  std::error_code ec;
-  const std::string canonical = std::filesystem::weakly_canonical(weights, ec).string();
-  scope->set_source("framepack-dit-" + sha256_hex(ec ? weights : canonical).substr(0, 8), identity);
-  return ok_status();
+    for (const WeightFile* f : s.files) files.push_back(f->path());
+  return scope->set_checkpoint_source("framepack-dit", weights, files);
 }
 
 }  // namespace

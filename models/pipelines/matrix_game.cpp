@@ -25,7 +25,6 @@
 #include "runtime/log.h"
 #include "runtime/plan_cache.h"
 #include "runtime/profile_backend.h"
-#include "runtime/sha256.h"
 #include "runtime/weights/weight_store.h"
 
 namespace flick {
@@ -259,15 +258,7 @@ Status Mg2Pipeline::Impl::load(const Mg2Options& options, Backend& be) {
   std::optional<PlanCache> plan_cache = open_plan_cache(opt.plan_cache, "Matrix-Game 2.0");
   PlanCacheScope plan_scope(plan_cache ? &*plan_cache : nullptr, plan_cache_platform(be));
   auto plan_source = [&](std::string_view component, const std::string& path) -> Status {
-    if (!plan_cache) return ok_status();
-    FLICK_ASSIGN_OR_RETURN(std::string identity, source_identity(path));
-    // The canonical path: the same file named another way shares entries.
-    std::error_code ec;
-    const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
-    plan_scope.set_source(
-        "mg2-" + std::string(component) + "-" + sha256_hex(ec ? path : canonical).substr(0, 8),
-        identity);
-    return ok_status();
+    return plan_scope.set_checkpoint_source("mg2-" + std::string(component), path, {path});
   };
 
   // ---- CLIP visual tower ----

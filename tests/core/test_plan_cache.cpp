@@ -164,6 +164,54 @@ TEST_F(PlanCacheTest, SourceIdentityFollowsSizeMtimeAndHead) {
   EXPECT_FALSE(source_identity(root_ + "/absent").ok());
 }
 
+// set_checkpoint_source: entries named by the checkpoint's canonical path
+// (another spelling of it shares them, another checkpoint does not), keyed
+// by every shard's identity (a changed shard makes them stale); without a
+// cache no file is touched.
+TEST_F(PlanCacheTest, CheckpointSourceNamesByPathAndKeysByEveryShard) {
+  const std::string a = root_ + "/ckpt/a.safetensors", b = root_ + "/ckpt/b.safetensors";
+  fs::create_directories(root_ + "/ckpt");
+  std::ofstream(a, std::ios::binary) << "shard a";
+  std::ofstream(b, std::ios::binary) << "shard b";
+  PlanCache cache(dir_);
+  int builds = 0;
+  // One entry through a scope whose source is `path`: true on a hit.
+  auto get = [&](const std::string& path, const std::vector<std::string>& files) {
+    PlanCacheScope scope(&cache, "test-platform");
+    EXPECT_TRUE(scope.set_checkpoint_source("ck", path, files).ok());
+    Expected<PlanCached> c = PlanCached::get("l", "test-kind", [&] {
+      ++builds;
+      std::vector<OwnedTensor> out;
+      out.emplace_back().t = s_.t;
+      return Expected<std::vector<OwnedTensor>>(std::move(out));
+    });
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() && c->hit;
+  };
+  EXPECT_FALSE(get(a, {a, b}));  // cold
+  const std::string name =
+      "ck-" + sha256_hex(fs::weakly_canonical(a).string()).substr(0, 8) + ".l.plan";
+  EXPECT_TRUE(fs::exists(dir_ + "/" + name)) << name;
+  EXPECT_TRUE(get(root_ + "/ckpt/../ckpt/./a.safetensors", {a, b}));  // same file, other spelling
+  EXPECT_EQ(builds, 1);
+  // Another shard's size changes: stale, rebuilt (a warned miss), then warm.
+  std::ofstream(b, std::ios::binary) << "shard b, rewritten";
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(get(a, {a, b}));
+  testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(get(a, {a, b}));
+  EXPECT_EQ(builds, 2);
+  EXPECT_FALSE(get(b, {b}));  // another checkpoint: its own entry
+  // A file that cannot be read is an error naming it; without a cache,
+  // nothing is read.
+  PlanCacheScope with(&cache, "test-platform");
+  const Status missing = with.set_checkpoint_source("ck", a, {a, root_ + "/absent"});
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find(root_ + "/absent"), std::string::npos) << missing.message();
+  PlanCacheScope without(nullptr, "test-platform");
+  EXPECT_TRUE(without.set_checkpoint_source("ck", a, {root_ + "/absent"}).ok());
+}
+
 TEST_F(PlanCacheTest, NotAnEntryAndUnreadableDirectory) {
   PlanCache c(dir_);
   fs::create_directories(dir_);
