@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "bench/peak.h"
@@ -21,7 +22,8 @@ struct AttentionCase {
   DType dtype;
   int64_t batch, q_len, kv_len, heads, head_dim;
   const Kernel* kernel;
-  bool int8 = false;  // cpu::attention_int8's kernels (BF16 inputs)
+  bool int8 = false;       // cpu::attention_int8's kernels (BF16 inputs)
+  int64_t valid_keys = 0;  // > 0: a key padding mask keeps only the first valid_keys
 };
 
 // Deterministic values in [-2, 2): attention time does not depend on them, as
@@ -43,18 +45,32 @@ std::string case_name(const AttentionCase& c) {
   return std::string("attention ") + kind + c.what + " " + shape + " " + c.kernel->name;
 }
 
-BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOptions& options) {
+// Empty where the case's kernel does not take the problem (the narrow-head
+// kernel takes no key padding).
+std::optional<BenchResult> run_case(const AttentionCase& c, const Peaks& peaks,
+                                    const BenchOptions& options) {
   const Shape qs{c.batch, c.q_len, c.heads, c.head_dim};
   const Shape ks{c.batch, c.kv_len, c.heads, c.head_dim};
   OwnedTensor q(c.dtype, qs), k(c.dtype, ks), v(c.dtype, ks), out(c.dtype, qs);
   fill(q);
   fill(k);
   fill(v);
+  OwnedTensor valid(DType::U8, Shape{c.batch, c.kv_len});
+  AttentionParams params;
+  if (c.valid_keys > 0) {
+    for (int64_t i = 0; i < valid.t.numel(); ++i)
+      valid.t.ptr<uint8_t>()[i] = i % c.kv_len < c.valid_keys ? 1 : 0;
+    params.key_padding = valid;
+  }
+  namespace ad = cpu::attention_detail;
+  Tensor o = out;
+  const ad::Problem problem = ad::resolve_problem(q, k, v, o, params);
+  if (!ad::kernel_accepts(*c.kernel, problem)) return std::nullopt;
   auto call = [&] {
     if (c.int8)
-      cpu::attention_int8_detail::attention_int8_with(*c.kernel, q, k, v, out, {});
+      cpu::attention_int8_detail::attention_int8_with(*c.kernel, q, k, v, out, params);
     else
-      cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, {});
+      cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, params);
   };
   call();  // warm-up: pages, per-thread scratch
   const std::string kernel = c.kernel->name;
@@ -101,9 +117,6 @@ BenchResult run_case(const AttentionCase& c, const Peaks& peaks, const BenchOpti
                   window_peak, start_peak > 0 ? 100.0 * result.rate / start_peak : 0.0);
     result.detail += detail;
   }
-  Tensor o = out;
-  namespace ad = cpu::attention_detail;
-  const ad::Problem problem = ad::resolve_problem(q, k, v, o, {});
   if (c.int8 ? &cpu::attention_int8_detail::select_kernel(problem) == c.kernel
              : &ad::select_kernel(problem) == c.kernel)
     result.detail += c.int8 ? ", cpu::attention_int8's choice" : ", cpu::attention's choice";
@@ -133,7 +146,8 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
   struct Shape5 {
     const char* what;
     int64_t batch, q_len, kv_len, heads, head_dim;
-    bool f32;  // also time F32 inputs
+    bool f32;                // also time F32 inputs
+    int64_t valid_keys = 0;  // > 0: only the first valid_keys keys are unmasked
   };
   const Shape5 shapes[] = {
       {"self", 1, 2640, 5280, 12, 128, true},   // Matrix-Game DiT, 3-latent block, 6-latent window
@@ -146,10 +160,14 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
       // queries over the image.
       {"sam3 self", 1, 5184, 5184, 8, 32, true},
       {"sam3 text", 1, 5184, 78, 8, 32, true},
+      // ... as the pipeline runs it: a short prompt ("dog": SOT, the word,
+      // EOT and the geometry CLS) leaves 74 of the 78 keys padding.
+      {"sam3 text 4 valid", 1, 5184, 78, 8, 32, true, 4},
       {"sam3 queries", 1, 201, 5184, 8, 32, true},
   };
   std::vector<AttentionCase> cases;
   for (const Shape5& s : shapes) {
+    const size_t first = cases.size();
     for (const Kernel* k : bf16_kernels)
       cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim, k});
     if (ad::avx512_bf16_supported() && s.kv_len <= ad::kShortKeys)
@@ -171,11 +189,12 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     if (s.f32 && narrow)
       cases.push_back({s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        &ad::kAvx512NarrowKernel});
+    for (size_t i = first; i < cases.size(); ++i) cases[i].valid_keys = s.valid_keys;
   }
   std::vector<BenchResult> results;
   for (const AttentionCase& c : cases) {
     if (case_name(c).find(options.filter) == std::string::npos) continue;  // "" matches all
-    results.push_back(run_case(c, peaks, options));
+    if (std::optional<BenchResult> r = run_case(c, peaks, options)) results.push_back(*r);
   }
   return results;
 }

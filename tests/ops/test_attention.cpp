@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <xmmintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
 #include "runtime/ref/ops.h"
+#include "runtime/threads.h"
 
 namespace flick {
 namespace {
@@ -476,6 +478,52 @@ TEST(Attention, PublicEntryPointMatchesReference) {
   cpu::attention(q, k, v, got, {});
   const Kernel& used = selected(q, k, v, got, {});
   expect_close(got, want, tolerance(used, true, DType::BF16, max_abs(v)), "cpu::attention");
+}
+
+// Every kernel runs with MXCSR's flush-to-zero and denormals-are-zero set
+// (the softmax's 2^x of masked keys underflows, an Intel core's slow path
+// otherwise), and must hand each thread back its floating-point mode: after
+// a masked call on every thread of the pool, MXCSR is what it was and a
+// product that underflows still gives a denormal.
+TEST(Attention, LeavesEveryThreadsFloatingPointModeAlone) {
+  constexpr unsigned kFtzDaz = (1u << 15) | (1u << 6);
+  // The mode: everything but the six sticky exception flags, which any
+  // arithmetic (this test's own) may set.
+  auto mode = [] { return _mm_getcsr() & ~0x3fu; };
+  std::mt19937 rng(11);
+  OwnedTensor q = random4(DType::BF16, {1, 200, 4, 32}, rng, 2.f);
+  OwnedTensor k = random4(DType::BF16, {1, 78, 4, 32}, rng, 2.f);
+  OwnedTensor v = random4(DType::BF16, {1, 78, 4, 32}, rng, 1.f);
+  OwnedTensor padding(DType::U8, {1, 78});
+  for (int64_t j = 0; j < 4; ++j) padding.t.ptr<uint8_t>()[j] = 1;  // 74 keys masked
+  AttentionParams params;
+  params.key_padding = padding;
+  OwnedTensor want(DType::BF16, {1, 200, 4, 32});
+  ref::attention(q, k, v, want, params);
+  const int threads = std::max(2, num_threads());
+  std::vector<unsigned> before(threads), after(threads);
+  auto read_modes = [&](std::vector<unsigned>& csr) {
+    parallel_for(
+        threads,
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) csr[i] = mode();
+        },
+        1);
+  };
+  read_modes(before);
+  for (const Kernel* kernel : kernels()) {
+    OwnedTensor got(DType::BF16, {1, 200, 4, 32});
+    if (!accepts(*kernel, q, k, v, got, params)) continue;
+    const unsigned caller = mode();
+    ASSERT_EQ(caller & kFtzDaz, 0u) << "the test expects the default mode";
+    cpu::attention_detail::attention_with(*kernel, q, k, v, got, params);
+    expect_close(got, want, tolerance(*kernel, true, DType::BF16, max_abs(v)), kernel->name);
+    EXPECT_EQ(mode(), caller) << kernel->name;
+    read_modes(after);
+    EXPECT_EQ(after, before) << kernel->name;
+    volatile float tiny = 0x1p-120f;
+    EXPECT_EQ(tiny * 0x1p-10f, 0x1p-130f) << kernel->name << ": denormal results flushed";
+  }
 }
 
 // Full-size model shapes, checked on sampled query rows of the first and last
