@@ -200,12 +200,8 @@ void RepVitTrunk::plan() {
   gate_ = arena_.request("repvit.se_gate", act_, {widest});
   head_ = arena_.request("repvit.head1", act_, {c.embed_dim * out_h_ * out_h_});
   head2_buf_ = arena_.request("repvit.head2", act_, {c.embed_dim * out_h_ * out_h_});
-  out_ = arena_.request("repvit.out", act_, {1, c.embed_dim, c.embed_size, c.embed_size});
+  out_ = arena_.request("repvit.out", act_, {c.embed_dim * c.embed_size * c.embed_size});
   arena_.finalize();
-}
-
-Tensor RepVitTrunk::view(Arena::BufferId id, int64_t c, int64_t h) const {
-  return arena_.get(id).slice(0, 0, c * h * h).reshape({1, c, h, h});
 }
 
 Tensor RepVitTrunk::view_cl(Arena::BufferId id, int64_t c, int64_t h) const {
@@ -279,10 +275,12 @@ Expected<Tensor> RepVitTrunk::forward(const Tensor& pixels, const Tap& tap) {
 
   Tensor h1 = view_cl(head_, c.embed_dim, out_h_);
   be.conv(x, *head1_, h1, Activation::GeluErf);
-  Tensor h2 = view(head2_buf_, c.embed_dim, out_h_);  // [1, 1024, h, w] NCHW for the resize
+  Tensor h2 = view_cl(head2_buf_, c.embed_dim, out_h_);  // [1, 1024, h, w]
   be.conv(h1, *head2_, h2, Activation::None);
   emit("head", h2);
-  Tensor out = arena_.get(out_);  // [1, 1024, 72, 72]
+  // Channels-last like the rest: the neck's convs read it as stored (an NCHW
+  // map cost each of its three convs a transposing pass).
+  Tensor out = view_cl(out_, c.embed_dim, c.embed_size);  // [1, 1024, 72, 72]
   if (out_h_ == c.embed_size) {
     be.copy(h2, out);
   } else {

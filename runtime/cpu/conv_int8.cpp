@@ -29,6 +29,18 @@
 // Layouts: the quantized x is always dense channels-last (the layout
 // oneDNN's int8 kernels read), padded; y channels-last is written in place,
 // any other y through a staging buffer and a reorder, as in conv.cpp.
+//
+// 1x1 convs (unit kernel and strides, no padding, one group) into a dense
+// channels-last y are the GEMM [pixels, C] x [O, C]^T over the same codes:
+// on AMX hosts they run on flick's AMX GEMM (gemm.h, as INT8 linear layers
+// do) with s8 codes q - 128 and (128 - zp) * wsum[o] * s[o] added to the
+// bias, the integer sums being the same. oneDNN 2.6's
+// brgconv_1x1:avx512_core_amx_int8 ran EfficientSAM3's neck 1x1s at 90-690
+// GOPS on an Emerald Rapids (2 threads; the GEMM 1.2-1.5 TOPS at the same
+// shapes: the neck's four 1x1s 150 -> 47-80 ms). Without AMX they stay on
+// oneDNN: flick's VNNI GEMM was only ~25 % faster there (ISA capped on the
+// same host) and moved the 224^2 golden's int8 boxes by more than its
+// bound allows for summation-order changes (0.57 -> 0.60 px mean).
 #include "runtime/cpu/conv_int8.h"
 
 #include <algorithm>
@@ -39,6 +51,7 @@
 #include <vector>
 
 #include "runtime/cpu/conv_onednn.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
@@ -128,8 +141,12 @@ class Int8Conv final : public PackedConv {
   // dims [N, C, spatial...] with the explicit padding added.
   memory::dims padded(memory::dims d) const;
   // x as dense channels-last q, padded (CallBuffers::kSrc); sets the call's
-  // scales and bias.
-  void quantize(const Tensor& x, uint8_t* q) const;
+  // scales and bias, returns the call's quantization.
+  ref::ConvInt8Quant quantize(const Tensor& x, uint8_t* q) const;
+  // The GEMM route of 1x1 convs (top of file): packs gemm_w_ when this conv
+  // and host take it.
+  void init_gemm();
+  void run_gemm(const Tensor& x, const Tensor& y, Activation act) const;
   // quantize's second pass with explicit padding: x's values, dense
   // channels-last at `data`.
   void quantize_padded(const Tensor& x, const void* data, const ref::ConvInt8Quant& p,
@@ -152,6 +169,10 @@ class Int8Conv final : public PackedConv {
   std::shared_ptr<const void> storage_;  // adopted weights, scales and bias
   mutable memory plain_w_;               // over w_plain_ (reorder takes a non-const source)
   memory::desc oc_md_;                   // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
+  // The GEMM route: s8 weights as B tiles (n = 0 where the conv is no plain
+  // 1x1 or the host has no AMX), and the call's bias ([O]).
+  AmxWeights gemm_w_;
+  mutable std::vector<float> gemm_bias_;
 
   mutable std::mutex mu_;  // guards the plans, the call's scales and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
@@ -203,7 +224,20 @@ memory::desc Int8Conv::init(OwnedTensor w_plain, OwnedTensor w_scale, OwnedTenso
                          memory::desc(pack.y, odt::bf16, pack.channels_last), Activation::None);
   FLICK_CHECK(pd.has_value(), "oneDNN has no INT8 convolution for weight " + desc_.w.str());
   last_impl_ = impl_name(*pd, "int8 conv " + desc_.w.str());
+  init_gemm();
   return pd->weights_desc();
+}
+
+void Int8Conv::init_gemm() {
+  const ConvGeometry g = conv_geometry(desc_);
+  bool plain = desc_.groups == 1;
+  for (size_t i = 0; i < g.padding.size(); ++i)
+    plain = plain && desc_.w.dim(2 + static_cast<int>(i)) == 1 && g.strides[i] == 1 &&
+            g.padding[i] == 0;
+  if (!plain || !linear_uses_amx()) return;
+  const int64_t k = w_plain_.t.numel() / out_channels_;
+  gemm_w_ = amx_pack_weights(w_plain_.t.reshape({out_channels_, k}), AmxType::S8);
+  gemm_bias_.assign(static_cast<size_t>(out_channels_), 0.f);
 }
 
 Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w) : Int8Conv(d) {
@@ -312,7 +346,7 @@ memory::dims Int8Conv::padded(memory::dims d) const {
   return d;
 }
 
-void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
+ref::ConvInt8Quant Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
   // A dense channels-last x is one flat run in the order oneDNN reads; any
   // other layout is first copied into one (tests and odd callers only).
   Tensor flat = x;
@@ -362,6 +396,7 @@ void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
     call_bias_.t.ptr<float>()[o] =
         b - static_cast<float>(int64_t{p.zero_point} * w_sum_[static_cast<size_t>(o)]) * s;
   }
+  return p;
 }
 
 void Int8Conv::quantize_padded(const Tensor& x, const void* data, const ref::ConvInt8Quant& p,
@@ -410,6 +445,10 @@ void Int8Conv::quantize_padded(const Tensor& x, const void* data, const ref::Con
 
 void Int8Conv::run(const Tensor& x, const Tensor& y, Activation act) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (gemm_w_.n > 0 && channels_last(y) && (y.dtype == DType::F32 || y.dtype == DType::BF16)) {
+    run_gemm(x, y, act);
+    return;
+  }
   Plan& p = plan({x.shape, y.strides, y.dtype, act}, x, y);
   last_impl_ = p.impl;
   dnnl::stream& s = onednn_stream();
@@ -424,6 +463,50 @@ void Int8Conv::run(const Tensor& x, const Tensor& y, Activation act) const {
   p.prim.execute(s, p.args);
   p.out.finish(s);
   s.wait();
+}
+
+// The GEMM's per-thread working memory: A tiles and the GEMM's scratch.
+struct GemmBuffers {
+  HostBuffer tiles;
+  AmxScratch scratch;
+};
+GemmBuffers& gemm_buffers() {
+  thread_local GemmBuffers buffers;
+  return buffers;
+}
+
+void Int8Conv::run_gemm(const Tensor& x, const Tensor& y, Activation act) const {
+  const int64_t k = x.dim(1), n = out_channels_, m = x.numel() / k;
+  CallBuffers& buf = onednn_call_buffers();
+  auto* q = static_cast<uint8_t*>(buf.get(CallBuffers::kSrc, static_cast<size_t>(m * k)));
+  const ref::ConvInt8Quant p = quantize(x, q);  // [m, k] codes, no padding
+  const float* s = call_scale_.t.ptr<float>();
+  const float* bias = bias_buf_.t.empty() ? nullptr : bias_buf_.t.ptr<float>();
+  const bool u8 = act_enc_ == ref::ConvInt8Act::U8;
+  const int32_t zp = u8 ? p.zero_point : 0;
+  AmxEpilogue e;
+  e.col_scale = s;
+  e.act = act;
+  e.y = ref::RowsView{y.data, y.dtype, m, n, n};
+  GemmBuffers& gb = gemm_buffers();
+  // s8 codes q - 128 (S8 codes as they are): sum (q - zp) w = acc + (128 - zp) wsum.
+  const int32_t shift = u8 ? 128 - zp : 0;
+  for (int64_t o = 0; o < n; ++o) {
+    const auto i = static_cast<size_t>(o);
+    gemm_bias_[i] = (bias ? bias[o] : 0.f) + static_cast<float>(int64_t{shift} * w_sum_[i]) * s[o];
+  }
+  e.bias = gemm_bias_.data();
+  AmxActivations a;
+  a.type = AmxType::S8;
+  a.m = m;
+  a.m_pad = amx_round_up(m, 32);
+  a.k_pad = gemm_w_.k_pad;
+  const size_t bytes = amx_activation_bytes(AmxType::S8, m, k);
+  if (gb.tiles.size() < bytes) gb.tiles = HostBuffer(bytes);
+  a.data = gb.tiles.data();
+  amx_pack_bytes(q, k, k, u8 ? 0x80 : 0, a, gb.scratch);
+  amx_gemm(a, gemm_w_, e, gb.scratch);
+  last_impl_ = "flick:amx_int8 (1x1 as GEMM)";
 }
 
 const Int8Conv& as_int8(const PackedConv& w) {

@@ -189,6 +189,21 @@ void amx_pack_s8(const ref::RowsView& x, const AmxActivations& out, float* scale
   });
 }
 
+void amx_pack_bytes(const uint8_t* rows, int64_t ld, int64_t k, uint8_t flip,
+                    const AmxActivations& out, AmxScratch& scratch) {
+  FLICK_CHECK(out.type == AmxType::S8 && k <= out.k_pad && k <= ld, "amx_pack_bytes: shapes");
+  const auto* src = reinterpret_cast<const char*>(rows);
+  if (flip == 0) {
+    pack_groups(out, k, scratch, 0, [&](int64_t m, char*) { return src + m * ld; });
+    return;
+  }
+  pack_groups(out, k, scratch, static_cast<size_t>(k), [&](int64_t m, char* row) {
+    const char* r = src + m * ld;
+    for (int64_t i = 0; i < k; ++i) row[i] = static_cast<char>(r[i] ^ flip);  // vectorized
+    return static_cast<const char*>(row);
+  });
+}
+
 void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
               AmxScratch& scratch) {
   FLICK_CHECK(amx_available(), "amx_gemm needs AMX (check amx_available() first)");

@@ -107,6 +107,12 @@ void amx_pack_bf16(const ref::RowsView& x, const AmxActivations& out, AmxScratch
 void amx_pack_s8(const ref::RowsView& x, const AmxActivations& out, float* scales,
                  AmxScratch& scratch);
 
+// Activations already quantized to bytes (out.m rows of k bytes, `ld`
+// bytes apart) -> s8 tiles, each byte XOR `flip` on the way (0x80 turns a
+// u8 code q into the s8 q - 128; 0 copies s8 codes as they are).
+void amx_pack_bytes(const uint8_t* rows, int64_t ld, int64_t k, uint8_t flip,
+                    const AmxActivations& out, AmxScratch& scratch);
+
 // What happens to the accumulator before the store (null pointers skip a
 // step): acc * col_scale[n], * row_scale[m], + bias[n], act, stored to y as
 // F32 or BF16 (round to nearest even). Each step rounds once in fp32, in this

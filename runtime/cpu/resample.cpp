@@ -1,6 +1,8 @@
 // CPU nearest upsampling and resize. Resize is separable: a horizontal pass
 // over every input row into an fp32 [H, OW] plane, then a vertical pass of
 // FMAs over whole rows; indices and weights are PyTorch's (resample.h).
+// Channels-last maps (x and y) take both passes over all channels at once:
+// a row of W x C values, the same sums per element in the same order.
 #include "runtime/ref/resample.h"
 
 #include <algorithm>
@@ -78,12 +80,69 @@ void upsample_nearest(const Tensor& x, Tensor& y) {
       std::max<int64_t>(1, 8192 / ow));
 }
 
+namespace {
+
+// Dense channels-last: C contiguous, then W, then H (any batch stride).
+bool dense_channels_last(const Tensor& t) {
+  return t.stride(1) == 1 && t.stride(3) == t.dim(1) && t.stride(2) == t.dim(1) * t.dim(3);
+}
+
+// resize of channels-last x into channels-last y: plane [H, OW, C] fp32, each
+// element the NCHW path's sum (same taps, weights and order).
+void resize_channels_last(const Tensor& x, Tensor& y, const resample::Taps& th,
+                          const resample::Taps& tw) {
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t OH = th.out, OW = tw.out;
+  const EltwiseKernels& k = eltwise_kernels();
+  std::vector<float> plane(static_cast<size_t>(H * OW * C));
+  for (int64_t n = 0; n < N; ++n) {
+    // Horizontal: plane[h, ow, :] = sum_j ww_j x[h, w_j, :].
+    parallel_for(H, [&](int64_t begin, int64_t end) {
+      for (int64_t h = begin; h < end; ++h) {
+        const float* row = detail::read_f32(k, x, n * x.stride(0) + h * x.stride(2), 1, W * C, 0);
+        for (int64_t o = 0; o < OW; ++o) {
+          float* out = plane.data() + (h * OW + o) * C;
+          std::fill(out, out + C, 0.f);
+          for (int j = 0; j < tw.count[static_cast<size_t>(o)]; ++j) {
+            const float w = tw.w(o, j);
+            const float* src = row + tw.tap_index(o, j) * C;
+            for (int64_t c = 0; c < C; ++c) out[c] += w * src[c];
+          }
+        }
+      }
+    });
+    // Vertical: y[oh, :, :] = sum_i wh_i plane[h_i, :, :], whole rows of OW x C.
+    const int64_t len = OW * C;
+    parallel_for(OH, [&](int64_t begin, int64_t end) {
+      for (int64_t oh = begin; oh < end; ++oh) {
+        const int64_t oy = n * y.stride(0) + oh * y.stride(2);
+        float* out = detail::out_f32(y, oy, 1, len, 1);
+        const float zero = 0.f;
+        const int cnt = th.count[static_cast<size_t>(oh)];
+        for (int i = 0; i < cnt; ++i) {
+          const float w = th.w(oh, i);
+          k.fma(plane.data() + th.tap_index(oh, i) * len, true, &w, false, i == 0 ? &zero : out,
+                i != 0, out, len);
+        }
+        if (cnt == 0) std::memset(out, 0, static_cast<size_t>(len) * sizeof(float));
+        detail::write_f32(k, y, oy, 1, len, out);
+      }
+    });
+  }
+}
+
+}  // namespace
+
 void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
   resample::check_resize(x, y, mode, align_corners, antialias);
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2);
   const resample::Taps th = resample::resize_taps(mode, H, y.dim(2), align_corners, antialias);
   const resample::Taps tw =
       resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias);
+  if (dense_channels_last(x) && dense_channels_last(y) && x.dim(1) > 1) {
+    resize_channels_last(x, y, th, tw);
+    return;
+  }
   const int64_t OH = th.out, OW = tw.out;
   const EltwiseKernels& k = eltwise_kernels();
   // Resize runs once per job (preprocessing), so its plane buffer is allocated here.

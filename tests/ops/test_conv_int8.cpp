@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/ref/conv_int8.h"
@@ -190,6 +191,36 @@ TEST(ConvInt8, DtypesBiasActivations) {
       for (bool bias : {false, true})
         for (Activation act : test::kAllActivations)
           check_vs_ref_int8(c, xt, yt, bias, act, false, true, seed++);
+}
+
+// 1x1 convs into a channels-last y run on flick's AMX GEMM where the host
+// has AMX (oneDNN elsewhere), the zero point taken out of the integer sums:
+// the same bound against the reference, every dtype / bias / activation,
+// rows and channels that fill no whole tile (60 pixels, 70 and 33 outputs,
+// C = 100 pads K).
+TEST(ConvInt8, OneByOneConvsOnTheGemm) {
+  if (!cpu::cpu_supports(Precision::INT8)) GTEST_SKIP() << "INT8 needs AVX-512 VNNI or AMX";
+  const Case cases_1x1[] = {
+      {2, 2, 128, 70, {5, 6, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1, "1x1 C128"},
+      {2, 1, 100, 33, {7, 3, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1, "1x1 C100"},
+      {3, 1, 64, 48, {2, 5, 4}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1, "1x1x1 C64"},
+  };
+  uint32_t seed = 500;
+  for (const Case& c : cases_1x1) {
+    for (DType xt : {DType::F32, DType::BF16})
+      for (DType yt : {DType::F32, DType::BF16})
+        for (bool bias : {false, true})
+          for (Activation act : test::kAllActivations) {
+            const uint32_t sd = seed++;
+            check_vs_ref_int8(c, xt, yt, bias, act, true, (sd & 1) != 0, sd);
+          }
+    ConvSetup s = make(c, DType::BF16, true, true, seed++);
+    auto cc = cpu::pack_conv(make_desc(c, s.w.t, s.b.t, Precision::INT8));
+    ChannelsLast y(DType::BF16, s.ys);
+    cpu::conv(s.x, *cc, y.view, Activation::None);
+    EXPECT_EQ(cpu::conv_impl(*cc).rfind("flick:", 0) == 0, cpu::linear_uses_amx())
+        << c.name << ": " << cpu::conv_impl(*cc);
+  }
 }
 
 // The INT8 conv (reference and CPU) against the exact F32 conv of the

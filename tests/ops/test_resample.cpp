@@ -133,6 +133,30 @@ TEST(Resize, CpuMatchesRefOnStridedViews) {
     }
 }
 
+// Channels-last input and output (the layout EfficientSAM3's trunk keeps
+// its maps in) take the CPU op's all-channels path: the same sums as the
+// reference, down- and upscaling, every mode, BF16 and F32 outputs.
+TEST(Resize, CpuMatchesRefChannelsLast) {
+  for (int64_t c : {3, 70}) {
+    const Shape xs{2, c, 45, 61};
+    ft::StridedTensor x = ft::make_permuted(DType::BF16, xs, {0, 2, 3, 1});
+    ft::fill(x.t, ft::values(ft::random_tensor(DType::F32, xs, 5)));
+    const double tol = 16 * u * max_abs(ft::values(x));
+    for (const Shape& ys : {Shape{2, c, 17, 100}, Shape{2, c, 72, 30}})
+      for (DType out : {DType::F32, DType::BF16})
+        for (ResizeMode m : {ResizeMode::Nearest, ResizeMode::Bilinear, ResizeMode::Bicubic})
+          for (int aa = 0; aa < (m == ResizeMode::Nearest ? 1 : 2); ++aa) {
+            OwnedTensor yr(DType::F32, ys);
+            ref::resize(x, yr, m, false, aa != 0);
+            ft::StridedTensor yc = ft::make_permuted(out, ys, {0, 2, 3, 1});
+            cpu::resize(x, yc, m, false, aa != 0);
+            ft::expect_close(yc, ft::values(yr), std::vector<double>(size_t(ys.numel()), tol),
+                             "channels-last resize C " + std::to_string(c) + " to " + ys.str() +
+                                 " mode " + std::to_string(int(m)) + " aa " + std::to_string(aa));
+          }
+  }
+}
+
 TEST(UpsampleNearest, RefByHandAndCpuEqualsRef) {
   struct Case {
     Shape x, y;
