@@ -70,9 +70,9 @@ class RepVitTrunk {
   RepVitTrunk() = default;
   Status load_weights(const WeightView& model);
   void plan();
-  // [1, c, h, h] channels-last over the start of a flat arena buffer:
-  // strides (h*h*c, 1, h*c, c),
-  // the layout oneDNN's convolutions read and write without reorders.
+  // [1, c, h, h] channels-last over the start of a flat arena buffer
+  // (strides h*h*c, 1, h*c, c): the layout oneDNN's convolutions read and
+  // write without reorders.
   Tensor view_cl(Arena::BufferId id, int64_t c, int64_t h) const;
 
   RepVitConfig cfg_;

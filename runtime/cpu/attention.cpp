@@ -366,10 +366,6 @@ void run_kernel(const Kernel& kernel, const Problem& p) {
   run_kernel_items("attention", kernel, p, host_runs(kernel));
 }
 
-}  // namespace
-
-namespace {
-
 // MXCSR's flush-to-zero and denormals-are-zero for as long as a kernel runs
 // on a thread. Keys masked out (-inf) and scores more than 126 (log2 units)
 // below a row's max make the softmax's 2^x underflow, and an Intel core

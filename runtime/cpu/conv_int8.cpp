@@ -33,8 +33,9 @@
 // 1x1 convs (unit kernel and strides, no padding, one group) into a dense
 // channels-last y are the GEMM [pixels, C] x [O, C]^T over the same codes:
 // on AMX hosts they run on flick's AMX GEMM (gemm.h, as INT8 linear layers
-// do) with s8 codes q - 128 and (128 - zp) * wsum[o] * s[o] added to the
-// bias, the integer sums being the same. oneDNN 2.6's
+// do) with s8 codes q - 128 and 128 * wsum[o] * s[o] added to the call's
+// bias (which already takes the zero point out), the integer sums being
+// the same. oneDNN 2.6's
 // brgconv_1x1:avx512_core_amx_int8 ran EfficientSAM3's neck 1x1s at 90-690
 // GOPS on an Emerald Rapids (2 threads; the GEMM 1.2-1.5 TOPS at the same
 // shapes: the neck's four 1x1s 150 -> 47-80 ms). Without AMX they stay on
@@ -141,8 +142,8 @@ class Int8Conv final : public PackedConv {
   // dims [N, C, spatial...] with the explicit padding added.
   memory::dims padded(memory::dims d) const;
   // x as dense channels-last q, padded (CallBuffers::kSrc); sets the call's
-  // scales and bias, returns the call's quantization.
-  ref::ConvInt8Quant quantize(const Tensor& x, uint8_t* q) const;
+  // scales and bias.
+  void quantize(const Tensor& x, uint8_t* q) const;
   // The GEMM route of 1x1 convs (top of file): packs gemm_w_ when this conv
   // and host take it.
   void init_gemm();
@@ -169,10 +170,9 @@ class Int8Conv final : public PackedConv {
   std::shared_ptr<const void> storage_;  // adopted weights, scales and bias
   mutable memory plain_w_;               // over w_plain_ (reorder takes a non-const source)
   memory::desc oc_md_;                   // [1, O, 1, 1(, 1)] f32: the per-channel post-op operand
-  // The GEMM route: s8 weights as B tiles (n = 0 where the conv is no plain
-  // 1x1 or the host has no AMX), and the call's bias ([O]).
+  // The GEMM route's s8 weights as B tiles (n = 0 where the conv is no
+  // plain 1x1 or the host has no AMX).
   AmxWeights gemm_w_;
-  mutable std::vector<float> gemm_bias_;
 
   mutable std::mutex mu_;  // guards the plans, the call's scales and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
@@ -237,7 +237,6 @@ void Int8Conv::init_gemm() {
   if (!plain || !linear_uses_amx()) return;
   const int64_t k = w_plain_.t.numel() / out_channels_;
   gemm_w_ = amx_pack_weights(w_plain_.t.reshape({out_channels_, k}), AmxType::S8);
-  gemm_bias_.assign(static_cast<size_t>(out_channels_), 0.f);
 }
 
 Int8Conv::Int8Conv(const ConvDesc& d, ref::PreparedWeights w) : Int8Conv(d) {
@@ -346,7 +345,7 @@ memory::dims Int8Conv::padded(memory::dims d) const {
   return d;
 }
 
-ref::ConvInt8Quant Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
+void Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
   // A dense channels-last x is one flat run in the order oneDNN reads; any
   // other layout is first copied into one (tests and odd callers only).
   Tensor flat = x;
@@ -396,7 +395,6 @@ ref::ConvInt8Quant Int8Conv::quantize(const Tensor& x, uint8_t* q) const {
     call_bias_.t.ptr<float>()[o] =
         b - static_cast<float>(int64_t{p.zero_point} * w_sum_[static_cast<size_t>(o)]) * s;
   }
-  return p;
 }
 
 void Int8Conv::quantize_padded(const Tensor& x, const void* data, const ref::ConvInt8Quant& p,
@@ -465,47 +463,33 @@ void Int8Conv::run(const Tensor& x, const Tensor& y, Activation act) const {
   s.wait();
 }
 
-// The GEMM's per-thread working memory: A tiles and the GEMM's scratch.
-struct GemmBuffers {
-  HostBuffer tiles;
-  AmxScratch scratch;
-};
-GemmBuffers& gemm_buffers() {
-  thread_local GemmBuffers buffers;
-  return buffers;
-}
-
 void Int8Conv::run_gemm(const Tensor& x, const Tensor& y, Activation act) const {
   const int64_t k = x.dim(1), n = out_channels_, m = x.numel() / k;
-  CallBuffers& buf = onednn_call_buffers();
-  auto* q = static_cast<uint8_t*>(buf.get(CallBuffers::kSrc, static_cast<size_t>(m * k)));
-  const ref::ConvInt8Quant p = quantize(x, q);  // [m, k] codes, no padding
+  auto* q = static_cast<uint8_t*>(
+      onednn_call_buffers().get(CallBuffers::kSrc, static_cast<size_t>(m * k)));
+  quantize(x, q);  // [m, k] codes (no padding); the call's scales and bias
+  // The tiles hold s8 codes q - 128 (S8 codes as they are): their sums are
+  // sum (q - zp) w - (128 - zp) wsum, and call_bias_ already takes zp out.
+  float* bias = call_bias_.t.ptr<float>();
   const float* s = call_scale_.t.ptr<float>();
-  const float* bias = bias_buf_.t.empty() ? nullptr : bias_buf_.t.ptr<float>();
   const bool u8 = act_enc_ == ref::ConvInt8Act::U8;
-  const int32_t zp = u8 ? p.zero_point : 0;
-  AmxEpilogue e;
-  e.col_scale = s;
-  e.act = act;
-  e.y = ref::RowsView{y.data, y.dtype, m, n, n};
-  GemmBuffers& gb = gemm_buffers();
-  // s8 codes q - 128 (S8 codes as they are): sum (q - zp) w = acc + (128 - zp) wsum.
-  const int32_t shift = u8 ? 128 - zp : 0;
-  for (int64_t o = 0; o < n; ++o) {
-    const auto i = static_cast<size_t>(o);
-    gemm_bias_[i] = (bias ? bias[o] : 0.f) + static_cast<float>(int64_t{shift} * w_sum_[i]) * s[o];
-  }
-  e.bias = gemm_bias_.data();
+  if (u8)
+    for (int64_t o = 0; o < n; ++o)
+      bias[o] += static_cast<float>(int64_t{128} * w_sum_[static_cast<size_t>(o)]) * s[o];
+  AmxCallBuffers& buf = amx_call_buffers();
   AmxActivations a;
   a.type = AmxType::S8;
   a.m = m;
   a.m_pad = amx_round_up(m, 32);
   a.k_pad = gemm_w_.k_pad;
-  const size_t bytes = amx_activation_bytes(AmxType::S8, m, k);
-  if (gb.tiles.size() < bytes) gb.tiles = HostBuffer(bytes);
-  a.data = gb.tiles.data();
-  amx_pack_bytes(q, k, k, u8 ? 0x80 : 0, a, gb.scratch);
-  amx_gemm(a, gemm_w_, e, gb.scratch);
+  a.data = buf.reserve(buf.a, amx_activation_bytes(AmxType::S8, m, k));
+  amx_pack_bytes(q, k, k, u8 ? 0x80 : 0, a, buf.scratch);
+  AmxEpilogue e;
+  e.col_scale = s;
+  e.bias = bias;
+  e.act = act;
+  e.y = ref::RowsView{y.data, y.dtype, m, n, n};
+  amx_gemm(a, gemm_w_, e, buf.scratch);
   last_impl_ = "flick:amx_int8 (1x1 as GEMM)";
 }
 

@@ -97,6 +97,11 @@ bool amx_available() {
   return ok;
 }
 
+AmxCallBuffers& amx_call_buffers() {
+  thread_local AmxCallBuffers buffers;
+  return buffers;
+}
+
 void AmxScratch::prepare(int64_t slots, size_t bytes) {
   const size_t stride = (bytes + 4095) / 4096 * 4096;
   const size_t need = stride * static_cast<size_t>(slots);

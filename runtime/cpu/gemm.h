@@ -99,6 +99,19 @@ class AmxScratch {
   size_t stride_ = 0;
 };
 
+// Per calling thread: the packed activations, row scales and per-worker
+// scratch of the AMX GEMM. Shared by every layer and 1x1 conv the thread
+// runs (one call at a time), sized by the largest; grows on first use only.
+struct AmxCallBuffers {
+  HostBuffer a, row_scales;
+  AmxScratch scratch;
+  void* reserve(HostBuffer& b, size_t bytes) {
+    if (b.size() < bytes) b = HostBuffer(bytes);
+    return b.data();
+  }
+};
+AmxCallBuffers& amx_call_buffers();
+
 // Both write every byte of the m_pad x k_pad buffer (padding as zeros).
 // x (F32 or BF16 rows) -> bf16 tiles, rounded as ref::round_bf16 does.
 void amx_pack_bf16(const ref::RowsView& x, const AmxActivations& out, AmxScratch& scratch);

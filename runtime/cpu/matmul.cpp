@@ -337,22 +337,6 @@ void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activatio
   s.wait();
 }
 
-// Per calling thread: the packed activations, row scales and per-worker
-// scratch of the AMX GEMM. Shared by every layer the thread runs (one call
-// at a time), sized by the largest; grows on first use only.
-struct AmxCallBuffers {
-  HostBuffer a, row_scales;
-  AmxScratch scratch;
-  void* reserve(HostBuffer& b, size_t bytes) {
-    if (b.size() < bytes) b = HostBuffer(bytes);
-    return b.data();
-  }
-};
-AmxCallBuffers& amx_call_buffers() {
-  thread_local AmxCallBuffers buffers;
-  return buffers;
-}
-
 // A linear layer on the AMX GEMM: weights packed once into B tiles (BF16 for
 // BF16 and FP8, whose values bf16 holds exactly; s8 for INT8); activations
 // converted or quantized into A tiles per call.
