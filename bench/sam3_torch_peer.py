@@ -36,6 +36,13 @@ import time
 from pathlib import Path
 
 
+# (flick precision, torch row) pairs compared; torch has no int8 CPU path
+# here, so int8 is set against both. Each flick precision runs right after
+# the torch row of RUN_AFTER, so the two see the same machine state.
+PAIRS = (("f32", "f32"), ("bf16", "bf16"), ("int8", "f32"), ("int8", "bf16"))
+RUN_AFTER = {"f32": ("f32",), "bf16": ("bf16", "int8")}
+
+
 def run_flick(flick, weights, threads, precision):
     cmd = [flick, "bench", "--filter", f"sam3.{precision}"]
     if weights:
@@ -152,18 +159,14 @@ def main():
                       f"torch {torch.__version__}, eager{' bf16 autocast' if autocast else ''})")
                 if not args.flick:
                     continue
-                # Right after the torch row it is compared with; int8 after bf16
-                # (torch has no int8 CPU path here: against both torch rows).
-                for precision in ((name,) if name == "f32" else ("bf16", "int8")):
+                for precision in RUN_AFTER[name]:
                     row = flick_row(precision)
-                    if row is None:
-                        continue
-                    for peer in (("f32",) if precision == "f32" else
-                                 ("bf16",) if precision == "bf16" else ("f32", "bf16")):
-                        ratio(f"flick {precision} vs torch {peer}", row, torch_rows[peer])
+                    for flick_name, peer in PAIRS:
+                        if row is not None and flick_name == precision:
+                            ratio(f"flick {precision} vs torch {peer}", row, torch_rows[peer])
     if args.flick and args.rounds > 1:
         print(f"best of {args.rounds} rounds for each side:")
-        for name, peer in (("f32", "f32"), ("bf16", "bf16"), ("int8", "f32"), ("int8", "bf16")):
+        for name, peer in PAIRS:
             if f"flick.{name}" in best and f"torch.{peer}" in best:
                 ratio(f"flick {name} vs torch {peer} (best)", best[f"flick.{name}"],
                       best[f"torch.{peer}"])
