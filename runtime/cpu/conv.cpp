@@ -16,6 +16,11 @@
 //     channels-last pays no reorders.
 // Epilogue: F32 / BF16: oneDNN bias, then the activation post-op.
 //           FP8: acc * scale[o] (binary_mul), + bias (binary_add), activation.
+// F32 1x1 convolutions (stride 1, no padding, one group) on channels-last x
+// and y are the GEMM [pixels, I] x [I, O]: they run on flick's AVX-512 FMA
+// GEMM (gemm.h, as F32 linears do) where linear_uses_avx512_f32(). oneDNN
+// 2.7's brgconv_1x1 ran EfficientSAM3's neck and trunk 1x1s at 50-70 % of
+// the FMA peak (Emerald Rapids, 2 threads).
 // Implementation: oneDNN's first choice, except for large frames (see
 // prefer_direct_amx) and 3x3 stride-1 convolutions, F32 and (without AMX)
 // BF16, which run on its Winograd kernel where the host has one
@@ -28,6 +33,7 @@
 #include "runtime/cpu/conv_cache.h"
 #include "runtime/cpu/conv_int8.h"
 #include "runtime/cpu/conv_onednn.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
@@ -96,6 +102,17 @@ bool bf16_on_winograd(const ConvDesc& d) {
     return (static_cast<unsigned>(isa) & bf16) == bf16 && isa < dnnl::cpu_isa::avx512_core_amx;
   }();
   return host && d.precision == Precision::BF16 && d.w.numel() <= kWinogradBf16MaxWeights;
+}
+
+// Whether a convolution takes the F32 1x1 GEMM route (top of file) on
+// channels-last calls: from one 16-wide K step on, as F32 linears.
+bool on_f32_gemm(const ConvDesc& d) {
+  bool one_by_one = d.groups == 1 && d.precision == Precision::F32 && d.w.dim(1) >= 16;
+  for (int i = 0; i < d.spatial_dims; ++i) {
+    const auto s = static_cast<size_t>(i);
+    one_by_one = one_by_one && d.w.dim(2 + i) == 1 && d.stride[s] == 1 && d.padding[s] == 0;
+  }
+  return one_by_one && linear_uses_avx512_f32();
 }
 
 struct PlanKey {
@@ -177,6 +194,10 @@ class OnednnConv final : public PackedConv {
                                                                      Activation act,
                                                                      const std::string& impl) const;
   Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
+  // The GEMM route of F32 1x1 convolutions (top of file): packs gemm_w_
+  // from the plain [O, I] weights when this convolution qualifies.
+  void init_gemm(const Tensor& w_plain);
+  void run_gemm(const Tensor& x, const Tensor& y, Activation act) const;
   void build(Plan& p, const Tensor& x, const Tensor& y) const;
   memory::dims weight_dims() const { return conv_weight_dims(desc_); }
 
@@ -192,6 +213,7 @@ class OnednnConv final : public PackedConv {
   memory bias_, scale_, weights_;        // weights_ owns its bytes unless adopted
   memory::desc weights_md_;              // weights_'s, for packed_tensors()
   std::shared_ptr<const void> storage_;  // adopted weights, scale and bias
+  AmxWeights gemm_w_;                    // F32 1x1 on the GEMM, else empty (n = 0)
 
   mutable std::mutex mu_;  // guards plans_ and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
@@ -251,6 +273,22 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w) : OnednnConv(d
                  w.w.t.data);
   dnnl::reorder(plain_w, weights_).execute(onednn_stream(), plain_w, weights_);
   onednn_stream().wait();
+  init_gemm(w.w.t);
+}
+
+void OnednnConv::init_gemm(const Tensor& w_plain) {
+  if (!on_f32_gemm(desc_)) return;
+  gemm_w_ = amx_pack_weights(w_plain.reshape({out_channels_, desc_.w.dim(1)}), AmxType::F32);
+}
+
+void OnednnConv::run_gemm(const Tensor& x, const Tensor& y, Activation act) const {
+  const int64_t k = x.dim(1), n = out_channels_, m = x.numel() / k;
+  AmxEpilogue e;
+  e.bias = bias_buf_.t.empty() ? nullptr : bias_buf_.t.ptr<float>();
+  e.act = act;
+  e.y = ref::RowsView{y.data, y.dtype, m, n, n};
+  avx512_f32_gemm(ref::RowsView{x.data, x.dtype, m, k, k}, gemm_w_, e, amx_call_buffers());
+  last_impl_ = "flick:avx512_f32 (1x1 as GEMM)";
 }
 
 Expected<std::unique_ptr<OnednnConv>> OnednnConv::adopt(const ConvDesc& d, const Tensor& md,
@@ -267,6 +305,15 @@ Expected<std::unique_ptr<OnednnConv>> OnednnConv::adopt(const ConvDesc& d, const
   // oneDNN only reads weights: the read-only mapping is fine.
   c->weights_ = memory(want, onednn_engine(), const_cast<void*>(weights.data));
   c->weights_md_ = want;
+  if (on_f32_gemm(d)) {
+    // The GEMM route packs from plain weights: reordered back from the entry.
+    OwnedTensor plain(DType::F32, d.w.shape);
+    memory plain_w({c->weight_dims(), odt::f32, plain_weight_tag(c->weight_dims())},
+                   onednn_engine(), plain.t.data);
+    dnnl::reorder(c->weights_, plain_w).execute(onednn_stream(), c->weights_, plain_w);
+    onednn_stream().wait();
+    c->init_gemm(plain.t);
+  }
   return c;
 }
 
@@ -423,6 +470,7 @@ void OnednnConv::run(const Tensor& x, const Tensor& y, Activation act) const {
   // The plan's memory objects carry this call's data handles, so one call
   // at a time per convolution (calls on different convolutions overlap).
   std::lock_guard<std::mutex> lock(mu_);
+  if (gemm_w_.n > 0 && channels_last(x) && channels_last(y)) return run_gemm(x, y, act);
   Plan& p = plan({x.shape, x.strides, y.strides, x.dtype, y.dtype, act}, x, y);
   last_impl_ = p.impl;
   dnnl::stream& s = onednn_stream();

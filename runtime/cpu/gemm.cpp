@@ -13,6 +13,7 @@
 #include "runtime/cpu/gemm_amx.h"
 #include "runtime/cpu/gemm_vnni.h"
 #include "runtime/cpu/quantize.h"
+#include "runtime/dtype.h"
 #include "runtime/threads.h"
 
 namespace flick::cpu {
@@ -112,8 +113,10 @@ void AmxScratch::prepare(int64_t slots, size_t bytes) {
 AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
   FLICK_CHECK(w.ndim() == 2 && w.is_contiguous(),
               "AMX weights must be contiguous [N, K]: " + w.str());
-  FLICK_CHECK(w.dtype == (type == AmxType::BF16 ? DType::BF16 : DType::I8),
-              "AMX weights dtype: " + w.str());
+  const DType want = type == AmxType::F32    ? DType::F32
+                     : type == AmxType::BF16 ? DType::BF16
+                                             : DType::I8;
+  FLICK_CHECK(w.dtype == want, "AMX weights dtype: " + w.str());
   AmxWeights out;
   out.type = type;
   out.n = w.dim(0);
@@ -121,8 +124,8 @@ AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
   const int64_t step = amx_k_step(type);
   out.n_pad = amx_round_up(out.n, 32);
   out.k_pad = amx_round_up(out.k, step);
-  const int64_t esz = type == AmxType::BF16 ? 2 : 1;
-  const int64_t group = 4 / esz;  // k per 4-byte tile element (VNNI pair / quad)
+  const int64_t esz = amx_elem_bytes(type);
+  const int64_t group = 4 / esz;  // k per 4-byte tile element (VNNI pair / quad, one f32)
   // Zero-filled: the padding past N and K stays zero.
   auto buffer = std::make_shared<HostBuffer>(out.bytes());
   auto* dst = static_cast<char*>(buffer->data());
@@ -212,6 +215,7 @@ void amx_pack_bytes(const uint8_t* rows, int64_t ld, int64_t k, uint8_t flip,
 void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
               AmxScratch& scratch) {
   FLICK_CHECK(amx_available(), "amx_gemm needs AMX (check amx_available() first)");
+  FLICK_CHECK(w.type != AmxType::F32, "amx_gemm: F32 weights run on vnni_gemm");
   FLICK_CHECK(a.type == w.type && a.k_pad == w.k_pad && e.y.rows == a.m && e.y.cols == w.n,
               "amx_gemm: operand shapes");
   if (a.m == 0) return;
@@ -271,10 +275,13 @@ void vnni_compensation(const AmxWeights& w, int32_t* comp) {
 void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
                const int32_t* comp, const AmxEpilogue& e, AmxScratch& scratch) {
   const bool s8 = w.type == AmxType::S8;
-  FLICK_CHECK(s8 ? vnni_available() : avx512_bf16_available(),
-              "vnni_gemm needs AVX-512 VNNI (S8) or BF16 (check vnni_available() / "
-              "avx512_bf16_available() first)");
-  FLICK_CHECK(lda_bytes >= w.k_pad * (s8 ? 1 : 2) && e.y.rows == m && e.y.cols == w.n &&
+  const bool isa = s8                       ? vnni_available()
+                   : w.type == AmxType::F32 ? eltwise_kernels_for(Isa::Avx512) != nullptr
+                                            : avx512_bf16_available();
+  FLICK_CHECK(isa,
+              "vnni_gemm needs AVX-512 VNNI (S8), BF16 (BF16) or F (F32) (check "
+              "vnni_available() / avx512_bf16_available() / linear_uses_avx512_f32() first)");
+  FLICK_CHECK(lda_bytes >= w.k_pad * amx_elem_bytes(w.type) && e.y.rows == m && e.y.cols == w.n &&
                   (comp != nullptr) == s8,
               "vnni_gemm: operand shapes");
   if (m == 0) return;
@@ -286,7 +293,7 @@ void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
   const int64_t tiles = (m + 5) / 6;  // of 6 rows
   const int64_t tasks = split_cols ? threads : std::min(threads, tiles);
   // Blocking (measured on a Zen 4, bench/RESULTS.md): K blocks of up to 32
-  // steps (2048 k of S8, 1024 of BF16), so a group's weights (128 KB) stay in
+  // steps (2048 k of S8, 1024 of BF16, 512 of F32), so a group's weights (128 KB) stay in
   // L2 beside the row block's A panel (~384 KB); at K = 8960 S8 unblocked
   // panels (573 KB + 376 KB) thrashed L2 (71 % of peak against 85-88 % at
   // K = 1536).
@@ -323,6 +330,28 @@ void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
       if (args.m0 < args.m1 && args.g0 < args.g1) vnni::gemm_worker(args);
     }
   });
+}
+
+void avx512_f32_gemm(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
+                     AmxCallBuffers& buf) {
+  FLICK_CHECK(w.type == AmxType::F32 && x.cols == w.k, "avx512_f32_gemm: operand shapes");
+  const int64_t k = w.k, kp = w.k_pad;
+  if (x.dtype == DType::F32 && k == kp) {
+    vnni_gemm(x.data, x.ld * 4, x.rows, w, nullptr, e, buf.scratch);
+    return;
+  }
+  auto* a = static_cast<float*>(buf.reserve(buf.a, static_cast<size_t>(x.rows * kp) * 4));
+  parallel_for(
+      x.rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t m = begin; m < end; ++m) {
+          float* row = a + m * kp;
+          convert(x.dtype, x.row(m), DType::F32, row, k);
+          std::fill(row + k, row + kp, 0.f);
+        }
+      },
+      std::max<int64_t>(1, 8192 / k));
+  vnni_gemm(a, kp * 4, x.rows, w, nullptr, e, buf.scratch);
 }
 
 }  // namespace flick::cpu

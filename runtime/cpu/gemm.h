@@ -36,17 +36,25 @@ bool linear_uses_amx();
 // AVX512_CORE_BF16 makes the whole process behave as on a CPU without AMX.
 bool amx_not_capped();
 
-enum class AmxType { BF16, S8 };
+// F32 packs weights in the same tile layout for the AVX-512 FMA kernel only
+// (vnni_gemm): AMX has no f32 product.
+enum class AmxType { BF16, S8, F32 };
 
-// Bytes of one tile row (64) and the K elements one tile step covers.
+// Bytes of one tile row (64), of one element, and the K elements one tile
+// step covers (64 bytes of a row).
 inline constexpr int64_t kAmxRowBytes = 64;
-inline int64_t amx_k_step(AmxType t) { return t == AmxType::BF16 ? 32 : 64; }
+inline int64_t amx_elem_bytes(AmxType t) {
+  return t == AmxType::F32 ? 4 : t == AmxType::BF16 ? 2 : 1;
+}
+inline int64_t amx_k_step(AmxType t) { return kAmxRowBytes / amx_elem_bytes(t); }
 inline int64_t amx_round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 // Weights [N, K] in B-tile layout: per 32-column block, per K step, two 1 KB
 // tiles (columns 0-15, 16-31) of 16 rows; row r of a tile holds, for each of
 // its 16 columns, the 2 (bf16) or 4 (s8) consecutive k of step row r (the
-// VNNI order TDPBF16PS / TDPBSSD read). Block order [n / 32][k step][half].
+// VNNI order TDPBF16PS / TDPBSSD read), or the one f32 k of row r (F32: a
+// tile row is the 16-column vector an FMA reads). Block order [n / 32][k
+// step][half].
 struct AmxWeights {
   AmxType type = AmxType::BF16;
   int64_t n = 0, k = 0;          // logical
@@ -56,12 +64,10 @@ struct AmxWeights {
   const void* data = nullptr;
   std::shared_ptr<const void> storage;
 
-  size_t bytes() const {
-    return static_cast<size_t>(n_pad * k_pad) * (type == AmxType::BF16 ? 2 : 1);
-  }
+  size_t bytes() const { return static_cast<size_t>(n_pad * k_pad * amx_elem_bytes(type)); }
 };
 
-// w: [N, K] row-major, BF16 for AmxType::BF16, I8 for AmxType::S8.
+// w: [N, K] row-major, BF16 for AmxType::BF16, I8 for S8, F32 for F32.
 AmxWeights amx_pack_weights(const Tensor& w, AmxType type);
 
 // Weights packed earlier (amx_pack_weights' bytes for an [n, k] weight of
@@ -78,8 +84,8 @@ struct AmxActivations {
   void* data = nullptr;  // m_pad * k_pad elements (bf16 or s8), caller-owned
 };
 inline size_t amx_activation_bytes(AmxType type, int64_t m, int64_t k) {
-  return static_cast<size_t>(amx_round_up(m, 32) * amx_round_up(k, amx_k_step(type))) *
-         (type == AmxType::BF16 ? 2 : 1);
+  return static_cast<size_t>(amx_round_up(m, 32) * amx_round_up(k, amx_k_step(type)) *
+                             amx_elem_bytes(type));
 }
 
 // Per-thread working memory of flick's GEMMs (AMX: staging rows while
@@ -142,11 +148,12 @@ struct AmxEpilogue {
 void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e,
               AmxScratch& scratch);
 
-// ---- the GEMMs on AVX-512 without AMX ----
-// INT8 on AVX-512 VNNI (vpdpbusd) and BF16 on AVX-512 BF16 (vdpbf16ps): they
-// read the same packed weights as the AMX kernels (AmxWeights: a 64-byte tile
-// row is exactly the weight operand of either instruction) and run the same
-// epilogue, so INT8 outputs are bit-identical to amx_gemm's.
+// ---- the GEMMs on AVX-512 ----
+// INT8 on AVX-512 VNNI (vpdpbusd) and BF16 on AVX-512 BF16 (vdpbf16ps),
+// where there is no AMX, and F32 on AVX-512 FMA everywhere: they read the
+// same packed weights as the AMX kernels (AmxWeights: a 64-byte tile row is
+// exactly the weight operand of each instruction) and run the same epilogue,
+// so INT8 outputs are bit-identical to amx_gemm's.
 
 // True when this CPU has AVX-512 F / BW / VL / DQ and VNNI.
 bool vnni_available();
@@ -164,6 +171,11 @@ bool linear_uses_vnni();
 // cap below it puts them on oneDNN, as a CPU without AVX-512 BF16 does).
 bool linear_uses_avx512_bf16();
 
+// Whether cpu::linear runs F32 layers on vnni_gemm's FMA kernel: AVX-512
+// (F, BW, VL, DQ) and oneDNN's ISA not capped below AVX512_CORE (a cap puts
+// them on oneDNN's matmul, as a CPU with AVX2 only does).
+bool linear_uses_avx512_f32();
+
 // vpdpbusd multiplies u8 by s8: activations go in as u8 = q + kVnniOffset.
 inline constexpr int kVnniOffset = 128;
 
@@ -175,10 +187,18 @@ void vnni_compensation(const AmxWeights& w, int32_t* comp);
 // partial sums when K is split. a: m rows, lda_bytes apart, of
 //  - S8 weights: u8 = q + kVnniOffset, with comp from vnni_compensation:
 //    exact s32 sums;
-//  - BF16 weights: bf16, comp null: fp32 sums.
+//  - BF16 weights: bf16, comp null: fp32 sums;
+//  - F32 weights: f32, comp null: fp32 sums (one FMA per product).
 // Each row holds w.k_pad elements; those past w.k meet zero weights (S8: any
-// value; BF16: they must be finite, zeros in practice).
+// value; BF16 / F32: they must be finite, zeros in practice).
 void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
                const int32_t* comp, const AmxEpilogue& e, AmxScratch& scratch);
+
+// y = epilogue(x . w^T) for F32 weights (linear_uses_avx512_f32()): x's
+// rows are read in place when they are F32 and K fills whole 16-element
+// steps, else converted (BF16 widens exactly) into buf.a as dense rows of
+// k_pad, zero-padded.
+void avx512_f32_gemm(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
+                     AmxCallBuffers& buf);
 
 }  // namespace flick::cpu

@@ -10,14 +10,18 @@
 // (AVX-512 BF16; 2-13 % faster than oneDNN's brgemm at the DiT's and SAM3's
 // shapes on a Zen 4, which re-blocks plain weights inside every call, and
 // with GELU fused; layers with K under 32 stay on oneDNN, faster there).
+// F32 layers (from K = 16 on) run on flick's AVX-512 FMA GEMM over the same
+// packed layout on every AVX-512 CPU, AMX or not: oneDNN 2.7's f32 brgemm
+// reached 61-71 % of the FMA peak at SAM3's shapes on an Emerald Rapids, the
+// FMA kernel 15-50 % more (bench/RESULTS.md, session 18).
 // Capping oneDNN's ISA (ONEDNN_MAX_CPU_ISA) below AMX turns
 // the AMX GEMM off, below AVX512_CORE_BF16 the BF16 one (BF16 / FP8 then run
-// on oneDNN), below VNNI leaves no INT8 linear: one variable selects the
-// kernels of a CPU class.
+// on oneDNN), below VNNI leaves no INT8 linear, below AVX512_CORE no F32
+// one: one variable selects the kernels of a CPU class.
 //
-// Everywhere else (F32 layers, and BF16 / FP8 without AVX-512 BF16): linear = one oneDNN matmul
-// primitive per (M, dtypes, strides, activation), created on the first call and cached in the
-// packed weights; weights are reordered once at pack time into the layout brgemm asks for. That
+// Everywhere else (F32 without AVX-512, and BF16 / FP8 without AVX-512 BF16): linear = one oneDNN
+// matmul primitive per (M, dtypes, strides, activation), created on the first call and cached in
+// the packed weights; weights are reordered once at pack time into the layout brgemm asks for. That
 // layout depends on N, K, the dtypes and the ISA but not on M (checked for M = 1 .. 2640), so one
 // reorder serves every M (oneDNN 2.6 asks for plain [K, N] weights at these batched shapes and
 // re-blocks them inside each call: ONEDNN_VERBOSE shows wei_s8::blocked:abc). Everything after the
@@ -357,6 +361,7 @@ class AmxLinear final : public PackedLinear {
   int64_t out_features() const override { return weights_.n; }
   Precision precision() const override { return precision_; }
   std::string impl() const {
+    if (weights_.type == AmxType::F32) return "flick:avx512_f32";
     if (vnni_) return weights_.type == AmxType::S8 ? "flick:vnni_int8" : "flick:avx512_bf16";
     return weights_.type == AmxType::S8 ? "flick:amx_int8" : "flick:amx_bf16";
   }
@@ -372,6 +377,7 @@ class AmxLinear final : public PackedLinear {
     e.bias = bias_.empty() ? nullptr : bias_.ptr<float>();
     e.act = act;
     e.y = y;
+    if (weights_.type == AmxType::F32) return avx512_f32_gemm(x, weights_, e, buf);
     if (vnni_) {
       weights_.type == AmxType::S8 ? run_vnni(x, e, buf) : run_avx512_bf16(x, e, buf);
       return;
@@ -449,19 +455,24 @@ class AmxLinear final : public PackedLinear {
   std::shared_ptr<const void> storage_;
 };
 
-AmxType amx_type_for(Precision p) { return p == Precision::INT8 ? AmxType::S8 : AmxType::BF16; }
+AmxType amx_type_for(Precision p) {
+  if (p == Precision::F32) return AmxType::F32;
+  return p == Precision::INT8 ? AmxType::S8 : AmxType::BF16;
+}
 
 // The AVX-512 BF16 GEMM takes K from one 32-element step on: below it
 // oneDNN's matmul is faster (Zen 4, 14400 rows -> 256, bf16: K = 2 0.54 vs
 // 1.12 ms, K = 16 0.71 vs 1.11 ms, where the rows are also copied to pad K;
 // K = 32 and 128 tie; bench/RESULTS.md, session 14).
 constexpr int64_t kAvx512Bf16MinK = 32;
+// F32 likewise from one 16-element step on.
+constexpr int64_t kAvx512F32MinK = 16;
 
 // Whether pack_linear puts a `p` layer of K inputs on flick's GEMMs
 // (AmxLinear): AMX for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8
 // and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on.
 bool on_flick_gemm(Precision p, int64_t k) {
-  if (p == Precision::F32) return false;
+  if (p == Precision::F32) return linear_uses_avx512_f32() && k >= kAvx512F32MinK;
   if (linear_uses_amx()) return true;
   if (p == Precision::INT8) return linear_uses_vnni();
   return linear_uses_avx512_bf16() && k >= kAvx512Bf16MinK;
@@ -483,7 +494,8 @@ std::unique_ptr<AmxLinear> amx_linear(ref::PreparedWeights w) {
 std::unique_ptr<AmxLinear> amx_linear_direct(const LinearDesc& d) {
   const bool s8 = d.precision == Precision::INT8 && d.w.dtype == DType::I8;
   const bool bf16 = d.precision == Precision::BF16 && d.w.dtype == DType::BF16;
-  if (!(s8 || bf16) || !d.w.is_contiguous() || (!d.bias.empty() && !d.bias.is_contiguous()))
+  const bool f32 = d.precision == Precision::F32 && d.w.dtype == DType::F32;
+  if (!(s8 || bf16 || f32) || !d.w.is_contiguous() || (!d.bias.empty() && !d.bias.is_contiguous()))
     return nullptr;
   const int64_t n = d.w.dim(0), k = d.w.numel() / n;
   // The scale and bias as prepare_weights makes them (the bias in F32, a
@@ -588,6 +600,12 @@ bool linear_uses_vnni() {
 bool linear_uses_avx512_bf16() {
   static const bool yes = !linear_uses_amx() && avx512_bf16_available() &&
                           dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
+  return yes;
+}
+
+bool linear_uses_avx512_f32() {
+  static const bool yes = eltwise_kernels_for(Isa::Avx512) != nullptr &&
+                          dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
   return yes;
 }
 
@@ -713,7 +731,8 @@ Expected<std::unique_ptr<PackedLinear>> adopt_packed_linear(std::span<const Tens
 std::string packed_linear_kind(Precision precision, int64_t n, int64_t k, bool bias) {
   std::string layout;
   if (on_flick_gemm(precision, k)) {
-    layout = precision == Precision::INT8 ? "amx-s8" : "amx-bf16";
+    const AmxType t = amx_type_for(precision);
+    layout = t == AmxType::S8 ? "amx-s8" : t == AmxType::F32 ? "amx-f32" : "amx-bf16";
   } else {
     layout = std::string("onednn-") + precision_name(precision);
   }

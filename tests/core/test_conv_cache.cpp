@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/cpu/conv_cache.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
@@ -226,6 +227,70 @@ TEST_P(ConvCacheTest, GeometryIsInTheKey) {
   b = shapes_only();
   b.bias = a.bias.ndim() > 0 ? Tensor{} : Tensor::view(nullptr, DType::F32, Shape{kOut});
   EXPECT_NE(cpu::packed_conv_kind(a), cpu::packed_conv_kind(b));
+}
+
+// An F32 1x1 conv runs channels-last calls on flick's FMA GEMM, which packs
+// from plain weights: a warm load reorders the entry's oneDNN weights back
+// to plain and takes the same route, bit for bit.
+TEST(ConvCache, F32OneByOneAdoptedOntoTheGemm) {
+  char tmpl[] = "/tmp/flick-conv-cache-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  OwnedTensor w(DType::F32, Shape{kOut, 32, 1, 1}), b(DType::F32, Shape{kOut});
+  for (int64_t i = 0; i < w.t.numel(); ++i)
+    w.t.ptr<float>()[i] = static_cast<float>((i * 7919) % 201 - 100) / 256.f;
+  for (int64_t i = 0; i < kOut; ++i) b.t.ptr<float>()[i] = 0.25f * static_cast<float>(i % 9 - 4);
+  ConvDesc d;
+  d.w = w.t;
+  d.bias = b.t;
+  d.precision = Precision::F32;
+  ConvDesc shapes = d;
+  shapes.w = Tensor{};
+  shapes.w.dtype = DType::F32;
+  shapes.w.shape = w.t.shape;
+  shapes.bias = Tensor{};
+  shapes.bias.dtype = DType::F32;
+  shapes.bias.shape = Shape{kOut};
+  // Channels-last x [1, 32, 5, 7] and y [1, kOut, 5, 7] over [1, 5, 7, C] buffers.
+  OwnedTensor xb(DType::F32, Shape{1, 5, 7, 32});
+  for (int64_t i = 0; i < xb.t.numel(); ++i)
+    xb.t.ptr<float>()[i] = static_cast<float>((i * 31) % 97 - 48) / 32.f;
+  const Tensor x = xb.t.permute({0, 3, 1, 2});
+  auto run = [&](const PackedConv& c) {
+    OwnedTensor yb(DType::F32, Shape{1, 5, 7, kOut});
+    Tensor y = yb.t.permute({0, 3, 1, 2});
+    cpu::conv(x, c, y, Activation::Relu);
+    const auto* p = static_cast<const uint8_t*>(yb.t.data);
+    return std::vector<uint8_t>(p, p + yb.t.nbytes());
+  };
+  auto cached = [&](int* packs) {
+    PlanCache cache(root + "/plans");
+    PlanCacheScope scope(&cache, "test-platform");
+    scope.set_source("cc", "size=1;mtime_ns=2");
+    Expected<std::unique_ptr<PackedConv>> c = cpu::pack_conv_cached(
+        "neck.conv_1x1", shapes, [&]() -> Expected<std::unique_ptr<PackedConv>> {
+          ++*packs;
+          return cpu::pack_conv(d);
+        });
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  const std::unique_ptr<PackedConv> fresh = cpu::pack_conv(d);
+  const std::vector<uint8_t> want = run(*fresh);
+  int packs = 0;
+  const std::unique_ptr<PackedConv> cold = cached(&packs);
+  ASSERT_NE(cold, nullptr);
+  EXPECT_EQ(run(*cold), want);
+  packs = 0;
+  const std::unique_ptr<PackedConv> warm = cached(&packs);
+  ASSERT_NE(warm, nullptr);
+  EXPECT_EQ(packs, 0);
+  EXPECT_EQ(run(*warm), want);
+  EXPECT_EQ(cpu::conv_impl(*warm), cpu::conv_impl(*fresh));
+  if (cpu::linear_uses_avx512_f32()) {
+    EXPECT_EQ(cpu::conv_impl(*warm), "flick:avx512_f32 (1x1 as GEMM)");
+  }
+  fs::remove_all(root);
 }
 
 INSTANTIATE_TEST_SUITE_P(

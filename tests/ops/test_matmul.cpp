@@ -319,14 +319,16 @@ TEST(Linear, DitDownProjectionSampledRows) {
   }
 }
 
-// On a CPU with AMX, BF16 / FP8 / INT8 layers run on flick's AMX GEMM (and
-// F32 on oneDNN); on one without AMX, INT8 runs on flick's VNNI GEMM where
-// the CPU has AVX-512 VNNI and BF16 / FP8 on its AVX-512 BF16 GEMM where it
-// has that (from K = 32 on); everything else is oneDNN. linear_uses_amx() / _vnni() /
-// _avx512_bf16() say which, and the packed layers must agree with them.
+// On a CPU with AMX, BF16 / FP8 / INT8 layers run on flick's AMX GEMM; on
+// one without AMX, INT8 runs on flick's VNNI GEMM where the CPU has AVX-512
+// VNNI and BF16 / FP8 on its AVX-512 BF16 GEMM where it has that (from K =
+// 32 on); F32 runs on its AVX-512 FMA GEMM wherever there is AVX-512 (from
+// K = 16 on); everything else is oneDNN. linear_uses_amx() / _vnni() /
+// _avx512_bf16() / _avx512_f32() say which, and the packed layers must agree
+// with them.
 TEST(Linear, FlickGemmTakenWhenAvailable) {
   const bool amx = cpu::linear_uses_amx(), vnni = cpu::linear_uses_vnni(),
-             bf16 = cpu::linear_uses_avx512_bf16();
+             bf16 = cpu::linear_uses_avx512_bf16(), f32 = cpu::linear_uses_avx512_f32();
   EXPECT_TRUE(!amx || cpu::amx_available());
   EXPECT_TRUE(!vnni || (cpu::vnni_available() && !amx));
   EXPECT_TRUE(!bf16 || (cpu::avx512_bf16_available() && !amx));
@@ -340,7 +342,14 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
         << precision_name(p) << ": " << impl;
     EXPECT_EQ(impl == "flick:avx512_bf16", bf16 && (p == Precision::BF16 || p == Precision::FP8))
         << precision_name(p) << ": " << impl;
+    EXPECT_EQ(impl == "flick:avx512_f32", f32 && p == Precision::F32)
+        << precision_name(p) << ": " << impl;
   }
+  // F32 below one 16-wide K step stays on oneDNN.
+  OwnedTensor k8 = random_tensor(DType::F32, {40, 8}, 50, 0.1f);
+  const std::string k8_impl =
+      cpu::linear_impl(*cpu::pack_linear({k8.t, Tensor{}, Tensor{}, Precision::F32}));
+  EXPECT_EQ(k8_impl.rfind("flick:", 0), std::string::npos) << "F32 K = 8: " << k8_impl;
   // Below one 32-wide K step BF16 / FP8 stay on oneDNN (faster there).
   OwnedTensor narrow = random_tensor(DType::F32, {40, 16}, 49, 0.1f);
   for (Precision p : {Precision::BF16, Precision::FP8}) {
@@ -350,6 +359,7 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
   std::string kernels = amx ? "AMX" : "";
   if (vnni) kernels += "AVX-512 VNNI (INT8)";
   if (bf16) kernels += std::string(vnni ? ", " : "") + "AVX-512 BF16 (BF16, FP8)";
+  if (f32) kernels += std::string(kernels.empty() ? "" : ", ") + "AVX-512 FMA (F32)";
   std::printf("[ gemm     ] linear on flick's GEMMs: %s\n",
               kernels.empty() ? "no (oneDNN)" : kernels.c_str());
 }
@@ -359,6 +369,9 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
 // threads (>= 2 row blocks per thread) or small enough for the columns to
 // be, N beyond one chunk of 8 column blocks, K beyond one K block (64
 // steps: 2048 bf16, 4096 int8), and y rows wider than N (a strided output).
+// F32 takes the AVX-512 FMA GEMM over the same tile layout: 16 k a step, so
+// K = 31, 65, 129, 200 go through padded copies, and 2100 and 4200 split K
+// (blocks of 32 steps, 512 k).
 TEST(Linear, AmxBlockingBoundaries) {
   struct Shape {
     int64_t m, k, n;
@@ -366,7 +379,7 @@ TEST(Linear, AmxBlockingBoundaries) {
   const Shape shapes[] = {{1, 1, 1},      {3, 31, 17},    {16, 64, 32},    {31, 65, 33},
                           {47, 129, 300}, {130, 200, 47}, {200, 2100, 70}, {70, 4200, 40}};
   uint32_t seed = 300;
-  for (Precision p : {Precision::BF16, Precision::FP8, Precision::INT8}) {
+  for (Precision p : {Precision::BF16, Precision::FP8, Precision::INT8, Precision::F32}) {
     if (!cpu::cpu_supports(p)) continue;
     for (const Shape& sh : shapes) {
       const DType xt = seed % 2 ? DType::F32 : DType::BF16;
