@@ -67,8 +67,10 @@ class Sam3Neck {
   // The constant position encoding of a level, [1, d, n, n] in activation_dtype().
   const Tensor& position(int level) const { return pos_[static_cast<size_t>(level)].t; }
 
-  // x: [1, C, g, g] F32 or BF16. Returns the three levels, views into the
-  // component's arena valid until the next forward(). Taps "level{i}".
+  // x: [1, C, g, g] F32 or BF16. Returns the three levels [1, d, n, n],
+  // views into the component's arena valid until the next forward(): levels
+  // 0 and 1 channels-last (permuted [1, n, n, d] buffers), level 2 plain.
+  // Taps "level{i}".
   Expected<std::array<Tensor, Sam3NeckConfig::kLevels>> forward(const Tensor& x,
                                                                 const Tap& tap = {});
 

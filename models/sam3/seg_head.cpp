@@ -168,22 +168,25 @@ void SegHead::plan() {
   o_ = arena_.request("seg.o", act_, {t, d});
   prompt_ = arena_.request("seg.prompt", act_, {p, d});
   valid_ = arena_.request("seg.prompt_valid", DType::U8, {1, p});
-  img_ = arena_.request("seg.image", act_, {1, d, g, g});
-  up1_ = arena_.request("seg.up1", act_, {1, d, 2 * g, 2 * g});
-  p1_ = arena_.request("seg.p1", act_, {1, d, 2 * g, 2 * g});
-  up0_ = arena_.request("seg.up0", act_, {1, d, 4 * g, 4 * g});
-  p0_ = arena_.request("seg.p0", act_, {1, d, 4 * g, 4 * g});
+  // The pixel decoder's maps are channels-last ([1, n, n, d] buffers, see
+  // map()), as the neck's levels: no reorders around its convolutions.
+  up1_ = arena_.request("seg.up1", act_, {1, 2 * g, 2 * g, d});
+  p1_ = arena_.request("seg.p1", act_, {1, 2 * g, 2 * g, d});
+  up0_ = arena_.request("seg.up0", act_, {1, 4 * g, 4 * g, d});
+  p0_ = arena_.request("seg.p0", act_, {1, 4 * g, 4 * g, d});
   qa_ = arena_.request("seg.mask_embed_a", act_, {q, d});
   qb_ = arena_.request("seg.mask_embed_b", act_, {q, d});
   emb_ = arena_.request("seg.mask_embed", act_, {q, d});
   if (instance_) {
-    inst_ = arena_.request("seg.instance", act_, {1, d, 4 * g, 4 * g});
+    inst_ = arena_.request("seg.instance", act_, {1, 4 * g, 4 * g, d});
   } else {
     mask_bias_out_ = arena_.request("seg.mask_bias", act_, {q, 1});
   }
   masks_ = arena_.request("seg.masks", act_, {1, q, 4 * g, 4 * g});
   arena_.finalize();
 }
+
+Tensor SegHead::map(Arena::BufferId id) { return arena_.get(id).permute({0, 3, 1, 2}); }
 
 Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, const Tensor& memory,
                                   const Tensor& prompt, const Tensor& prompt_valid,
@@ -227,18 +230,16 @@ Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, co
   be.linear(attn, *ca_out_, o, Activation::None);
   be.add(mem, o, mem);
 
-  // ---- pixel decoder: [T, d] -> [1, d, g, g], two nearest-up + add stages ----
-  Tensor img = arena_.get(img_);
-  Tensor img_t = img.reshape({d, t});
-  be.copy(mem.permute({1, 0}), img_t);
+  // ---- pixel decoder: [T, d] is the [1, d, g, g] map channels-last; two
+  // nearest-up + add stages ----
   const Tensor* levels[2] = {&level1, &level0};
   const Arena::BufferId ups[2] = {up1_, up0_}, outs[2] = {p1_, p0_};
-  Tensor prev = img;
+  Tensor prev = mem.reshape({1, g, g, d}).permute({0, 3, 1, 2});
   for (int i = 0; i < 2; ++i) {
-    Tensor up = arena_.get(ups[i]);
+    Tensor up = map(ups[i]);
     be.upsample_nearest(prev, up);
     be.add(*levels[i], up, up);
-    Tensor y = arena_.get(outs[i]);
+    Tensor y = map(outs[i]);
     be.conv(up, *conv_[static_cast<size_t>(i)], y, Activation::None);
     // relu(GroupNorm(8)): the norm writes back into `up` (free again).
     be.group_norm(y, c.groups, gn_w_[static_cast<size_t>(i)], gn_b_[static_cast<size_t>(i)], c.eps,
@@ -254,14 +255,18 @@ Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, co
   be.linear(b, *mask_embed_[2], emb, Activation::None);  // F32: W_i^T (W_2 b + b_2)
   Tensor masks = arena_.get(masks_);                     // [1, Q, 4g, 4g]
   Tensor masks3 = masks.reshape({1, nq, 16 * t});
+  // A channels-last [1, d, 4g, 4g] map as the [1, d, 16T] matrix (column-major).
+  auto columns = [&](Arena::BufferId id) {
+    return arena_.get(id).reshape({1, 16 * t, d}).permute({0, 2, 1});
+  };
   if (instance_) {
-    Tensor inst = arena_.get(inst_);  // [1, d, 4g, 4g]
+    Tensor inst = map(inst_);  // [1, d, 4g, 4g]
     be.conv(prev, *instance_, inst, Activation::None);
-    be.matmul(emb.reshape({1, nq, d}), inst.reshape({1, d, 16 * t}), masks3);
+    be.matmul(emb.reshape({1, nq, d}), columns(inst_), masks3);
   } else {
     Tensor bias = arena_.get(mask_bias_out_);
     be.linear(b, *mask_bias_, bias, Activation::None);  // [Q, 1]: emb . b_i
-    be.matmul(emb.reshape({1, nq, d}), prev.reshape({1, d, 16 * t}), masks3);
+    be.matmul(emb.reshape({1, nq, d}), columns(ups[1]), masks3);
     be.add(masks3, bias.reshape({1, nq, 1}), masks3);
   }
   return masks;

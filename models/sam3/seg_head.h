@@ -50,7 +50,8 @@ class SegHead {
 
   const SegHeadConfig& config() const { return cfg_; }
 
-  // level0 [1, d, 4g, 4g], level1 [1, d, 2g, 2g] (the neck's), memory
+  // level0 [1, d, 4g, 4g], level1 [1, d, 2g, 2g] (the neck's: channels-last
+  // views are read in place, other layouts work too, slower), memory
   // [1, g*g, d] (the fusion encoder's), prompt [P, d] + U8 validity [P],
   // hs_last [Q, d] (the decoder's last normed output). Returns the mask
   // logits [1, Q, 4g, 4g] (activation dtype), a view into the component's
@@ -62,6 +63,8 @@ class SegHead {
   SegHead() = default;
   Status load_weights(const WeightView& head);
   void plan();
+  // A [1, n, n, d] buffer as the channels-last [1, d, n, n] map.
+  Tensor map(Arena::BufferId id);
 
   SegHeadConfig cfg_;
   Backend* backend_ = nullptr;
@@ -81,8 +84,8 @@ class SegHead {
 
   Arena arena_;
   Arena::BufferId mem_ = -1, h_ = -1, q_ = -1, kv_ = -1, attn_ = -1, o_ = -1, prompt_ = -1,
-                  valid_ = -1, img_ = -1, up1_ = -1, p1_ = -1, up0_ = -1, p0_ = -1, inst_ = -1,
-                  qa_ = -1, qb_ = -1, emb_ = -1, mask_bias_out_ = -1, masks_ = -1;
+                  valid_ = -1, up1_ = -1, p1_ = -1, up0_ = -1, p0_ = -1, inst_ = -1, qa_ = -1,
+                  qb_ = -1, emb_ = -1, mask_bias_out_ = -1, masks_ = -1;
 };
 
 }  // namespace flick

@@ -75,6 +75,28 @@ Collapsed<N> collapse(const Shape& shape, const std::array<Strides, N>& strides)
   return c;
 }
 
+// collapse() after ordering the dims by the output's strides (operand 0),
+// largest first (stable): an elementwise op visits every element once in any
+// order, and a permuted dense output (a channels-last map: [N, C, H, W] with
+// C innermost) then collapses into one run like a contiguous one, with
+// every operand of the same layout.
+template <size_t N>
+Collapsed<N> collapse_in_y_order(const Shape& shape, const std::array<Strides, N>& strides) {
+  std::array<int, kMaxDims> order{};
+  for (int d = 0; d < shape.ndim; ++d) order[static_cast<size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.begin() + shape.ndim, [&](int a, int b) {
+    return strides[0][static_cast<size_t>(a)] > strides[0][static_cast<size_t>(b)];
+  });
+  Shape ps = shape;
+  std::array<Strides, N> pst = strides;
+  for (int d = 0; d < shape.ndim; ++d) {
+    const auto from = static_cast<size_t>(order[static_cast<size_t>(d)]);
+    ps[d] = shape[static_cast<int>(from)];
+    for (size_t k = 0; k < N; ++k) pst[k][static_cast<size_t>(d)] = strides[k][from];
+  }
+  return collapse(ps, pst);
+}
+
 void check_float(const Tensor& t, const char* op);
 
 // Runs fn(in, vec, out, n) over the output y in runs of at most kRun elements,
@@ -94,7 +116,7 @@ void for_each_run(const char* op, Tensor& y, const std::array<const Tensor*, N>&
     st[k + 1] = flick::detail::broadcast_strides(*in[k], y.shape, op);
   }
   if (y.numel() == 0) return;
-  const Collapsed<N + 1> c = collapse(y.shape, st);
+  const Collapsed<N + 1> c = collapse_in_y_order(y.shape, st);
   const int last = c.shape.ndim - 1;
   const int64_t inner = c.shape[last];
   Shape outer = c.shape;

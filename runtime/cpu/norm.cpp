@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "runtime/cpu/conv_onednn.h"
 #include "runtime/cpu/eltwise_runs.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/ref/ops.h"
@@ -92,6 +94,66 @@ bool channel_norm(const EltwiseKernels& k, const Tensor& x, Tensor& y, const flo
   return true;
 }
 
+// group_norm of channels-last x and y (C innermost, each sample's pixels
+// dense): each channel's sums over chunks of pixels in double lanes
+// (col_sums) are added up per group, then every pixel row gets (x - mean) *
+// scale[c] + shift[c] with its group's mean, scale = rstd * w[c] and shift =
+// b[c], as the NCHW path's shift_scale: no transposes around the norm.
+void group_norm_channels_last(const EltwiseKernels& k, const Tensor& x, int64_t groups,
+                              const float* w, const float* b, float eps, Tensor& y, int64_t S) {
+  const int64_t C = x.dim(1), cpg = C / groups;
+  constexpr int64_t kPixels = 64;  // pixels per chunk: a [64, C] fp32 block stays in L1 / L2
+  const int64_t chunks = (S + kPixels - 1) / kPixels;
+  std::vector<double> part(static_cast<size_t>(chunks * C));
+  std::vector<float> mean(static_cast<size_t>(C)), scale(static_cast<size_t>(C)),
+      shift(static_cast<size_t>(C));
+  const double count = static_cast<double>(cpg * S);
+  auto pixels = [&](int64_t ch) { return std::min(kPixels, S - ch * kPixels); };
+  // part[ch][c] = sum over the chunk's pixels of x (center null) or (x - mean[c])^2.
+  auto chunk_sums = [&](int64_t bx, const float* center) {
+    parallel_for(chunks, [&](int64_t begin, int64_t end) {
+      for (int64_t ch = begin; ch < end; ++ch) {
+        const int64_t n = pixels(ch);
+        const float* xr = detail::read_f32(k, x, bx + ch * kPixels * C, 1, n * C, 0);
+        k.col_sums(xr, n, C, C, center, center != nullptr, part.data() + ch * C);
+      }
+    });
+  };
+  // The group's total of part over chunks and its channels.
+  auto group_total = [&](int64_t g) {
+    double t = 0;
+    for (int64_t ch = 0; ch < chunks; ++ch)
+      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) t += part[static_cast<size_t>(ch * C + c)];
+    return t;
+  };
+  for (int64_t n = 0; n < x.dim(0); ++n) {
+    const int64_t bx = n * x.stride(0), by = n * y.stride(0);
+    chunk_sums(bx, nullptr);
+    for (int64_t g = 0; g < groups; ++g)
+      std::fill_n(mean.begin() + g * cpg, cpg, static_cast<float>(group_total(g) / count));
+    chunk_sums(bx, mean.data());
+    for (int64_t g = 0; g < groups; ++g) {
+      const float rstd = inv_sqrt(group_total(g) / count, eps);
+      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+        scale[static_cast<size_t>(c)] = w ? rstd * w[c] : rstd;
+        shift[static_cast<size_t>(c)] = b ? b[c] : 0.f;
+      }
+    }
+    parallel_for(chunks, [&](int64_t begin, int64_t end) {
+      const float one = 1.f;
+      for (int64_t ch = begin; ch < end; ++ch) {
+        const int64_t m = pixels(ch), off = ch * kPixels * C;
+        const float* xr = detail::read_f32(k, x, bx + off, 1, m * C, 0);
+        float* yr = detail::out_f32(y, by + off, 1, m * C, 1);
+        k.col_normalize(xr, m, C, C, mean.data(), scale.data(), nullptr, nullptr, yr, C);
+        for (int64_t p = 0; p < m; ++p)
+          k.fma(yr + p * C, true, &one, false, shift.data(), true, yr + p * C, C);
+        detail::write_f32(k, y, by + off, 1, m * C, yr);
+      }
+    });
+  }
+}
+
 }  // namespace
 
 void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& y) {
@@ -153,11 +215,16 @@ void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Ten
   const int64_t S = spatial.numel();
   if (x.numel() == 0) return;
   const auto c = detail::collapse(spatial, st);
+  const EltwiseKernels& k = eltwise_kernels();
+  if (S > 1 && C > 1 && channels_last(x) && channels_last(y)) {
+    group_norm_channels_last(k, x, groups, detail::param_f32(k, weight, C, detail::kParamSlot),
+                             detail::param_f32(k, bias, C, detail::kParamSlot + 1), eps, y, S);
+    return;
+  }
   if (S > 1 && (c.shape.ndim != 1 || c.strides[0][0] != 1 || c.strides[1][0] != 1)) {
     ref::group_norm(x, groups, weight, bias, eps, y);  // rare layouts: the strided oracle
     return;
   }
-  const EltwiseKernels& k = eltwise_kernels();
   const float* w = detail::param_f32(k, weight, C, detail::kParamSlot);
   const float* b = detail::param_f32(k, bias, C, detail::kParamSlot + 1);
   const int64_t cpg = C / groups;

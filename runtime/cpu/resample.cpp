@@ -6,6 +6,7 @@
 #include "runtime/ref/resample.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -30,6 +31,41 @@ void expand_row(const T* src, T* dst, int64_t ow, int64_t factor) {
   }
 }
 
+// Channels-last x and y (one dtype): each output pixel is its source
+// pixel's C contiguous values; an output row is built once per input row
+// and copied to the rows the H (and D) factors repeat it to.
+void upsample_nearest_channels_last(const Tensor& x, Tensor& y,
+                                    const std::array<int64_t, kMaxDims>& factor) {
+  const int nd = y.ndim();
+  const auto es = static_cast<int64_t>(dtype_size(y.dtype));
+  const int64_t C = y.dim(1), ow = y.dim(nd - 1), fw = factor[static_cast<size_t>(nd - 1)];
+  const int64_t pixel = C * es, row_bytes = ow * pixel;
+  // Output rows [N, (OD,) OH], each at y.stride(nd - 2) elements apart.
+  int64_t rows = y.dim(0);
+  for (int d = 2; d < nd - 1; ++d) rows *= y.dim(d);
+  parallel_for(
+      rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          int64_t rem = r, ox = 0, oy = 0;
+          for (int d = nd - 2; d >= 2; --d) {
+            const int64_t idx = rem % y.dim(d);
+            rem /= y.dim(d);
+            ox += idx / factor[static_cast<size_t>(d)] * x.stride(d);
+            oy += idx * y.stride(d);
+          }
+          ox += rem * x.stride(0);
+          oy += rem * y.stride(0);
+          const char* src = static_cast<const char*>(x.data) + ox * es;
+          char* dst = static_cast<char*>(y.data) + oy * es;
+          for (int64_t i = 0; i < ow; ++i)
+            std::memcpy(dst + i * pixel, src + i / fw * x.stride(nd - 1) * es,
+                        static_cast<size_t>(pixel));
+        }
+      },
+      std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row_bytes)));
+}
+
 }  // namespace
 
 void upsample_nearest(const Tensor& x, Tensor& y) {
@@ -41,6 +77,10 @@ void upsample_nearest(const Tensor& x, Tensor& y) {
     FLICK_CHECK(x.dim(d) > 0 && y.dim(d) % x.dim(d) == 0,
                 "upsample_nearest: " + y.str() + " is not an integer multiple of " + x.str());
     factor[static_cast<size_t>(d)] = y.dim(d) / x.dim(d);
+  }
+  if (x.dtype == y.dtype && x.dim(1) > 1 && channels_last(x) && channels_last(y)) {
+    upsample_nearest_channels_last(x, y, factor);
+    return;
   }
   if (x.dtype != y.dtype || x.stride(-1) != 1 || y.stride(-1) != 1) {
     ref::upsample_nearest(x, y);  // converting or strided rows: the oracle's loop

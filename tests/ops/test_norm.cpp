@@ -220,7 +220,8 @@ TEST(CpuNorm, PerHeadStridedAndInPlace) {
       Shape vs;
       vs.ndim = nd;
       for (int d = 0; d < nd; ++d) vs[d] = c.nchw[to_last[size_t(d)]];
-      std::vector<int> storage(static_cast<size_t>(nd));  // storage order of the view's dims: N, C, *
+      std::vector<int> storage(
+          static_cast<size_t>(nd));  // storage order of the view's dims: N, C, *
       storage[0] = 0;
       storage[1] = nd - 1;
       for (int d = 2; d < nd; ++d) storage[size_t(d)] = d - 1;
@@ -301,6 +302,45 @@ TEST(CpuNorm, GroupNormMatchesRef) {
         norm_tol(vals, row_stats(vals, 4 * 30, 1e-5, false), std::vector<double>(vals.size(), 1),
                  std::vector<double>(vals.size(), 0)),
         "group_norm channels-last");
+}
+
+// Channels-last x and y (EfficientSAM3's pixel decoder keeps its maps so)
+// take the CPU op's per-channel column sums: against the reference, every
+// dtype pair, pixel counts off the 64-pixel chunk, a batch, 5-D.
+TEST(CpuNorm, GroupNormChannelsLastMatchesRef) {
+  struct Case {
+    Shape s;
+    int64_t groups;
+    bool affine;
+  };
+  const Case cases[] = {
+      {{1, 256, 37, 29}, 8, true}, {{2, 64, 9, 7}, 32, false}, {{1, 96, 3, 4, 5}, 32, true}};
+  uint64_t seed = 700;
+  for (DTypes d : kDTypes)
+    for (const Case& c : cases) {
+      const int nd = c.s.ndim;
+      std::vector<int> order{0};
+      for (int i = 2; i < nd; ++i) order.push_back(i);
+      order.push_back(1);
+      ft::StridedTensor x = ft::make_permuted(d.in, c.s, order);
+      ft::fill(x.t, ft::values(ft::random_tensor(DType::F32, c.s, ++seed, 2.0, 0.3)));
+      const int64_t C = c.s[1];
+      OwnedTensor w = ft::random_tensor(d.param, {C}, ++seed, 0.3, 1.0);
+      OwnedTensor b = ft::random_tensor(d.param, {C}, ++seed, 0.2);
+      const Tensor wt = c.affine ? w.t : Tensor{}, bt = c.affine ? b.t : Tensor{};
+      const auto xv = ft::values(x.t);
+      const int64_t inner = x.t.numel() / c.s[0] / C;
+      const auto tol = norm_tol(xv, row_stats(xv, C / c.groups * inner, 1e-6, false),
+                                per_element(wt, xv.size(), inner, C, 1),
+                                per_element(bt, xv.size(), inner, C, 0));
+      ft::StridedTensor y = ft::make_permuted(d.out, c.s, order);
+      check([&](Tensor& out) { ref::group_norm(x.t, c.groups, wt, bt, 1e-6f, out); },
+            [&](Tensor& out) { cpu::group_norm(x.t, c.groups, wt, bt, 1e-6f, out); }, c.s, d.out,
+            tol,
+            "channels-last group_norm " + std::string(dtype_name(d.in)) + "->" +
+                std::string(dtype_name(d.out)) + " " + c.s.str(),
+            &y.t);
+    }
 }
 
 }  // namespace

@@ -157,6 +157,31 @@ TEST(Resize, CpuMatchesRefChannelsLast) {
   }
 }
 
+// Channels-last x and y (EfficientSAM3's pixel decoder) copy whole pixels:
+// bit-equal to the reference, 2-d and 3-d, factors 1-3, 4- and 2-byte types.
+TEST(UpsampleNearest, ChannelsLastEqualsRef) {
+  struct Case {
+    Shape x, y;
+  };
+  const Case cases[] = {{{1, 256, 9, 9}, {1, 256, 18, 18}},
+                        {{2, 5, 3, 4}, {2, 5, 9, 8}},
+                        {{1, 6, 2, 3, 5}, {1, 6, 4, 3, 10}}};
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (const Case& c : cases) {
+      std::vector<int> order{0};
+      for (int i = 2; i < c.x.ndim; ++i) order.push_back(i);
+      order.push_back(1);
+      ft::StridedTensor x = ft::make_permuted(dt, c.x, order);
+      ft::fill(x.t, ft::values(ft::random_tensor(DType::F32, c.x, 11, 3.0)));
+      ft::StridedTensor y = ft::make_permuted(dt, c.y, order);
+      OwnedTensor yr(dt, c.y);
+      ref::upsample_nearest(x.t, yr);
+      cpu::upsample_nearest(x.t, y.t);
+      ft::expect_equal(y.t, yr,
+                       "channels-last upsample " + c.x.str() + " " + std::string(dtype_name(dt)));
+    }
+}
+
 TEST(UpsampleNearest, RefByHandAndCpuEqualsRef) {
   struct Case {
     Shape x, y;
