@@ -80,6 +80,12 @@ class PackedConv {
  public:
   virtual ~PackedConv() = default;
   virtual const ConvDesc& desc() const = 0;
+  // Whether calls on channels-last activations ([N, C, *] views with C
+  // innermost) are this convolution's cheapest layout, so a model keeping
+  // its maps so converts nothing around it. False where the kernel reads
+  // another layout that plain NCHW reaches faster (the CPU backend's
+  // Winograd kernels: a blocked layout). Either layout gives the same result.
+  virtual bool prefers_channels_last() const { return true; }
 };
 
 // Attention over [B, L, H, D] views (the layout of a [B, L, H*D] projection

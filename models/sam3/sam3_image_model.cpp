@@ -185,6 +185,7 @@ Expected<std::unique_ptr<Sam3ImageModel>> Sam3ImageModel::load(const Sam3Options
   FLICK_ASSIGN_OR_RETURN(SegHead seg, SegHead::load(st.view(det + "segmentation_head"), backend,
                                                     dense, m->grid, dc.queries, prompt_len));
   m->seg.emplace(std::move(seg));
+  m->neck->set_levels_channels_last(m->seg->channels_last());
   m->store.release_pages();
 
   m->act = m->encoder->activation_dtype();

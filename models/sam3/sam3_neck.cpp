@@ -203,14 +203,11 @@ void Sam3Neck::plan() {
   cols_ = arena_.request("neck.cols", act_, {cols});
   up_a_ = arena_.request("neck.up_a", act_, {ch / 2 * 4 * g * g});  // channels-last
   mid_ = arena_.request("neck.mid", act_, {d * 16 * g * g});
-  // Levels 0 and 1 (the mask head's) channels-last [1, n, n, d]: the head's
-  // adds, convolutions and norms read them without reorders. Level 2 stays
-  // [1, d, g, g] for the geometry and fusion encoders.
-  for (int l = 0; l < Sam3NeckConfig::kLevels; ++l) {
-    const int64_t n = c.side(l);
-    out_[static_cast<size_t>(l)] = arena_.request("neck.level" + std::to_string(l), act_,
-                                                  l < 2 ? Shape{1, n, n, d} : Shape{1, d, n, n});
-  }
+  // Flat: levels 0 and 1 are viewed in the mask head's layout
+  // (set_levels_channels_last), level 2 as [1, d, g, g].
+  for (int l = 0; l < Sam3NeckConfig::kLevels; ++l)
+    out_[static_cast<size_t>(l)] =
+        arena_.request("neck.level" + std::to_string(l), act_, {d * c.side(l) * c.side(l)});
   arena_.finalize();
 }
 
@@ -259,8 +256,9 @@ Expected<std::array<Tensor, Sam3NeckConfig::kLevels>> Sam3Neck::forward(const Te
     } else {
       be.conv(x, *conv1x1_level2_, mid, Activation::None);
     }
-    Tensor y = arena_.get(out_[static_cast<size_t>(l)]);  // [1, d, n, n], see plan()
-    if (l < 2) y = y.permute({0, 3, 1, 2});
+    const Tensor flat = arena_.get(out_[static_cast<size_t>(l)]);
+    Tensor y =
+        l < 2 && levels_channels_last_ ? channels_last(flat, d, n) : flat.reshape({1, d, n, n});
     be.conv(mid, *conv3x3_[static_cast<size_t>(l)], y, Activation::None);
     if (tap) tap("level" + std::to_string(l), y);
     out[static_cast<size_t>(l)] = y;

@@ -67,10 +67,14 @@ class Sam3Neck {
   // The constant position encoding of a level, [1, d, n, n] in activation_dtype().
   const Tensor& position(int level) const { return pos_[static_cast<size_t>(level)].t; }
 
+  // The layout of levels 0 and 1, which only the mask head reads: its
+  // pixel decoder's (SegHead::channels_last()). Channels-last by default.
+  void set_levels_channels_last(bool yes) { levels_channels_last_ = yes; }
+
   // x: [1, C, g, g] F32 or BF16. Returns the three levels [1, d, n, n],
   // views into the component's arena valid until the next forward(): levels
-  // 0 and 1 channels-last (permuted [1, n, n, d] buffers), level 2 plain.
-  // Taps "level{i}".
+  // 0 and 1 channels-last (permuted [1, n, n, d] buffers) unless set
+  // otherwise, level 2 plain. Taps "level{i}".
   Expected<std::array<Tensor, Sam3NeckConfig::kLevels>> forward(const Tensor& x,
                                                                 const Tap& tap = {});
 
@@ -90,6 +94,7 @@ class Sam3Neck {
   Backend* backend_ = nullptr;
   Precision precision_ = Precision::F32;
   DType act_ = DType::F32;
+  bool levels_channels_last_ = true;
 
   std::vector<OwnedTensor> owned_;
   std::vector<OwnedTensor> pos_;  // per level

@@ -38,6 +38,7 @@ Expected<SegHead> SegHead::load(const WeightView& head, Backend& backend, Precis
   m.precision_ = precision;
   m.act_ = precision == Precision::F32 ? DType::F32 : DType::BF16;
   FLICK_TRY(m.load_weights(head));
+  m.channels_last_ = m.conv_[0]->prefers_channels_last() && m.conv_[1]->prefers_channels_last();
   m.plan();
   return m;
 }
@@ -168,17 +169,21 @@ void SegHead::plan() {
   o_ = arena_.request("seg.o", act_, {t, d});
   prompt_ = arena_.request("seg.prompt", act_, {p, d});
   valid_ = arena_.request("seg.prompt_valid", DType::U8, {1, p});
-  // The pixel decoder's maps are channels-last ([1, n, n, d] buffers, see
-  // map()), as the neck's levels: no reorders around its convolutions.
-  up1_ = arena_.request("seg.up1", act_, {1, 2 * g, 2 * g, d});
-  p1_ = arena_.request("seg.p1", act_, {1, 2 * g, 2 * g, d});
-  up0_ = arena_.request("seg.up0", act_, {1, 4 * g, 4 * g, d});
-  p0_ = arena_.request("seg.p0", act_, {1, 4 * g, 4 * g, d});
+  // The pixel decoder's maps, in the layout its convolutions prefer
+  // (channels_last(): [1, n, n, d] buffers, else [1, d, n, n]; see map()).
+  auto map_shape = [&](int64_t n) {
+    return channels_last_ ? Shape{1, n, n, d} : Shape{1, d, n, n};
+  };
+  if (!channels_last_) img_ = arena_.request("seg.image", act_, map_shape(g));
+  up1_ = arena_.request("seg.up1", act_, map_shape(2 * g));
+  p1_ = arena_.request("seg.p1", act_, map_shape(2 * g));
+  up0_ = arena_.request("seg.up0", act_, map_shape(4 * g));
+  p0_ = arena_.request("seg.p0", act_, map_shape(4 * g));
   qa_ = arena_.request("seg.mask_embed_a", act_, {q, d});
   qb_ = arena_.request("seg.mask_embed_b", act_, {q, d});
   emb_ = arena_.request("seg.mask_embed", act_, {q, d});
   if (instance_) {
-    inst_ = arena_.request("seg.instance", act_, {1, 4 * g, 4 * g, d});
+    inst_ = arena_.request("seg.instance", act_, map_shape(4 * g));
   } else {
     mask_bias_out_ = arena_.request("seg.mask_bias", act_, {q, 1});
   }
@@ -186,7 +191,16 @@ void SegHead::plan() {
   arena_.finalize();
 }
 
-Tensor SegHead::map(Arena::BufferId id) { return arena_.get(id).permute({0, 3, 1, 2}); }
+Tensor SegHead::map(Arena::BufferId id) {
+  Tensor t = arena_.get(id);
+  return channels_last_ ? t.permute({0, 3, 1, 2}) : t;
+}
+
+Tensor SegHead::columns(Arena::BufferId id) {
+  const int64_t d = cfg_.d_model, pixels = 16 * cfg_.grid * cfg_.grid;
+  Tensor t = arena_.get(id);
+  return channels_last_ ? t.reshape({1, pixels, d}).permute({0, 2, 1}) : t.reshape({1, d, pixels});
+}
 
 Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, const Tensor& memory,
                                   const Tensor& prompt, const Tensor& prompt_valid,
@@ -230,11 +244,16 @@ Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, co
   be.linear(attn, *ca_out_, o, Activation::None);
   be.add(mem, o, mem);
 
-  // ---- pixel decoder: [T, d] is the [1, d, g, g] map channels-last; two
-  // nearest-up + add stages ----
+  // ---- pixel decoder: [T, d] is the [1, d, g, g] map channels-last (else
+  // transposed into img_); two nearest-up + add stages ----
   const Tensor* levels[2] = {&level1, &level0};
   const Arena::BufferId ups[2] = {up1_, up0_}, outs[2] = {p1_, p0_};
   Tensor prev = mem.reshape({1, g, g, d}).permute({0, 3, 1, 2});
+  if (!channels_last_) {
+    Tensor img = map(img_);
+    be.copy(prev, img);
+    prev = img;
+  }
   for (int i = 0; i < 2; ++i) {
     Tensor up = map(ups[i]);
     be.upsample_nearest(prev, up);
@@ -255,10 +274,6 @@ Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, co
   be.linear(b, *mask_embed_[2], emb, Activation::None);  // F32: W_i^T (W_2 b + b_2)
   Tensor masks = arena_.get(masks_);                     // [1, Q, 4g, 4g]
   Tensor masks3 = masks.reshape({1, nq, 16 * t});
-  // A channels-last [1, d, 4g, 4g] map as the [1, d, 16T] matrix (column-major).
-  auto columns = [&](Arena::BufferId id) {
-    return arena_.get(id).reshape({1, 16 * t, d}).permute({0, 2, 1});
-  };
   if (instance_) {
     Tensor inst = map(inst_);  // [1, d, 4g, 4g]
     be.conv(prev, *instance_, inst, Activation::None);

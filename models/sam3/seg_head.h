@@ -49,6 +49,10 @@ class SegHead {
                                 int64_t heads = 8);
 
   const SegHeadConfig& config() const { return cfg_; }
+  // Whether the pixel decoder keeps its maps channels-last (its 3x3
+  // convolutions' preferred layout on this backend): the neck's levels are
+  // then best given channels-last too.
+  bool channels_last() const { return channels_last_; }
 
   // level0 [1, d, 4g, 4g], level1 [1, d, 2g, 2g] (the neck's: channels-last
   // views are read in place, other layouts work too, slower), memory
@@ -63,13 +67,17 @@ class SegHead {
   SegHead() = default;
   Status load_weights(const WeightView& head);
   void plan();
-  // A [1, n, n, d] buffer as the channels-last [1, d, n, n] map.
+  // A map buffer as [1, d, n, n] (channels-last: a permuted [1, n, n, d]).
   Tensor map(Arena::BufferId id);
+  // A [1, d, 4g, 4g] map buffer as the [1, d, 16T] matrix (channels-last:
+  // column-major).
+  Tensor columns(Arena::BufferId id);
 
   SegHeadConfig cfg_;
   Backend* backend_ = nullptr;
   Precision precision_ = Precision::F32;
   DType act_ = DType::F32;
+  bool channels_last_ = true;
   std::vector<OwnedTensor> owned_;
   Tensor ln_w_, ln_b_;
   std::array<Tensor, 2> gn_w_, gn_b_;
@@ -84,8 +92,8 @@ class SegHead {
 
   Arena arena_;
   Arena::BufferId mem_ = -1, h_ = -1, q_ = -1, kv_ = -1, attn_ = -1, o_ = -1, prompt_ = -1,
-                  valid_ = -1, up1_ = -1, p1_ = -1, up0_ = -1, p0_ = -1, inst_ = -1, qa_ = -1,
-                  qb_ = -1, emb_ = -1, mask_bias_out_ = -1, masks_ = -1;
+                  valid_ = -1, img_ = -1, up1_ = -1, p1_ = -1, up0_ = -1, p0_ = -1, inst_ = -1,
+                  qa_ = -1, qb_ = -1, emb_ = -1, mask_bias_out_ = -1, masks_ = -1;
 };
 
 }  // namespace flick

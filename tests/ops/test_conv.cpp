@@ -194,6 +194,29 @@ TEST(Conv, F32OneByOneOnTheGemm) {
   std::printf("[ conv     ] F32 1x1 channels-last: %s, NCHW: %s\n", gemm.c_str(), plain.c_str());
 }
 
+// prefers_channels_last(): false only for F32 layers on oneDNN's Winograd
+// kernels (3x3 stride 1), whose blocked layout plain NCHW reaches faster;
+// true otherwise, BF16 layers on the same kernels included (they convert to
+// f32 on the way, as slow from either layout).
+TEST(Conv, PrefersChannelsLastUnlessWinograd) {
+  auto conv = [](int64_t k, int64_t stride, Precision p) {
+    OwnedTensor w = random_tensor(DType::F32, {16, 16, k, k}, 520, 0.1f);
+    ConvDesc d;
+    d.w = w.t;
+    d.padding = {k / 2, k / 2, 0};
+    d.stride = {stride, stride, 1};
+    d.precision = p;
+    return cpu::pack_conv(d);
+  };
+  EXPECT_FALSE(conv(3, 1, Precision::F32)->prefers_channels_last());
+  EXPECT_TRUE(conv(3, 2, Precision::F32)->prefers_channels_last());
+  EXPECT_TRUE(conv(1, 1, Precision::F32)->prefers_channels_last());
+  EXPECT_TRUE(conv(3, 1, Precision::BF16)->prefers_channels_last());
+  EXPECT_TRUE(conv(1, 1, Precision::BF16)->prefers_channels_last());
+  if (cpu::cpu_supports(Precision::INT8))
+    EXPECT_TRUE(conv(3, 1, Precision::INT8)->prefers_channels_last());
+}
+
 // The same packed conv on several input sizes (one plan each), twice each.
 TEST(Conv, SeveralInputSizesOnOnePackedConv) {
   const ConvCase base = cases()[0];
