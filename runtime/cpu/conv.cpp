@@ -297,7 +297,7 @@ void OnednnConv::run_gemm(const Tensor& x, const Tensor& y, Activation act) cons
   e.bias = bias_buf_.t.empty() ? nullptr : bias_buf_.t.ptr<float>();
   e.act = act;
   e.y = ref::RowsView{y.data, y.dtype, m, n, n};
-  avx512_f32_gemm(ref::RowsView{x.data, x.dtype, m, k, k}, gemm_w_, e, amx_call_buffers());
+  vnni_gemm_float_rows(ref::RowsView{x.data, x.dtype, m, k, k}, gemm_w_, e, amx_call_buffers());
   last_impl_ = "flick:avx512_f32 (1x1 as GEMM)";
 }
 

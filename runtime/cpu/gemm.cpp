@@ -13,7 +13,6 @@
 #include "runtime/cpu/gemm_amx.h"
 #include "runtime/cpu/gemm_vnni.h"
 #include "runtime/cpu/quantize.h"
-#include "runtime/dtype.h"
 #include "runtime/threads.h"
 
 namespace flick::cpu {
@@ -332,26 +331,36 @@ void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
   });
 }
 
-void avx512_f32_gemm(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
-                     AmxCallBuffers& buf) {
-  FLICK_CHECK(w.type == AmxType::F32 && x.cols == w.k, "avx512_f32_gemm: operand shapes");
-  const int64_t k = w.k, kp = w.k_pad;
-  if (x.dtype == DType::F32 && k == kp) {
-    vnni_gemm(x.data, x.ld * 4, x.rows, w, nullptr, e, buf.scratch);
+void vnni_gemm_float_rows(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
+                          AmxCallBuffers& buf) {
+  FLICK_CHECK((w.type == AmxType::F32 || w.type == AmxType::BF16) && x.cols == w.k &&
+                  (x.dtype == DType::F32 || x.dtype == DType::BF16),
+              "vnni_gemm_float_rows: operands");
+  const DType t = w.type == AmxType::F32 ? DType::F32 : DType::BF16;
+  const int64_t k = w.k, kp = w.k_pad, es = amx_elem_bytes(w.type);
+  if (x.dtype == t && k == kp) {
+    vnni_gemm(x.data, x.ld * es, x.rows, w, nullptr, e, buf.scratch);
     return;
   }
-  auto* a = static_cast<float*>(buf.reserve(buf.a, static_cast<size_t>(x.rows * kp) * 4));
+  auto* a = static_cast<char*>(buf.reserve(buf.a, static_cast<size_t>(x.rows * kp * es)));
+  const EltwiseKernels& ek = eltwise_kernels();
   parallel_for(
       x.rows,
       [&](int64_t begin, int64_t end) {
         for (int64_t m = begin; m < end; ++m) {
-          float* row = a + m * kp;
-          convert(x.dtype, x.row(m), DType::F32, row, k);
-          std::fill(row + k, row + kp, 0.f);
+          char* row = a + m * kp * es;
+          if (x.dtype == t) {
+            std::memcpy(row, x.row(m), static_cast<size_t>(k * es));
+          } else if (t == DType::BF16) {  // x is F32
+            ek.from_f32(static_cast<const float*>(x.row(m)), DType::BF16, row, k);
+          } else {  // x is BF16
+            ek.to_f32(x.dtype, x.row(m), reinterpret_cast<float*>(row), k);
+          }
+          std::memset(row + k * es, 0, static_cast<size_t>((kp - k) * es));
         }
       },
       std::max<int64_t>(1, 8192 / k));
-  vnni_gemm(a, kp * 4, x.rows, w, nullptr, e, buf.scratch);
+  vnni_gemm(a, kp * es, x.rows, w, nullptr, e, buf.scratch);
 }
 
 }  // namespace flick::cpu

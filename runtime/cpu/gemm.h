@@ -194,11 +194,11 @@ void vnni_compensation(const AmxWeights& w, int32_t* comp);
 void vnni_gemm(const void* a, int64_t lda_bytes, int64_t m, const AmxWeights& w,
                const int32_t* comp, const AmxEpilogue& e, AmxScratch& scratch);
 
-// y = epilogue(x . w^T) for F32 weights (linear_uses_avx512_f32()): x's
-// rows are read in place when they are F32 and K fills whole 16-element
-// steps, else converted (BF16 widens exactly) into buf.a as dense rows of
-// k_pad, zero-padded.
-void avx512_f32_gemm(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
-                     AmxCallBuffers& buf);
+// vnni_gemm of float rows x (F32 or BF16) against BF16 or F32 weights: the
+// rows are read in place when they are of the weights' type and K fills
+// whole steps, else converted into buf.a as dense rows of k_pad, zero-padded
+// (to bf16 rounded as ref::round_bf16; to f32 exactly).
+void vnni_gemm_float_rows(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
+                          AmxCallBuffers& buf);
 
 }  // namespace flick::cpu

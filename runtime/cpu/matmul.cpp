@@ -341,9 +341,10 @@ void OnednnLinear::run(const ref::RowsView& x, const ref::RowsView& y, Activatio
   s.wait();
 }
 
-// A linear layer on the AMX GEMM: weights packed once into B tiles (BF16 for
-// BF16 and FP8, whose values bf16 holds exactly; s8 for INT8); activations
-// converted or quantized into A tiles per call.
+// A linear layer on flick's GEMMs: weights packed once into B tiles (BF16 for
+// BF16 and FP8, whose values bf16 holds exactly; s8 for INT8; f32 for F32);
+// activations converted or quantized per call (into A tiles for AMX, into
+// dense rows for the AVX-512 kernels).
 class AmxLinear final : public PackedLinear {
  public:
   // scale: F32 [N] for INT8 / FP8, bias F32 [N] or empty; views into
@@ -377,11 +378,9 @@ class AmxLinear final : public PackedLinear {
     e.bias = bias_.empty() ? nullptr : bias_.ptr<float>();
     e.act = act;
     e.y = y;
-    if (weights_.type == AmxType::F32) return avx512_f32_gemm(x, weights_, e, buf);
-    if (vnni_) {
-      weights_.type == AmxType::S8 ? run_vnni(x, e, buf) : run_avx512_bf16(x, e, buf);
-      return;
-    }
+    if (weights_.type == AmxType::F32 || (vnni_ && weights_.type == AmxType::BF16))
+      return vnni_gemm_float_rows(x, weights_, e, buf);
+    if (vnni_) return run_vnni(x, e, buf);
     AmxActivations a;
     a.type = weights_.type;
     a.m = x.rows;
@@ -416,34 +415,6 @@ class AmxLinear final : public PackedLinear {
     vnni_gemm(a, lda, x.rows, weights_, comp_.data(), e, buf.scratch);
   }
 
-  // BF16 / FP8 on AVX-512 BF16: rows read in place when they are bf16 and K
-  // fills whole 32-element steps, else converted (rounded as
-  // ref::round_bf16) into dense rows of k_pad, zero-padded.
-  void run_avx512_bf16(const ref::RowsView& x, AmxEpilogue& e, AmxCallBuffers& buf) const {
-    const int64_t k = weights_.k, kp = weights_.k_pad;
-    if (x.dtype == DType::BF16 && k == kp) {
-      vnni_gemm(x.data, x.ld * 2, x.rows, weights_, nullptr, e, buf.scratch);
-      return;
-    }
-    auto* a = static_cast<uint16_t*>(buf.reserve(buf.a, static_cast<size_t>(x.rows * kp) * 2));
-    const EltwiseKernels& ek = eltwise_kernels();
-    parallel_for(
-        x.rows,
-        [&](int64_t begin, int64_t end) {
-          for (int64_t m = begin; m < end; ++m) {
-            uint16_t* row = a + m * kp;
-            if (x.dtype == DType::BF16) {
-              std::memcpy(row, x.row(m), static_cast<size_t>(k) * 2);
-            } else {
-              ek.from_f32(static_cast<const float*>(x.row(m)), DType::BF16, row, k);
-            }
-            std::memset(row + k, 0, static_cast<size_t>(kp - k) * 2);
-          }
-        },
-        std::max<int64_t>(1, 8192 / std::max<int64_t>(1, k)));
-    vnni_gemm(a, kp * 2, x.rows, weights_, nullptr, e, buf.scratch);
-  }
-
   Precision precision_;
   bool vnni_;  // no AMX: INT8 / BF16 / FP8 on vnni_gemm, see linear_uses_vnni
   mutable std::once_flag comp_once_;
@@ -470,7 +441,8 @@ constexpr int64_t kAvx512F32MinK = 16;
 
 // Whether pack_linear puts a `p` layer of K inputs on flick's GEMMs
 // (AmxLinear): AMX for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8
-// and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on.
+// and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on; F32 on AVX-512
+// FMA from kAvx512F32MinK on, AMX or not.
 bool on_flick_gemm(Precision p, int64_t k) {
   if (p == Precision::F32) return linear_uses_avx512_f32() && k >= kAvx512F32MinK;
   if (linear_uses_amx()) return true;

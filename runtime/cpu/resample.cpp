@@ -31,9 +31,8 @@ void expand_row(const T* src, T* dst, int64_t ow, int64_t factor) {
   }
 }
 
-// Channels-last x and y (one dtype): each output pixel is its source
-// pixel's C contiguous values; an output row is built once per input row
-// and copied to the rows the H (and D) factors repeat it to.
+// Channels-last x and y (one dtype): each output pixel is a copy of its
+// source pixel's C contiguous values, one output row [OW, C] per task.
 void upsample_nearest_channels_last(const Tensor& x, Tensor& y,
                                     const std::array<int64_t, kMaxDims>& factor) {
   const int nd = y.ndim();

@@ -371,7 +371,7 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
 // steps: 2048 bf16, 4096 int8), and y rows wider than N (a strided output).
 // F32 takes the AVX-512 FMA GEMM over the same tile layout: 16 k a step, so
 // K = 31, 65, 129, 200 go through padded copies, and 2100 and 4200 split K
-// (blocks of 32 steps, 512 k).
+// (blocks of 32 steps, 512 k); K = 1 stays on oneDNN.
 TEST(Linear, AmxBlockingBoundaries) {
   struct Shape {
     int64_t m, k, n;
