@@ -72,18 +72,11 @@ class TileQueue {
     chunks_[n_++] = c;
     total_ += c.a[1] ? 2 * c.steps : c.steps;
   }
-  // Spreads the queued half k-steps evenly over `ticks` calls of tick().
-  void pace(int64_t ticks) {
-    ticks_ = ticks;
-    credit_ = 0;
-  }
-  void tick() {
-    credit_ += total_;
-    while (credit_ >= ticks_) {
-      credit_ -= ticks_;
-      half_step();
-    }
-  }
+  // The half k-steps queued since clear(); the caller that spreads them
+  // between pieces of its own work calls issue() exactly that many times
+  // (then or through finish()).
+  int64_t half_steps() const { return total_; }
+  void issue() { half_step(); }
   void finish() {
     while (cur_ < n_) half_step();
   }
@@ -154,7 +147,7 @@ class TileQueue {
 
   Chunk chunks_[kMaxChunks];
   int n_ = 0, cur_ = 0;
-  int64_t step_ = 0, total_ = 0, ticks_ = 1, credit_ = 0;
+  int64_t step_ = 0, total_ = 0;
   int half_ = 0;
 };
 
@@ -529,10 +522,45 @@ __m512 masked_scores(Run& r, const Step& s, int64_t g, float* scores, int64_t kt
   return bmax;
 }
 
+// The weights of keys jl, jl + 1 of one group (S^T rows sv, sv + 16):
+// sum += both, and their P^T row (bf16 pairs) at dst. Keys from nkeys on
+// (a step's padding to 32) weigh nothing. kf0 / kf1: the keys' factors
+// (unmasked only).
+template <bool kMasked, class Run>
+__attribute__((always_inline)) inline __m512 pair_weights(const Run& r, const float* sv, __m512 kf0,
+                                                          __m512 kf1, __m512 f, __m512 shift,
+                                                          int64_t jl, int64_t nkeys,
+                                                          __m512i interleave, __m512 sum,
+                                                          uint16_t* dst) {
+  const __m512 floor = _mm512_set1_ps(-200.f);
+  __m512 w0, w1;
+  if constexpr (kMasked) {
+    w0 = exp2_poly(_mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv), shift), floor));
+    w1 = exp2_poly(_mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv + 16), shift), floor));
+  } else {
+    w0 = exp2_poly(r.arg(sv, kf0, f, shift));
+    w1 = exp2_poly(r.arg(sv + 16, kf1, f, shift));
+  }
+  if (jl + 2 > nkeys) {
+    if (jl >= nkeys) w0 = _mm512_setzero_ps();
+    w1 = _mm512_setzero_ps();
+  }
+  _mm512_store_si512(dst, _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w1, w0)));
+  return _mm512_add_ps(sum, _mm512_add_ps(w0, w1));
+}
+
 // Pass 2: weights 2^(score - shift), their sums and the P^T rows, a key
-// pair at a time, with the tile queue's k-steps (tq, unless null) in
-// between. Unmasked S^T holds raw scores (Run::arg scales them); masked S^T
-// holds scaled scores, -inf where invisible. Returns the sums.
+// pair at a time, with the tile queue's half k-steps (tq, unless null)
+// spread evenly between the key pairs. Unmasked S^T holds raw scores
+// (Run::arg scales them); masked S^T holds scaled scores, -inf where
+// invisible. Returns the sums.
+//
+// Everything the loop carries (sums, factors, shifts, the pacing credit) is
+// a scalar local, so that it stays in registers: as arrays indexed by group
+// and with the credit a member of the queue, GCC kept them in memory (the
+// tile intrinsics' pointers may alias anything), and the loop's scalar work
+// and store-forwarding chains, not its vector work, set its speed at
+// head_dim 32.
 template <bool kMasked, class Run, class Queue>
 StepSums step_weights(Run& r, const Step& s, int buf, const __m512 f[2], const __m512 shift[2],
                       Queue* tq) {
@@ -540,40 +568,34 @@ StepSums step_weights(Run& r, const Step& s, int buf, const __m512 f[2], const _
       0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i interleave = _mm512_load_si512(kInterleave);
-  const __m512 floor = _mm512_set1_ps(-200.f);
-  const int64_t ktiles = (s.nkeys + 31) / 32 * 2;
+  const int64_t nkeys = s.nkeys, key0 = s.key0;
+  const int64_t ktiles = (nkeys + 31) / 32 * 2;
   const float* const sbuf = r.w_.s[buf];
   uint16_t* const pbuf = r.w_.p[buf];
-  __m512 sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  if (tq) tq->pace(ktiles * 8);
+  const __m512 f0 = f[0], f1 = f[1], shift0 = shift[0], shift1 = shift[1];
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  const int64_t ticks = ktiles * 8, total = tq ? tq->half_steps() : 0;
+  int64_t credit = 0;
   for (int64_t kt = 0; kt < ktiles; ++kt) {
+    // S^T tiles (kt, 0) and (kt, 1): rows = keys 16 kt + m, lanes = queries;
+    // P^T tiles (kt / 2, 0 / 1), row = the key pair's index within 32 keys.
+    const float* st = sbuf + kt * 2 * 256;
+    uint16_t* pt = pbuf + (kt / 2) * 2 * 512 + (kt % 2) * 8 * 32;
     for (int m = 0; m < 16; m += 2) {
       const int64_t jl = kt * 16 + m;
-      __m512 kf[2];
-      if (!kMasked)
-        for (int e = 0; e < 2; ++e) kf[e] = r.key_factor(s.key0 + jl + e);
-      for (int gi = 0; gi < 2; ++gi) {
-        // S^T tile (kt, gi): rows = keys 16 kt + m, lanes = queries.
-        const float* sv = sbuf + (kt * 2 + gi) * 256 + m * 16;
-        __m512 w[2];
-        for (int e = 0; e < 2; ++e)
-          w[e] = exp2_poly(
-              kMasked ? _mm512_max_ps(_mm512_sub_ps(_mm512_load_ps(sv + 16 * e), shift[gi]), floor)
-                      : r.arg(sv + 16 * e, kf[e], f[gi], shift[gi]));
-        if (jl + 2 > s.nkeys) {  // keys past the step's end (padding to 32) weigh nothing
-          if (jl >= s.nkeys) w[0] = _mm512_setzero_ps();
-          w[1] = _mm512_setzero_ps();
-        }
-        sum[gi] = _mm512_add_ps(sum[gi], _mm512_add_ps(w[0], w[1]));
-        // P^T tile (kt / 2, gi), row = the key pair's index within 32 keys.
-        _mm512_store_si512(
-            pbuf + ((kt / 2) * 2 + gi) * 512 + ((kt % 2) * 8 + m / 2) * 32,
-            _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0])));
-        if (tq && gi == 1) tq->tick();
+      __m512 kf0 = _mm512_setzero_ps(), kf1 = kf0;
+      if constexpr (!kMasked) {
+        kf0 = r.key_factor(key0 + jl);
+        kf1 = r.key_factor(key0 + jl + 1);
       }
+      sum0 = pair_weights<kMasked>(r, st + m * 16, kf0, kf1, f0, shift0, jl, nkeys, interleave,
+                                   sum0, pt + (m / 2) * 32);
+      sum1 = pair_weights<kMasked>(r, st + 256 + m * 16, kf0, kf1, f1, shift1, jl, nkeys,
+                                   interleave, sum1, pt + 512 + (m / 2) * 32);
+      for (credit += total; credit >= ticks; credit -= ticks) tq->issue();
     }
   }
-  return {{sum[0], sum[1]}};
+  return {{sum0, sum1}};
 }
 
 template <class Run, class Queue>
