@@ -545,7 +545,8 @@ __attribute__((always_inline)) inline __m512 pair_weights(const Run& r, const fl
     if (jl >= nkeys) w0 = _mm512_setzero_ps();
     w1 = _mm512_setzero_ps();
   }
-  _mm512_store_si512(dst, _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w1, w0)));
+  _mm512_store_si512(dst,
+                     _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(w1, w0)));
   return _mm512_add_ps(sum, _mm512_add_ps(w0, w1));
 }
 
