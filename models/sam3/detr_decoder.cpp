@@ -181,7 +181,6 @@ void DetrDecoder::plan() {
   bx_ = arena_.request("decoder.rpb_bx", act_, {rows, nh});
   byc_ = arena_.request("decoder.rpb_by_heads", DType::F32, {nh, c.queries, g, 1});
   bxc_ = arena_.request("decoder.rpb_bx_heads", DType::F32, {nh, c.queries, 1, g});
-  bias_tmp_ = arena_.request("decoder.rpb_sum", DType::F32, {nh, c.queries, g, g});
   bias_ = arena_.request("decoder.rpb_bias", DType::F32, {1, nh, n, t});
   hs_ = arena_.request("decoder.hs", act_, {L, c.queries, d});
   refs_ = arena_.request("decoder.refs", DType::F32, {L, c.queries, 4});
@@ -196,18 +195,31 @@ void DetrDecoder::plan() {
 }
 
 void DetrDecoder::run_mlp(const Mlp& m, const Tensor& x, Tensor& y, Arena::BufferId tmp_a,
-                          Arena::BufferId tmp_b) {
-  Tensor in = x;
-  for (size_t i = 0; i < m.layers.size(); ++i) {
-    const bool last = i + 1 == m.layers.size();
-    if (last) {
-      backend_->linear(in, *m.layers[i], y, Activation::None);
-    } else {
-      Tensor h = view(arena_, i % 2 == 0 ? tmp_a : tmp_b, {in.dim(0), m.layers[i]->out_features()});
-      backend_->linear(in, *m.layers[i], h, Activation::Relu);
-      in = h;
+                          Arena::BufferId tmp_b, int64_t chunk_rows) {
+  const int64_t rows = x.dim(0), step = chunk_rows > 0 ? chunk_rows : rows;
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t nr = std::min(step, rows - r);
+    Tensor in = x.slice(0, r, nr), out = y.slice(0, r, nr);
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+      const bool last = i + 1 == m.layers.size();
+      if (last) {
+        backend_->linear(in, *m.layers[i], out, Activation::None);
+      } else {
+        Tensor h = view(arena_, i % 2 == 0 ? tmp_a : tmp_b, {nr, m.layers[i]->out_features()});
+        backend_->linear(in, *m.layers[i], h, Activation::Relu);
+        in = h;
+      }
     }
   }
+}
+
+// boxRPB's MLPs run on chunks of rows whose [rows, d_model] hidden stays in
+// a core's L2 (~1 MB; the whole [200 * 72, 256] one is 7-15 MB and went to
+// memory and back between the two linears); rows are independent, so the
+// result is the same.
+int64_t DetrDecoder::rpb_chunk_rows() const {
+  constexpr int64_t kHiddenBytes = int64_t(1) << 20;
+  return std::max<int64_t>(1, kHiddenBytes / (cfg_.d_model * int64_t(dtype_size(act_))));
 }
 
 Expected<DetrDecoderOutput> DetrDecoder::forward(const Tensor& memory, const Tensor& pos,
@@ -321,16 +333,17 @@ Expected<DetrDecoderOutput> DetrDecoder::forward(const Tensor& memory, const Ten
       }
     }
     Tensor by = arena_.get(by_), bx = arena_.get(bx_);  // [Q*g, nh]
-    run_mlp(rpb_y_, arena_.get(dy_), by, hid_a_, hid_b_);
-    run_mlp(rpb_x_, arena_.get(dx_), bx, hid_a_, hid_b_);
+    run_mlp(rpb_y_, arena_.get(dy_), by, hid_a_, hid_b_, rpb_chunk_rows());
+    run_mlp(rpb_x_, arena_.get(dx_), bx, hid_a_, hid_b_, rpb_chunk_rows());
     Tensor byc = arena_.get(byc_), bxc = arena_.get(bxc_);
     Tensor byc3 = byc.reshape({nh, nq, g}), bxc3 = bxc.reshape({nh, nq, g});
     be.copy(by.reshape({nq, g, nh}).permute({2, 0, 1}), byc3);  // [nh, Q, g(y), 1]
     be.copy(bx.reshape({nq, g, nh}).permute({2, 0, 1}), bxc3);  // [nh, Q, 1, g(x)]
-    Tensor sum = arena_.get(bias_tmp_);                         // [nh, Q, g, g]
-    be.add(byc, bxc, sum);
-    Tensor bias_rows = bias.slice(2, 1, nq);  // [1, nh, Q, T]
-    be.copy(sum.reshape({1, nh, nq, t}), bias_rows);
+    // The sum lands in the bias rows of the queries directly (a strided view,
+    // [nh, Q, g, g] with rows 1 + Q * T apart per head), not through a
+    // [nh, Q, g, g] temporary and a 33 MB copy.
+    Tensor bias_rows = bias.reshape({nh, n, g, g}).slice(1, 1, nq);  // [nh, Q, g(y), g(x)]
+    be.add(byc, bxc, bias_rows);
 
     // ---- self-attention over [presence; queries] (post-norm) ----
     be.add(x, posb, tp);
