@@ -24,6 +24,7 @@ struct AttentionCase {
   const Kernel* kernel;
   bool int8 = false;       // cpu::attention_int8's kernels (BF16 inputs)
   int64_t valid_keys = 0;  // > 0: a key padding mask keeps only the first valid_keys
+  bool bias = false;       // an additive f32 bias [B, H, Lq, Lk]
 };
 
 // Deterministic values in [-2, 2): attention time does not depend on them, as
@@ -61,6 +62,11 @@ std::optional<BenchResult> run_case(const AttentionCase& c, const Peaks& peaks,
     for (int64_t i = 0; i < valid.t.numel(); ++i)
       valid.t.ptr<uint8_t>()[i] = i % c.kv_len < c.valid_keys ? 1 : 0;
     params.key_padding = valid;
+  }
+  OwnedTensor bias(DType::F32, c.bias ? Shape{c.batch, c.heads, c.q_len, c.kv_len} : Shape{1});
+  if (c.bias) {
+    fill(bias);
+    params.bias = bias;
   }
   namespace ad = cpu::attention_detail;
   Tensor o = out;
@@ -148,6 +154,7 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     int64_t batch, q_len, kv_len, heads, head_dim;
     bool f32;                // also time F32 inputs
     int64_t valid_keys = 0;  // > 0: only the first valid_keys keys are unmasked
+    bool bias = false;       // an f32 bias [B, H, Lq, Lk], as boxRPB's
   };
   const Shape5 shapes[] = {
       {"self", 1, 2640, 5280, 12, 128, true},   // Matrix-Game DiT, 3-latent block, 6-latent window
@@ -164,6 +171,8 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
       // EOT and the geometry CLS) leaves 74 of the 78 keys padding.
       {"sam3 text 4 valid", 1, 5184, 78, 8, 32, true, 4},
       {"sam3 queries", 1, 201, 5184, 8, 32, true},
+      // ... as the pipeline runs it: with the boxRPB bias.
+      {"sam3 queries rpb", 1, 201, 5184, 8, 32, true, 0, true},
   };
   std::vector<AttentionCase> cases;
   for (const Shape5& s : shapes) {
@@ -189,7 +198,10 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     if (s.f32 && narrow)
       cases.push_back({s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        &ad::kAvx512NarrowKernel});
-    for (size_t i = first; i < cases.size(); ++i) cases[i].valid_keys = s.valid_keys;
+    for (size_t i = first; i < cases.size(); ++i) {
+      cases[i].valid_keys = s.valid_keys;
+      cases[i].bias = s.bias;
+    }
   }
   std::vector<BenchResult> results;
   for (const AttentionCase& c : cases) {

@@ -219,6 +219,25 @@ inline __m512 bias_lanes(const attention_detail::Problem& p, int64_t b, int64_t 
   return _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896340736f));
 }
 
+// bias[b, h, q0 + lane, j0 + e] * log2(e) as out[e] for the 16 keys from j0:
+// 16 query rows of 16 contiguous keys, transposed, instead of two gathers per
+// key (bias_lanes). Lanes outside `real` and keys past Lk are 0. Needs
+// bias_stride[3] == 1.
+inline void bias_tile(const attention_detail::Problem& p, int64_t b, int64_t h, int64_t q0,
+                      int64_t j0, __mmask16 real, __m512 out[16]) {
+  const float* base =
+      p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + q0 * p.bias_stride[2] + j0;
+  const __mmask16 keys = first_lanes(p.kv_len - j0);
+  __m512i rows[16];
+  for (int n = 0; n < 16; ++n)
+    rows[n] = real >> n & 1
+                  ? _mm512_castps_si512(_mm512_maskz_loadu_ps(keys, base + n * p.bias_stride[2]))
+                  : _mm512_setzero_si512();
+  transpose16(rows);
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896340736f);
+  for (int e = 0; e < 16; ++e) out[e] = _mm512_mul_ps(_mm512_castsi512_ps(rows[e]), log2e);
+}
+
 // Folds a block's max per query into a group's running max, raised only
 // where the block exceeds it by more than lazy_log2; sets alpha (2^(old -
 // new): 1 where kept, 0 where the old max was -inf), rescales the sum, flags
@@ -506,18 +525,27 @@ __m512 masked_scores(Run& r, const Step& s, int64_t g, float* scores, int64_t kt
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   // Padding queries past Lq have no bias row to read.
   const __mmask16 real = first_lanes(p.q_len - (r.row0_ + g * 16));
+  // A bias with contiguous keys (boxRPB's [B, H, Lq, Lk]) is read a 16 x 16
+  // block at a time (bias_tile); other strides a key at a time.
+  const bool tiled_bias = p.bias && p.bias_stride[3] == 1 && real != 0;
+  __m512 bias[16];
   __m512 bmax = neg_inf;
-  for (int64_t jl = 0; jl < ktiles * 16; ++jl) {
-    const int64_t j = s.key0 + jl;
-    const __mmask16 m =
-        j < p.kv_len ? visible_lanes(p, r.b_, r.w_.key_end + g * 16, j) : __mmask16(0);
-    float* t = scores + (jl / 16) * 512 + (jl % 16) * 16;
-    __m512 x = r.scaled(t, j, f);
-    if (p.bias && (m & real))
-      x = _mm512_add_ps(x, bias_lanes(p, r.b_, r.h_, r.row0_ + g * 16, j, m & real));
-    x = _mm512_mask_blend_ps(m, neg_inf, x);
-    _mm512_store_ps(t, x);
-    bmax = _mm512_max_ps(bmax, x);
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    const int64_t j0 = s.key0 + kt * 16;
+    if (tiled_bias && j0 < p.kv_len) bias_tile(p, r.b_, r.h_, r.row0_ + g * 16, j0, real, bias);
+    for (int e = 0; e < 16; ++e) {
+      const int64_t j = j0 + e;
+      const __mmask16 m =
+          j < p.kv_len ? visible_lanes(p, r.b_, r.w_.key_end + g * 16, j) : __mmask16(0);
+      float* t = scores + kt * 512 + e * 16;
+      __m512 x = r.scaled(t, j, f);
+      if (p.bias && (m & real))
+        x = _mm512_add_ps(
+            x, tiled_bias ? bias[e] : bias_lanes(p, r.b_, r.h_, r.row0_ + g * 16, j, m & real));
+      x = _mm512_mask_blend_ps(m, neg_inf, x);
+      _mm512_store_ps(t, x);
+      bmax = _mm512_max_ps(bmax, x);
+    }
   }
   return bmax;
 }
