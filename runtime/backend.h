@@ -92,6 +92,7 @@ class PackedConv {
 // reshaped), q: Lq, k/v: Lk, same H (no GQA) and D. out: [B, Lq, H, D].
 // Masks combine (all that are set apply):
 //   bias:        additive F32 [B or 1, H or 1, Lq, Lk]
+//   bias_y / bias_x: the same as two separable parts (see AttentionParams)
 //   key_padding: U8 [B, Lk], 0 = masked out
 //   causal_block > 0: query i (at absolute position i + Lk - Lq) sees key j
 //                iff j / causal_block <= (i + Lk - Lq) / causal_block
@@ -102,6 +103,12 @@ class PackedConv {
 struct AttentionParams {
   float scale = 0.f;  // 0 = 1/sqrt(D)
   Tensor bias;
+  // A bias over keys that form a grid of rows of W (EfficientSAM3's boxRPB),
+  // given by its two parts instead of [B, H, Lq, Lk]: key j = y * W + x gets
+  // bias_y[b, h, i, y] + bias_x[b, h, i, x], that sum rounded to fp32 as a
+  // materialised bias_y + bias_x would be. F32 [B|1, H|1, Lq, Lk / W] and
+  // [B|1, H|1, Lq, W], last dims contiguous; not with `bias`.
+  Tensor bias_y, bias_x;
   Tensor key_padding;
   int64_t causal_block = 0;
 };

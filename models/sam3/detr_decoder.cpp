@@ -144,8 +144,8 @@ Status DetrDecoder::load_weights(const WeightView& decoder) {
   for (float& r : ref_init_) r = sigmoid(r);
   // Zero rows copied into the planned buffers each forward.
   zero_pos_ = OwnedTensor(act_, {1, d});
-  zero_bias_ = OwnedTensor(DType::F32, {1, c.heads, 1, c.grid * c.grid});
-  const std::vector<float> zeros(static_cast<size_t>(zero_bias_.t.numel()), 0.f);
+  zero_bias_ = OwnedTensor(DType::F32, {1, c.heads, 1, c.grid});
+  const std::vector<float> zeros(static_cast<size_t>(std::max(d, zero_bias_.t.numel())), 0.f);
   convert(DType::F32, zeros.data(), act_, zero_pos_.t.data, d);
   convert(DType::F32, zeros.data(), DType::F32, zero_bias_.t.data, zero_bias_.t.numel());
   return ok_status();
@@ -179,9 +179,10 @@ void DetrDecoder::plan() {
   dx_ = arena_.request("decoder.rpb_dx", DType::F32, {rows, 2});
   by_ = arena_.request("decoder.rpb_by", act_, {rows, nh});
   bx_ = arena_.request("decoder.rpb_bx", act_, {rows, nh});
-  byc_ = arena_.request("decoder.rpb_by_heads", DType::F32, {nh, c.queries, g, 1});
-  bxc_ = arena_.request("decoder.rpb_bx_heads", DType::F32, {nh, c.queries, 1, g});
-  bias_ = arena_.request("decoder.rpb_bias", DType::F32, {1, nh, n, t});
+  // The boxRPB bias as its separable parts (AttentionParams::bias_y / x),
+  // [1, nh, 1 + Q, g]: row 0 (presence) zero.
+  byc_ = arena_.request("decoder.rpb_by_heads", DType::F32, {1, nh, n, g});
+  bxc_ = arena_.request("decoder.rpb_bx_heads", DType::F32, {1, nh, n, g});
   hs_ = arena_.request("decoder.hs", act_, {L, c.queries, d});
   refs_ = arena_.request("decoder.refs", DType::F32, {L, c.queries, 4});
   presence_ = arena_.request("decoder.presence", DType::F32, {L, 1});
@@ -260,9 +261,13 @@ Expected<DetrDecoderOutput> DetrDecoder::forward(const Tensor& memory, const Ten
   Tensor posb = arena_.get(pos_);  // [1 + Q, d]: the presence token has no pos
   Tensor pos_row0 = posb.slice(0, 0, 1);
   be.copy(zero_pos_.t, pos_row0);
-  Tensor bias = arena_.get(bias_);  // [1, nh, 1 + Q, T]: the presence row gets no bias
-  Tensor bias_row0 = bias.slice(2, 0, 1);
-  be.copy(zero_bias_.t, bias_row0);
+  // The boxRPB bias: bias_y[h, i, y] + bias_x[h, i, x] for key y * g + x;
+  // the presence row (i = 0) gets none.
+  Tensor byc = arena_.get(byc_), bxc = arena_.get(bxc_);  // [1, nh, 1 + Q, g]
+  for (Tensor* part : {&byc, &bxc}) {
+    Tensor row0 = part->slice(2, 0, 1);
+    be.copy(zero_bias_.t, row0);
+  }
 
   DetrDecoderOutput out;
   out.hs = arena_.get(hs_);
@@ -287,7 +292,8 @@ Expected<DetrDecoderOutput> DetrDecoder::forward(const Tensor& memory, const Ten
   const Tensor kv5 = kv.reshape({1, np, 2, nh, hd});
   AttentionParams text_params, image_params;
   text_params.key_padding = valid;
-  image_params.bias = bias;
+  image_params.bias_y = byc;
+  image_params.bias_x = bxc;
 
   for (int64_t li = 0; li < c.layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
@@ -335,15 +341,12 @@ Expected<DetrDecoderOutput> DetrDecoder::forward(const Tensor& memory, const Ten
     Tensor by = arena_.get(by_), bx = arena_.get(bx_);  // [Q*g, nh]
     run_mlp(rpb_y_, arena_.get(dy_), by, hid_a_, hid_b_, rpb_chunk_rows());
     run_mlp(rpb_x_, arena_.get(dx_), bx, hid_a_, hid_b_, rpb_chunk_rows());
-    Tensor byc = arena_.get(byc_), bxc = arena_.get(bxc_);
-    Tensor byc3 = byc.reshape({nh, nq, g}), bxc3 = bxc.reshape({nh, nq, g});
-    be.copy(by.reshape({nq, g, nh}).permute({2, 0, 1}), byc3);  // [nh, Q, g(y), 1]
-    be.copy(bx.reshape({nq, g, nh}).permute({2, 0, 1}), bxc3);  // [nh, Q, 1, g(x)]
-    // The sum lands in the bias rows of the queries directly (a strided view,
-    // [nh, Q, g, g] with rows 1 + Q * T apart per head), not through a
-    // [nh, Q, g, g] temporary and a 33 MB copy.
-    Tensor bias_rows = bias.reshape({nh, n, g, g}).slice(1, 1, nq);  // [nh, Q, g(y), g(x)]
-    be.add(byc, bxc, bias_rows);
+    // The attention adds the two parts per key (AttentionParams::bias_y / x)
+    // instead of reading a materialised [1, nh, 1 + Q, T] f32 bias (33 MB,
+    // written and read once per layer).
+    Tensor byq = byc.select(0, 0).slice(1, 1, nq), bxq = bxc.select(0, 0).slice(1, 1, nq);
+    be.copy(by.reshape({nq, g, nh}).permute({2, 0, 1}), byq);  // [nh, Q, g(y)]
+    be.copy(bx.reshape({nq, g, nh}).permute({2, 0, 1}), bxq);  // [nh, Q, g(x)]
 
     // ---- self-attention over [presence; queries] (post-norm) ----
     be.add(x, posb, tp);

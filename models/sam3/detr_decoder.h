@@ -115,7 +115,7 @@ class DetrDecoder {
   Arena::BufferId t_ = -1, pos_ = -1, tp_ = -1, qk_ = -1, v_ = -1, q_ = -1, attn_ = -1, o_ = -1,
                   ffn_ = -1, mem_ = -1, memp_ = -1, mk_ = -1, mv_ = -1, kv_ = -1, prompt_ = -1,
                   valid_ = -1, sine_ = -1, hid_a_ = -1, hid_b_ = -1, dy_ = -1, dx_ = -1, by_ = -1,
-                  bx_ = -1, byc_ = -1, bxc_ = -1, bias_ = -1, hs_ = -1, refs_ = -1, presence_ = -1,
+                  bx_ = -1, byc_ = -1, bxc_ = -1, hs_ = -1, refs_ = -1, presence_ = -1,
                   last_ref_ = -1, delta_ = -1, delta_f32_ = -1, plogit_ = -1, plogit_f32_ = -1,
                   pres_n_ = -1;
 };

@@ -165,10 +165,8 @@ void portable_softmax_row(const Problem& p, const PortableWorkspace& w, int64_t 
   float* s = w.s + r * kCols;
   const float score_scale = p.scale * kLog2e;  // scores in log2 units
   for (int64_t j = 0; j < n; ++j) s[j] *= score_scale;
-  if (p.bias) {
-    const float* bias = p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2];
-    for (int64_t j = 0; j < n; ++j) s[j] += kLog2e * bias[(key0 + j) * p.bias_stride[3]];
-  }
+  if (const RowBias bias = row_bias(p, b, h, i))
+    for (int64_t j = 0; j < n; ++j) s[j] += kLog2e * bias_at(p, bias, key0 + j);
   for (int64_t j = std::max<int64_t>(visible, 0); j < n; ++j) s[j] = neg_inf;
   if (p.key_padding) {
     const uint8_t* pad = p.key_padding + b * p.key_padding_stride[0];
@@ -329,6 +327,29 @@ Problem resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, Tenso
                 "attention: bias must be F32 [B|1, H|1, Lq, Lk], got " + bias.str());
     p.bias = bias.ptr<float>();
     for (int i = 0; i < 4; ++i) p.bias_stride[i] = bias.dim(i) == 1 ? 0 : bias.stride(i);
+  }
+  if (!a.bias_y.empty() || !a.bias_x.empty()) {
+    const Tensor &by = a.bias_y, &bx = a.bias_x;
+    const auto part = [&](const Tensor& t, int64_t n) {
+      return t.dtype == DType::F32 && t.ndim() == 4 && (t.dim(0) == 1 || t.dim(0) == p.batch) &&
+             (t.dim(1) == 1 || t.dim(1) == p.heads) && t.dim(2) == p.q_len && t.dim(3) == n &&
+             t.stride(3) == 1;
+    };
+    const int64_t w = bx.ndim() == 4 ? bx.dim(3) : 0;
+    FLICK_CHECK(a.bias.empty(), "attention: bias together with bias_y / bias_x");
+    FLICK_CHECK(w >= 1 && p.kv_len % w == 0 && part(bx, w) && part(by, p.kv_len / w),
+                "attention: bias_y / bias_x must be F32 [B|1, H|1, Lq, Lk / W] / [B|1, H|1, Lq, "
+                "W] with W dividing Lk = " +
+                    std::to_string(p.kv_len) + ", last dims contiguous, got " + by.str() + " / " +
+                    bx.str());
+    p.bias_y = by.ptr<float>();
+    p.bias_x = bx.ptr<float>();
+    for (int i = 0; i < 3; ++i) {
+      p.bias_y_stride[i] = by.dim(i) == 1 ? 0 : by.stride(i);
+      p.bias_x_stride[i] = bx.dim(i) == 1 ? 0 : bx.stride(i);
+    }
+    p.grid_w = w;
+    p.grid_h = p.kv_len / w;
   }
   if (!a.key_padding.empty()) {
     const Tensor& kp = a.key_padding;

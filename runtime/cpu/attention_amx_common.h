@@ -220,19 +220,23 @@ inline __m512 bias_lanes(const attention_detail::Problem& p, int64_t b, int64_t 
 }
 
 // bias[b, h, q0 + lane, j0 + e] * log2(e) as out[e] for the 16 keys from j0:
-// 16 query rows of 16 contiguous keys, transposed, instead of two gathers per
-// key (bias_lanes). Lanes outside `real` and keys past Lk are 0. Needs
-// bias_stride[3] == 1.
+// 16 query rows of 16 contiguous keys (or their separable parts' sums),
+// transposed, instead of two gathers per key (bias_lanes). Lanes outside
+// `real` and keys past Lk are 0. A full bias needs bias_stride[3] == 1.
 inline void bias_tile(const attention_detail::Problem& p, int64_t b, int64_t h, int64_t q0,
                       int64_t j0, __mmask16 real, __m512 out[16]) {
-  const float* base =
-      p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + q0 * p.bias_stride[2] + j0;
   const __mmask16 keys = first_lanes(p.kv_len - j0);
+  const avx512_attention::GridPos at =
+      p.bias_y ? avx512_attention::grid_pos(j0, p.grid_w) : avx512_attention::GridPos{0, 0};
   __m512i rows[16];
-  for (int n = 0; n < 16; ++n)
-    rows[n] = real >> n & 1
-                  ? _mm512_castps_si512(_mm512_maskz_loadu_ps(keys, base + n * p.bias_stride[2]))
-                  : _mm512_setzero_si512();
+  for (int n = 0; n < 16; ++n) {
+    rows[n] = _mm512_setzero_si512();
+    if (!(real >> n & 1)) continue;
+    const attention_detail::RowBias r = attention_detail::row_bias(p, b, h, q0 + n);
+    rows[n] = _mm512_castps_si512(
+        r.y ? avx512_attention::separable_bias16(r.y, r.x, p.grid_w, p.grid_h, at, keys)
+            : _mm512_maskz_loadu_ps(keys, r.full + j0));
+  }
   transpose16(rows);
   const __m512 log2e = _mm512_set1_ps(1.44269504088896340736f);
   for (int e = 0; e < 16; ++e) out[e] = _mm512_mul_ps(_mm512_castsi512_ps(rows[e]), log2e);
@@ -397,7 +401,7 @@ inline int64_t plan_steps(const attention_detail::Problem& p, int64_t b, int64_t
       s.key0 = static_cast<int32_t>(key0);
       s.nkeys = static_cast<int32_t>(nkeys);
       s.pair = static_cast<int32_t>(pr);
-      s.masked = p.bias != nullptr || padded || pair_min < key0 + nkeys;
+      s.masked = p.bias != nullptr || p.bias_y != nullptr || padded || pair_min < key0 + nkeys;
     }
   }
   return n;
@@ -525,9 +529,9 @@ __m512 masked_scores(Run& r, const Step& s, int64_t g, float* scores, int64_t kt
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   // Padding queries past Lq have no bias row to read.
   const __mmask16 real = first_lanes(p.q_len - (r.row0_ + g * 16));
-  // A bias with contiguous keys (boxRPB's [B, H, Lq, Lk]) is read a 16 x 16
-  // block at a time (bias_tile); other strides a key at a time.
-  const bool tiled_bias = p.bias && p.bias_stride[3] == 1 && real != 0;
+  // A separable bias or one with contiguous keys is read a 16 x 16 block at
+  // a time (bias_tile); other strides a key at a time.
+  const bool tiled_bias = (p.bias_y || (p.bias && p.bias_stride[3] == 1)) && real != 0;
   __m512 bias[16];
   __m512 bmax = neg_inf;
   for (int64_t kt = 0; kt < ktiles; ++kt) {
@@ -539,7 +543,7 @@ __m512 masked_scores(Run& r, const Step& s, int64_t g, float* scores, int64_t kt
           j < p.kv_len ? visible_lanes(p, r.b_, r.w_.key_end + g * 16, j) : __mmask16(0);
       float* t = scores + kt * 512 + e * 16;
       __m512 x = r.scaled(t, j, f);
-      if (p.bias && (m & real))
+      if ((p.bias || p.bias_y) && (m & real))
         x = _mm512_add_ps(
             x, tiled_bias ? bias[e] : bias_lanes(p, r.b_, r.h_, r.row0_ + g * 16, j, m & real));
       x = _mm512_mask_blend_ps(m, neg_inf, x);

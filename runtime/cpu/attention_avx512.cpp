@@ -239,12 +239,13 @@ void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t rows, int64_t k
 // are masked (by causality, key padding or the end of the keys); valid[c] says
 // which. NV is a template argument so that the vectors stay in registers.
 template <class M, bool kMasked, int NV>
-void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
+void softmax_row(const Problem& p, const Workspace& w, int64_t r, const RowBias& bias_row,
                  int64_t key0, const __mmask16* valid) {
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   const __m512 score_scale = _mm512_set1_ps(p.scale * kLog2e);
   __m512 t[NV];
   __m512 vmax = neg_inf;
+  GridPos at = bias_row.y ? grid_pos(key0, p.grid_w) : GridPos{0, 0};  // the separable bias's
 #pragma GCC unroll 8
   for (int c = 0; c < NV; ++c) {
     __m512 x = _mm512_mul_ps(_mm512_load_ps(w.s + r * kCols<M> + 16 * c), score_scale);
@@ -252,12 +253,15 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
       const int64_t j = key0 + 16 * c;
       const __mmask16 m = kMasked ? valid[c] : __mmask16(0xFFFF);
       __m512 bias;
-      if (p.bias_stride[3] == 1) {
-        bias = _mm512_maskz_loadu_ps(m, bias_row + j);
+      if (bias_row.y) {
+        bias = separable_bias16(bias_row.y, bias_row.x, p.grid_w, p.grid_h, at, m);
+        advance16(at, p.grid_w);
+      } else if (p.bias_stride[3] == 1) {
+        bias = _mm512_maskz_loadu_ps(m, bias_row.full + j);
       } else {
         alignas(64) float tmp[16] = {};
         for (int64_t l = 0; l < 16; ++l)
-          if (m >> l & 1) tmp[l] = bias_row[(j + l) * p.bias_stride[3]];
+          if (m >> l & 1) tmp[l] = bias_row.full[(j + l) * p.bias_stride[3]];
         bias = _mm512_load_ps(tmp);
       }
       x = _mm512_fmadd_ps(bias, _mm512_set1_ps(kLog2e), x);
@@ -276,7 +280,7 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
   // Unmasked and without a bias, every score is finite (unless Q.K^T
   // overflows fp32), and so is the shift: no clamp needed (1 of the ~12
   // operations per vector).
-  const bool finite = !kMasked && bias_row == nullptr;
+  const bool finite = !kMasked && !bias_row;
 #pragma GCC unroll 8
   for (int c = 0; c < NV; ++c) {
     const __m512 x = _mm512_sub_ps(t[c], shift);
@@ -308,7 +312,7 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
 // softmax_row over nvec (1 .. kCols / 16) key vectors: the NV = nvec
 // instance, sought from the block's full width down.
 template <class M, bool kMasked, int NV = kCols<M> / 16>
-void softmax_row_n(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
+void softmax_row_n(const Problem& p, const Workspace& w, int64_t r, const RowBias& bias_row,
                    int64_t key0, int64_t nvec, const __mmask16* valid) {
   if constexpr (NV > 1) {
     if (nvec < NV) return softmax_row_n<M, kMasked, NV - 1>(p, w, r, bias_row, key0, nvec, valid);
@@ -341,9 +345,7 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, i
       w.alpha[r] = 1.f;
       continue;
     }
-    const float* bias_row = p.bias ? p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] +
-                                         (row0 + r) * p.bias_stride[2]
-                                   : nullptr;
+    const RowBias bias_row = row_bias(p, b, h, row0 + r);
     if (!any_padded && w.key_end[r] >= block_end) {
       softmax_row_n<M, false>(p, w, r, bias_row, key0, nvec, nullptr);
     } else {

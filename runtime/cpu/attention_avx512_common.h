@@ -213,6 +213,42 @@ inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
+// A key's place in the separable bias's grid (key = y * grid_w + x), kept
+// up to date as the kernels walk the keys 16 at a time (no division per
+// vector).
+struct GridPos {
+  int64_t y, x;
+};
+inline GridPos grid_pos(int64_t j, int64_t grid_w) { return {j / grid_w, j % grid_w}; }
+inline void advance16(GridPos& at, int64_t grid_w) {
+  for (at.x += 16; at.x >= grid_w; at.x -= grid_w) ++at.y;
+}
+
+// The separable bias (Problem::bias_y / bias_x) of the 16 keys from `at` of
+// one query row (y: its grid_h row parts, x: its grid_w column parts), lanes
+// outside m zero. With grid_w >= 16 the 16 keys span at most two grid rows:
+// the column parts as one load up to the row's end and an expanding load of
+// the next row's first ones, the row parts blended; narrower grids a lane at
+// a time. y + x is rounded once, as a materialised bias would be.
+inline __m512 separable_bias16(const float* y, const float* x, int64_t grid_w, int64_t grid_h,
+                               GridPos at, __mmask16 m) {
+  if (grid_w < 16) {
+    alignas(64) float v[16] = {};
+    const int64_t j = at.y * grid_w + at.x;
+    for (int l = 0; l < 16; ++l)
+      if (m >> l & 1) v[l] = y[(j + l) / grid_w] + x[(j + l) % grid_w];
+    return _mm512_load_ps(v);
+  }
+  const __mmask16 here = first_lanes(grid_w - at.x), next = static_cast<__mmask16>(~here);
+  __m512 cols = _mm512_maskz_loadu_ps(here, x + at.x);
+  __m512 rows = _mm512_set1_ps(at.y < grid_h ? y[at.y] : 0.f);
+  if (next != 0) {
+    cols = _mm512_mask_expandloadu_ps(cols, next, x);  // x[0 ..] into the lanes past the row
+    rows = _mm512_mask_mov_ps(rows, next, _mm512_set1_ps(at.y + 1 < grid_h ? y[at.y + 1] : 0.f));
+  }
+  return _mm512_maskz_add_ps(m, rows, cols);
+}
+
 // Max / sum of the 16 lanes, broadcast to all lanes.
 inline __m512 broadcast_max(__m512 v) {
   v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // swap 256-bit halves

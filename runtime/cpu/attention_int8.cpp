@@ -153,11 +153,10 @@ void portable_row(const Problem& p, const PortableWorkspace& w, int64_t b, int64
   const int64_t key_end = attention_key_end(p, i);
   const float qs = qscale * (p.scale * kLog2e);  // scores in log2 units
   float max = neg_inf;
+  const RowBias bias = row_bias(p, b, h, i);
   for (int64_t j = 0; j < key_end; ++j) {
     float s = static_cast<float>(dot_i8(qrow, w.kq + j * D, D)) * w.kscale[j] * qs;
-    if (p.bias)
-      s += kLog2e * p.bias[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] +
-                           j * p.bias_stride[3]];
+    if (bias) s += kLog2e * bias_at(p, bias, j);
     if (p.key_padding &&
         p.key_padding[b * p.key_padding_stride[0] + j * p.key_padding_stride[1]] == 0)
       s = neg_inf;

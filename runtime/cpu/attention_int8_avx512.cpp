@@ -352,11 +352,12 @@ void accumulate_pv(const Workspace& w, const Dims& d, int64_t rows, int64_t key0
 // Online-softmax step of row r over NV key vectors (scores already in log2
 // units): S row -> P (bf16 pairs), running max / lane-wise sum, alpha.
 template <bool kMasked, int NV>
-void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
+void softmax_row(const Problem& p, const Workspace& w, int64_t r, const RowBias& bias_row,
                  int64_t key0, const __mmask16* valid) {
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   __m512 t[NV];
   __m512 vmax = neg_inf;
+  GridPos at = bias_row.y ? grid_pos(key0, p.grid_w) : GridPos{0, 0};  // the separable bias's
 #pragma GCC unroll 8
   for (int c = 0; c < NV; ++c) {
     __m512 x = _mm512_load_ps(w.s + r * kCols + 16 * c);
@@ -364,12 +365,15 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
       const int64_t j = key0 + 16 * c;
       const __mmask16 m = kMasked ? valid[c] : __mmask16(0xFFFF);
       __m512 bias;
-      if (p.bias_stride[3] == 1) {
-        bias = _mm512_maskz_loadu_ps(m, bias_row + j);
+      if (bias_row.y) {
+        bias = separable_bias16(bias_row.y, bias_row.x, p.grid_w, p.grid_h, at, m);
+        advance16(at, p.grid_w);
+      } else if (p.bias_stride[3] == 1) {
+        bias = _mm512_maskz_loadu_ps(m, bias_row.full + j);
       } else {
         alignas(64) float tmp[16] = {};
         for (int64_t l = 0; l < 16; ++l)
-          if (m >> l & 1) tmp[l] = bias_row[(j + l) * p.bias_stride[3]];
+          if (m >> l & 1) tmp[l] = bias_row.full[(j + l) * p.bias_stride[3]];
         bias = _mm512_load_ps(tmp);
       }
       x = _mm512_fmadd_ps(bias, _mm512_set1_ps(kLog2e), x);
@@ -405,7 +409,7 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const float* b
 // softmax_row over nvec (1 .. kCols / 16) key vectors: the NV = nvec
 // instance, sought from the block's full width down.
 template <bool kMasked, int NV = kCols / 16>
-void softmax_row_n(const Problem& p, const Workspace& w, int64_t r, const float* bias_row,
+void softmax_row_n(const Problem& p, const Workspace& w, int64_t r, const RowBias& bias_row,
                    int64_t key0, int64_t nvec, const __mmask16* valid) {
   if constexpr (NV > 1) {
     if (nvec < NV) return softmax_row_n<kMasked, NV - 1>(p, w, r, bias_row, key0, nvec, valid);
@@ -436,9 +440,7 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t b, int64_t h, i
       w.alpha[r] = 1.f;
       continue;
     }
-    const float* bias_row = p.bias ? p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] +
-                                         (row0 + r) * p.bias_stride[2]
-                                   : nullptr;
+    const RowBias bias_row = row_bias(p, b, h, row0 + r);
     if (!any_padded && w.key_end[r] >= block_end) {
       softmax_row_n<false>(p, w, r, bias_row, key0, nvec, nullptr);
     } else {

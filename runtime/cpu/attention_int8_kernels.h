@@ -19,8 +19,11 @@
 
 namespace flick::cpu::attention_int8_detail {
 
+using attention_detail::bias_at;
 using attention_detail::Kernel;
 using attention_detail::Problem;
+using attention_detail::row_bias;
+using attention_detail::RowBias;
 
 // Smoothed, quantized K of (b, h): kq [Lk][ldk] int8 (zero past head_dim),
 // kscale[Lk]; mean[head_dim] is scratch.

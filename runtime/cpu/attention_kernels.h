@@ -37,6 +37,13 @@ struct Problem {
   // Optional additive F32 bias [B|1, H|1, Lq, Lk]; broadcast dims have stride 0.
   const float* bias = nullptr;
   int64_t bias_stride[4] = {0, 0, 0, 0};
+  // Optional separable bias (AttentionParams::bias_y / bias_x): key j =
+  // y * grid_w + x of query i gets bias_y[b, h, i, y] + bias_x[b, h, i, x];
+  // strides of b, h, i (0 where broadcast), the last dims contiguous.
+  const float* bias_y = nullptr;
+  const float* bias_x = nullptr;
+  int64_t bias_y_stride[3] = {0, 0, 0}, bias_x_stride[3] = {0, 0, 0};
+  int64_t grid_w = 0, grid_h = 0;
   // Optional U8 key padding [B, Lk]; 0 = masked.
   const uint8_t* key_padding = nullptr;
   int64_t key_padding_stride[2] = {0, 0};
@@ -51,6 +58,31 @@ struct Problem {
 // In an anonymous namespace, as the helpers here are static: each kernel file
 // gets its own copy.
 namespace {
+// The bias terms of one query row: the full bias row (keys strided by
+// bias_stride[3]) or the row's separable parts y (grid_h) and x (grid_w);
+// all null without a bias.
+struct RowBias {
+  const float* full = nullptr;
+  const float* y = nullptr;
+  const float* x = nullptr;
+  explicit operator bool() const { return full != nullptr || y != nullptr; }
+};
+inline RowBias row_bias(const Problem& p, int64_t b, int64_t h, int64_t i) {
+  RowBias r;
+  if (p.bias) r.full = p.bias + b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2];
+  if (p.bias_y) {
+    r.y = p.bias_y + b * p.bias_y_stride[0] + h * p.bias_y_stride[1] + i * p.bias_y_stride[2];
+    r.x = p.bias_x + b * p.bias_x_stride[0] + h * p.bias_x_stride[1] + i * p.bias_x_stride[2];
+  }
+  return r;
+}
+// The bias of key j (a row with a bias).
+inline float bias_at(const Problem& p, const RowBias& r, int64_t j) {
+  if (r.full) return r.full[j * p.bias_stride[3]];
+  const int64_t y = j / p.grid_w;
+  return r.y[y] + r.x[j - y * p.grid_w];
+}
+
 struct ScratchLayout {
   explicit ScratchLayout(void* scratch) : at(static_cast<char*>(scratch)) {}
   char* take(size_t n) {

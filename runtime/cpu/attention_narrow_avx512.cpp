@@ -59,8 +59,8 @@ constexpr int64_t kMaxDim = 32;  // widest head taken
 constexpr float kLog2e = 1.44269504088896340736f;
 
 bool narrow_accepts(const Problem& p) {
-  return p.head_dim <= kMaxDim && p.bias == nullptr && p.key_padding == nullptr &&
-         p.causal_block <= 0 && p.kv_len > 0;
+  return p.head_dim <= kMaxDim && p.bias == nullptr && p.bias_y == nullptr &&
+         p.key_padding == nullptr && p.causal_block <= 0 && p.kv_len > 0;
 }
 
 template <class M>

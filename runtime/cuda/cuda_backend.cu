@@ -380,7 +380,8 @@ class CudaBackend final : public Backend {
     check_device(v, "attention");
     check_device(out, "attention");
     const int64_t D = q.dim(3);
-    const bool plain = p.bias.empty() && p.key_padding.empty() && p.causal_block == 0;
+    const bool plain =
+        p.bias.empty() && p.bias_y.empty() && p.key_padding.empty() && p.causal_block == 0;
     const bool bf16 = q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16 &&
                       out.dtype == DType::BF16;
     const bool aliased = out.data == q.data;

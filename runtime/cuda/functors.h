@@ -773,6 +773,11 @@ struct AttnSoftmaxRow {
   float scale;
   const float* bias;  // [H or 1, Lq, Lk] view of this batch, or null
   int64_t bias_sh, bias_sq, bias_sk;
+  // A separable bias (AttentionParams::bias_y / bias_x) of this batch, or
+  // null: key j = y * grid_w + x gets bias_y[h, i, y] + bias_x[h, i, x].
+  const float* bias_y;
+  const float* bias_x;
+  int64_t by_sh, by_sq, bx_sh, bx_sq, grid_w;
   const uint8_t* key_padding;  // [Lk] of this batch (0 = masked), or null
   int64_t kp_stride;
   int64_t causal_block;
@@ -790,6 +795,10 @@ struct AttnSoftmaxRow {
   FLICK_HD float logit(int64_t row, int64_t j) const {
     float v = s[row * Lk + j] * scale;
     if (bias) v += bias[row / Lq * bias_sh + row % Lq * bias_sq + j * bias_sk];
+    if (bias_y) {
+      const int64_t h = row / Lq, i = row % Lq;
+      v += bias_y[h * by_sh + i * by_sq + j / grid_w] + bias_x[h * bx_sh + i * bx_sq + j % grid_w];
+    }
     return v;
   }
   FLICK_HD Acc init() const { return {-INFINITY, 0.f}; }

@@ -37,11 +37,34 @@ void check_attention_args(const char* op, const Tensor& q, const Tensor& k, cons
                     p.bias.dim(3) == Lk,
                 std::string(op) + ": bias must be F32 [B|1, H|1, Lq, Lk], got " + p.bias.str());
   }
+  if (!p.bias_y.empty() || !p.bias_x.empty()) {
+    const int64_t w = p.bias_x.ndim() == 4 ? p.bias_x.dim(3) : 0;
+    const auto part = [&](const Tensor& t, int64_t n) {
+      return t.dtype == DType::F32 && t.ndim() == 4 && (t.dim(0) == 1 || t.dim(0) == B) &&
+             (t.dim(1) == 1 || t.dim(1) == H) && t.dim(2) == Lq && t.dim(3) == n;
+    };
+    FLICK_CHECK(p.bias.empty(), std::string(op) + ": bias together with bias_y / bias_x");
+    FLICK_CHECK(w >= 1 && Lk % w == 0 && part(p.bias_x, w) && part(p.bias_y, Lk / w),
+                std::string(op) + ": bias_y / bias_x must be F32 [B|1, H|1, Lq, Lk / W] / " +
+                    "[B|1, H|1, Lq, W] with W dividing Lk, got " + p.bias_y.str() + " / " +
+                    p.bias_x.str());
+  }
   if (!p.key_padding.empty()) {
     FLICK_CHECK(p.key_padding.dtype == DType::U8 && p.key_padding.shape == Shape({B, Lk}),
                 std::string(op) + ": key_padding must be U8 [B, Lk], got " + p.key_padding.str());
   }
   FLICK_CHECK(p.causal_block >= 0, std::string(op) + ": negative causal_block");
+}
+
+float attention_bias(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  // Broadcast dims (size 1) read index 0.
+  const auto at = [&](const Tensor& t, int64_t jj) {
+    return t.ptr<float>()[offset4(t, t.dim(0) == 1 ? 0 : b, t.dim(1) == 1 ? 0 : h, i, jj)];
+  };
+  if (!p.bias.empty()) return at(p.bias, j);
+  if (p.bias_y.empty()) return 0.f;
+  const int64_t w = p.bias_x.dim(3);
+  return at(p.bias_y, j / w) + at(p.bias_x, j % w);  // one fp32 rounding, as a materialised sum
 }
 
 int64_t causal_key_end(int64_t i, int64_t lq, int64_t lk, int64_t cb) {
@@ -57,7 +80,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
   check_attention_args("attention", q, k, v, out, p);
   const int64_t B = q.dim(0), Lq = q.dim(1), H = q.dim(2), D = q.dim(3);
   const int64_t Lk = k.dim(1);
-  const bool has_bias = !p.bias.empty(), has_padding = !p.key_padding.empty();
+  const bool has_bias = !p.bias.empty() || !p.bias_y.empty();
+  const bool has_padding = !p.key_padding.empty();
   const double scale =
       p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -82,10 +106,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
               dot += qrow[static_cast<size_t>(d)] *
                      static_cast<double>(load_as_f32(k.dtype, k.data, offset4(k, b, j, h, d)));
             s = dot * scale;
-            if (has_bias) {
-              const int64_t bb = p.bias.dim(0) == 1 ? 0 : b, bh = p.bias.dim(1) == 1 ? 0 : h;
-              s += p.bias.ptr<float>()[offset4(p.bias, bb, bh, i, j)];
-            }
+            if (has_bias) s += attention_bias(p, b, h, i, j);
           }
           score[static_cast<size_t>(j)] = s;
           if (s > max_score) max_score = s;

@@ -41,7 +41,8 @@ void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o
   check_attention_args("attention_int8", q, k, v, out, p);
   const int64_t B = q.dim(0), Lq = q.dim(1), H = q.dim(2), D = q.dim(3);
   const int64_t Lk = k.dim(1);
-  const bool has_bias = !p.bias.empty(), has_padding = !p.key_padding.empty();
+  const bool has_bias = !p.bias.empty() || !p.bias_y.empty();
+  const bool has_padding = !p.key_padding.empty();
   const double scale =
       p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(D));
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -82,10 +83,7 @@ void attention_int8(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o
             for (size_t d = 0; d < d_; ++d) dot += int64_t(qrow[d]) * int64_t(kj[d]);
             s = static_cast<double>(dot) * qs * static_cast<double>(ks[static_cast<size_t>(j)]) *
                 scale;
-            if (has_bias) {
-              const int64_t bb = p.bias.dim(0) == 1 ? 0 : b, bh = p.bias.dim(1) == 1 ? 0 : h;
-              s += p.bias.ptr<float>()[at4(p.bias, bb, bh, i, j)];
-            }
+            if (has_bias) s += attention_bias(p, b, h, i, j);
           }
           score[static_cast<size_t>(j)] = s;
           max_score = std::max(max_score, s);

@@ -12,6 +12,9 @@ FLICK_OP_LIST(FLICK_DECLARE_OP)
 // shapes and dtypes.
 void check_attention_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const AttentionParams& p);
+// The additive bias of (b, h, query i, key j): p.bias, or the separable
+// bias_y + bias_x (their sum rounded to fp32); 0 without one.
+float attention_bias(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t j);
 // Number of keys query row i may see under block-causal masking (cb > 0):
 // key j is visible iff floor(j / cb) <= floor((i + Lk - Lq) / cb); lk when
 // cb <= 0.

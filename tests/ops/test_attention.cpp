@@ -391,6 +391,61 @@ TEST_P(AttentionMasks, EachMaskAndTheirCombination) {
   check_against_ref(q, k, v, in, all, name + " bias + padding + causal + scale");
 }
 
+// A separable bias (bias_y / bias_x: EfficientSAM3's boxRPB) is its
+// materialised sum: every kernel that takes it gives the same bits as with
+// bias = bias_y + bias_x rounded to fp32 (which the tests above hold to the
+// reference), and the reference with the parts agrees with the kernels.
+// Grids whose rows of 72 or 24 keys end inside a 16-key vector and one of
+// 16; the y part broadcast over the batch, the x part over the heads; with
+// and without key padding.
+TEST_P(AttentionMasks, SeparableBiasIsItsSum) {
+  const DType in = GetParam();
+  std::mt19937 rng(21);
+  const int64_t B = 2, Lq = 45, H = 3, D = 32;
+  struct Grid {
+    int64_t rows, w;
+  };
+  for (const Grid g : {Grid{3, 72}, Grid{4, 16}, Grid{11, 24}}) {
+    const int64_t Lk = g.rows * g.w;
+    OwnedTensor q = random4(in, {B, Lq, H, D}, rng, 2.f);
+    OwnedTensor k = random4(in, {B, Lk, H, D}, rng, 2.f);
+    OwnedTensor v = random4(in, {B, Lk, H, D}, rng, 1.f);
+    OwnedTensor by = random4(DType::F32, {1, H, Lq, g.rows}, rng, 3.f);
+    OwnedTensor bx = random4(DType::F32, {B, 1, Lq, g.w}, rng, 3.f);
+    OwnedTensor full(DType::F32, {B, H, Lq, Lk});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Lq; ++i)
+          for (int64_t j = 0; j < Lk; ++j)
+            set(full, {b, h, i, j}, get(by, {0, h, i, j / g.w}) + get(bx, {b, 0, i, j % g.w}));
+    OwnedTensor padding(DType::U8, {B, Lk});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < Lk; ++j)
+        padding.t.ptr<uint8_t>()[b * Lk + j] = (j < Lk - 9 * b && j % 5 != 2) ? 1 : 0;
+    for (const bool padded : {false, true}) {
+      const std::string name = dt(in) + " grid " + std::to_string(g.rows) + "x" +
+                               std::to_string(g.w) + (padded ? " + key padding" : "");
+      AttentionParams sep, sum;
+      sep.bias_y = by;
+      sep.bias_x = bx;
+      sum.bias = full;
+      if (padded) sep.key_padding = sum.key_padding = padding;
+      check_against_ref(q, k, v, DType::F32, sep, name);
+      int taken = 0;
+      for (const Kernel* kernel : kernels()) {
+        if (!accepts(*kernel, q, k, v, q, sep)) continue;
+        ++taken;
+        OwnedTensor a(DType::F32, q.t.shape), b(DType::F32, q.t.shape);
+        cpu::attention_detail::attention_with(*kernel, q, k, v, a, sep);
+        cpu::attention_detail::attention_with(*kernel, q, k, v, b, sum);
+        EXPECT_EQ(std::memcmp(a.t.data, b.t.data, a.t.nbytes()), 0)
+            << name << " [" << kernel->name << "]: differs from the materialised bias";
+      }
+      EXPECT_GE(taken, 1) << name;
+    }
+  }
+}
+
 // Rows with no visible key give zeros: a batch whose keys are all padded, rows
 // before the first key under causal masking (Lq > Lk), and rows whose bias is
 // -inf everywhere.
