@@ -19,7 +19,8 @@
 //
 // boxRPB: on the k/H grid, d = coord - box edge (x0, x1 / y0, y1) ->
 // sign(8d) log2(|8d| + 1) / 3 -> MLP 2 -> d -> heads, bias[h, q, y*W + x] =
-// By[q, y, h] + Bx[q, x, h]; the presence row gets 0. The clamp of the
+// By[q, y, h] + Bx[q, x, h], handed to the attention as its two parts
+// (AttentionParams::bias_y / bias_x); the presence row gets 0. The clamp of the
 // presence logits in the reference discards its result: no clamp here.
 //
 // The per-query box arithmetic (sine embedding of 200 x 4 coordinates, the
