@@ -24,7 +24,9 @@ struct AttentionCase {
   const Kernel* kernel;
   bool int8 = false;       // cpu::attention_int8's kernels (BF16 inputs)
   int64_t valid_keys = 0;  // > 0: a key padding mask keeps only the first valid_keys
-  bool bias = false;       // an additive f32 bias [B, H, Lq, Lk]
+  // An additive f32 bias: [B, H, Lq, Lk] (kFull), or separable over a
+  // square grid of keys (kGrid: bias_y / bias_x [B, H, Lq, sqrt(Lk)]).
+  enum class Bias { kNone, kFull, kGrid } bias = Bias::kNone;
 };
 
 // Deterministic values in [-2, 2): attention time does not depend on them, as
@@ -63,10 +65,22 @@ std::optional<BenchResult> run_case(const AttentionCase& c, const Peaks& peaks,
       valid.t.ptr<uint8_t>()[i] = i % c.kv_len < c.valid_keys ? 1 : 0;
     params.key_padding = valid;
   }
-  OwnedTensor bias(DType::F32, c.bias ? Shape{c.batch, c.heads, c.q_len, c.kv_len} : Shape{1});
-  if (c.bias) {
+  using Bias = AttentionCase::Bias;
+  int64_t side = 1;
+  while (side * side < c.kv_len) ++side;
+  const Shape part{c.batch, c.heads, c.q_len, side};
+  OwnedTensor bias(DType::F32,
+                   c.bias == Bias::kFull ? Shape{c.batch, c.heads, c.q_len, c.kv_len} : Shape{1});
+  OwnedTensor bias_y(DType::F32, c.bias == Bias::kGrid ? part : Shape{1}),
+      bias_x(DType::F32, c.bias == Bias::kGrid ? part : Shape{1});
+  if (c.bias == Bias::kFull) {
     fill(bias);
     params.bias = bias;
+  } else if (c.bias == Bias::kGrid) {
+    fill(bias_y);
+    fill(bias_x);
+    params.bias_y = bias_y;
+    params.bias_x = bias_x;
   }
   namespace ad = cpu::attention_detail;
   Tensor o = out;
@@ -154,7 +168,7 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     int64_t batch, q_len, kv_len, heads, head_dim;
     bool f32;                // also time F32 inputs
     int64_t valid_keys = 0;  // > 0: only the first valid_keys keys are unmasked
-    bool bias = false;       // an f32 bias [B, H, Lq, Lk], as boxRPB's
+    AttentionCase::Bias bias = AttentionCase::Bias::kNone;
   };
   const Shape5 shapes[] = {
       {"self", 1, 2640, 5280, 12, 128, true},   // Matrix-Game DiT, 3-latent block, 6-latent window
@@ -171,8 +185,10 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
       // EOT and the geometry CLS) leaves 74 of the 78 keys padding.
       {"sam3 text 4 valid", 1, 5184, 78, 8, 32, true, 4},
       {"sam3 queries", 1, 201, 5184, 8, 32, true},
-      // ... as the pipeline runs it: with the boxRPB bias.
-      {"sam3 queries rpb", 1, 201, 5184, 8, 32, true, 0, true},
+      // ... as the pipeline runs it: with the boxRPB bias (separable over the
+      // 72^2 grid), and with that bias materialised.
+      {"sam3 queries rpb", 1, 201, 5184, 8, 32, true, 0, AttentionCase::Bias::kGrid},
+      {"sam3 queries bias", 1, 201, 5184, 8, 32, true, 0, AttentionCase::Bias::kFull},
   };
   std::vector<AttentionCase> cases;
   for (const Shape5& s : shapes) {

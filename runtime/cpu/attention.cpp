@@ -17,6 +17,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
+#include "runtime/ref/ops.h"
 #include "runtime/threads.h"
 
 namespace flick::cpu {
@@ -328,20 +329,9 @@ Problem resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, Tenso
     p.bias = bias.ptr<float>();
     for (int i = 0; i < 4; ++i) p.bias_stride[i] = bias.dim(i) == 1 ? 0 : bias.stride(i);
   }
-  if (!a.bias_y.empty() || !a.bias_x.empty()) {
+  if (const int64_t w =
+          ref::check_separable_bias("attention", a, p.batch, p.heads, p.q_len, p.kv_len)) {
     const Tensor &by = a.bias_y, &bx = a.bias_x;
-    const auto part = [&](const Tensor& t, int64_t n) {
-      return t.dtype == DType::F32 && t.ndim() == 4 && (t.dim(0) == 1 || t.dim(0) == p.batch) &&
-             (t.dim(1) == 1 || t.dim(1) == p.heads) && t.dim(2) == p.q_len && t.dim(3) == n &&
-             t.stride(3) == 1;
-    };
-    const int64_t w = bx.ndim() == 4 ? bx.dim(3) : 0;
-    FLICK_CHECK(a.bias.empty(), "attention: bias together with bias_y / bias_x");
-    FLICK_CHECK(w >= 1 && p.kv_len % w == 0 && part(bx, w) && part(by, p.kv_len / w),
-                "attention: bias_y / bias_x must be F32 [B|1, H|1, Lq, Lk / W] / [B|1, H|1, Lq, "
-                "W] with W dividing Lk = " +
-                    std::to_string(p.kv_len) + ", last dims contiguous, got " + by.str() + " / " +
-                    bx.str());
     p.bias_y = by.ptr<float>();
     p.bias_x = bx.ptr<float>();
     for (int i = 0; i < 3; ++i) {

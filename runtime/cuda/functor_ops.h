@@ -14,6 +14,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/cuda/functors.h"
+#include "runtime/ref/ops.h"
 #include "runtime/ref/resample.h"
 
 namespace flick::cuda::ops {
@@ -571,18 +572,8 @@ void attention_fallback(const L& l, Mm&& mm, const Tensor& q, const Tensor& k, c
       f.bias_sq = bt.stride(2);
       f.bias_sk = bt.stride(3);
     }
-    if (!p.bias_y.empty() || !p.bias_x.empty()) {
+    if (const int64_t w = ref::check_separable_bias("attention", p, B, H, Lq, Lk)) {
       const Tensor &by = p.bias_y, &bx = p.bias_x;
-      const int64_t w = bx.ndim() == 4 ? bx.dim(3) : 0;
-      const auto part = [&](const Tensor& t, int64_t n) {
-        return t.dtype == DType::F32 && t.ndim() == 4 && (t.dim(0) == B || t.dim(0) == 1) &&
-               (t.dim(1) == H || t.dim(1) == 1) && t.dim(2) == Lq && t.dim(3) == n &&
-               t.stride(3) == 1;
-      };
-      FLICK_CHECK(p.bias.empty() && w >= 1 && Lk % w == 0 && part(bx, w) && part(by, Lk / w),
-                  "attention: bias_y / bias_x must be F32 [B or 1, H or 1, Lq, Lk / W] / [B or 1, "
-                  "H or 1, Lq, W] (W dividing Lk, last dims contiguous, no bias), got " +
-                      by.str() + " / " + bx.str());
       f.bias_y = static_cast<const float*>(by.data) + (by.dim(0) == 1 ? 0 : b * by.stride(0));
       f.bias_x = static_cast<const float*>(bx.data) + (bx.dim(0) == 1 ? 0 : b * bx.stride(0));
       f.by_sh = by.dim(1) == 1 ? 0 : by.stride(1);

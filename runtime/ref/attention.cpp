@@ -37,23 +37,28 @@ void check_attention_args(const char* op, const Tensor& q, const Tensor& k, cons
                     p.bias.dim(3) == Lk,
                 std::string(op) + ": bias must be F32 [B|1, H|1, Lq, Lk], got " + p.bias.str());
   }
-  if (!p.bias_y.empty() || !p.bias_x.empty()) {
-    const int64_t w = p.bias_x.ndim() == 4 ? p.bias_x.dim(3) : 0;
-    const auto part = [&](const Tensor& t, int64_t n) {
-      return t.dtype == DType::F32 && t.ndim() == 4 && (t.dim(0) == 1 || t.dim(0) == B) &&
-             (t.dim(1) == 1 || t.dim(1) == H) && t.dim(2) == Lq && t.dim(3) == n;
-    };
-    FLICK_CHECK(p.bias.empty(), std::string(op) + ": bias together with bias_y / bias_x");
-    FLICK_CHECK(w >= 1 && Lk % w == 0 && part(p.bias_x, w) && part(p.bias_y, Lk / w),
-                std::string(op) + ": bias_y / bias_x must be F32 [B|1, H|1, Lq, Lk / W] / " +
-                    "[B|1, H|1, Lq, W] with W dividing Lk, got " + p.bias_y.str() + " / " +
-                    p.bias_x.str());
-  }
+  check_separable_bias(op, p, B, H, Lq, Lk);
   if (!p.key_padding.empty()) {
     FLICK_CHECK(p.key_padding.dtype == DType::U8 && p.key_padding.shape == Shape({B, Lk}),
                 std::string(op) + ": key_padding must be U8 [B, Lk], got " + p.key_padding.str());
   }
   FLICK_CHECK(p.causal_block >= 0, std::string(op) + ": negative causal_block");
+}
+
+int64_t check_separable_bias(const char* op, const AttentionParams& p, int64_t B, int64_t H,
+                             int64_t Lq, int64_t Lk) {
+  if (p.bias_y.empty() && p.bias_x.empty()) return 0;
+  const int64_t w = p.bias_x.ndim() == 4 ? p.bias_x.dim(3) : 0;
+  const auto part = [&](const Tensor& t, int64_t n) {
+    return t.dtype == DType::F32 && t.ndim() == 4 && (t.dim(0) == 1 || t.dim(0) == B) &&
+           (t.dim(1) == 1 || t.dim(1) == H) && t.dim(2) == Lq && t.dim(3) == n && t.stride(3) == 1;
+  };
+  FLICK_CHECK(p.bias.empty(), std::string(op) + ": bias together with bias_y / bias_x");
+  FLICK_CHECK(w >= 1 && Lk % w == 0 && part(p.bias_x, w) && part(p.bias_y, Lk / w),
+              std::string(op) + ": bias_y / bias_x must be F32 [B|1, H|1, Lq, Lk / W] / " +
+                  "[B|1, H|1, Lq, W] with W dividing Lk = " + std::to_string(Lk) +
+                  ", last dims contiguous, got " + p.bias_y.str() + " / " + p.bias_x.str());
+  return w;
 }
 
 float attention_bias(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t j) {

@@ -12,6 +12,11 @@ FLICK_OP_LIST(FLICK_DECLARE_OP)
 // shapes and dtypes.
 void check_attention_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const AttentionParams& p);
+// The checks of a separable bias (AttentionParams::bias_y / bias_x) against
+// B, H, Lq and Lk, shared by the backends; returns its grid width W, or 0
+// without one.
+int64_t check_separable_bias(const char* op, const AttentionParams& p, int64_t B, int64_t H,
+                             int64_t Lq, int64_t Lk);
 // The additive bias of (b, h, query i, key j): p.bias, or the separable
 // bias_y + bias_x (their sum rounded to fp32); 0 without one.
 float attention_bias(const AttentionParams& p, int64_t b, int64_t h, int64_t i, int64_t j);
