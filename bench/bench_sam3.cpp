@@ -76,7 +76,9 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   // of a handful of detections (milliseconds) not exercised.
   const float threshold = 0.5f;
   const int reps = options.quick ? 1 : 3;
-  double image_s = 1e30, prompt_s = 1e30, text_s = 1e30;
+  // prompt_s: every query's masks, the reference's work (the peer compares
+  // it); kept_s: detect() as jobs run it, masks for the kept queries only.
+  double image_s = 1e30, prompt_s = 1e30, text_s = 1e30, kept_s = 1e30;
   size_t kept = 0;
   for (int rep = 0; rep < reps; ++rep) {
     const bool last = rep == reps - 1;
@@ -91,7 +93,7 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
       // The first repetition sees each prompt for the first time (text
       // encoding included); later ones hit the cache.
       t0 = bench_now(options);
-      auto d = m.detect(prompt, threshold);
+      auto d = m.detect(prompt, threshold, {}, Sam3MaskOutput::kBinary, Sam3Masks::kEveryQuery);
       if (!d.ok()) return {failed_row(base, d.status().message())};
       const double t = bench_now(options) - t0;
       kept = std::max(kept, d->score.size());
@@ -99,9 +101,13 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
         std::fputs(profiler->stats().table(base + " prompt \"" + prompt + "\"").c_str(), stderr);
       if (rep == 0) {
         text_s = std::min(text_s, t);  // minus the cached time below
-      } else {
-        prompt_s = std::min(prompt_s, t);
+        continue;
       }
+      prompt_s = std::min(prompt_s, t);
+      t0 = bench_now(options);
+      auto k = m.detect(prompt, threshold);
+      if (!k.ok()) return {failed_row(base, k.status().message())};
+      kept_s = std::min(kept_s, bench_now(options) - t0);
     }
   }
   if (reps == 1) prompt_s = text_s;  // --quick: text encoding included
@@ -110,9 +116,14 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
                 m.precision_summary().c_str(), load_s);
   std::vector<BenchResult> out;
   out.push_back(per_minute_row(base + " image", image_s, detail));
-  std::snprintf(detail, sizeof detail, "%s; %zu masks kept at threshold %.1f",
+  std::snprintf(detail, sizeof detail, "%s; every query's masks; %zu kept at threshold %.1f",
                 reps == 1 ? "text encoding included (--quick)" : "text cached", kept, threshold);
   out.push_back(per_minute_row(base + " prompt", prompt_s, detail));
+  if (reps > 1) {
+    std::snprintf(detail, sizeof detail, "as jobs run it: the mask head for the %zu kept only",
+                  kept);
+    out.push_back(per_minute_row(base + " prompt, kept queries' masks", kept_s, detail));
+  }
   const char* target = p.precision == Precision::BF16   ? "target <= 2.0 s"
                        : p.precision == Precision::INT8 ? "target <= 1.2 s"
                                                         : "no target";

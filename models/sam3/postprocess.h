@@ -39,6 +39,12 @@ enum class Sam3MaskOutput {
   kProbabilities,  // masks and mask_prob
 };
 
+// Which queries' mask logits a prompt computes (Sam3ImageModel::detect).
+enum class Sam3Masks {
+  kKept,        // the kept queries' only: the detections are the same
+  kEveryQuery,  // all Q, as the reference does (benchmarks against it)
+};
+
 // logits: F32 [Q] (the scoring's last layer), presence_logit: the decoder's
 // last presence logit, boxes: F32 [Q, 4] cxcywh in [0, 1] (the last refined
 // references), mask_logits: [1, Q, h, w] (F32 or BF16). width / height: the
@@ -48,5 +54,17 @@ Expected<Sam3Detections> sam3_postprocess(Backend& backend, const Tensor& logits
                                           const Tensor& mask_logits, float threshold, int width,
                                           int height,
                                           Sam3MaskOutput output = Sam3MaskOutput::kBinary);
+
+// sam3_postprocess in two steps, so that a caller computes mask logits only
+// for the queries kept (the pixel decoder and the mask product are a fifth
+// of a prompt's time and are not needed where nothing passes the threshold):
+//  - sam3_select: query, score and box_xyxy of the kept queries (no masks);
+//  - sam3_attach_masks: masks (and mask_prob) of det's queries, the mask of
+//    det.query[i] being row rows[i] of mask_logits [1, R, h, w].
+Expected<Sam3Detections> sam3_select(const Tensor& logits, float presence_logit,
+                                     const Tensor& boxes, float threshold, int width, int height);
+Status sam3_attach_masks(Backend& backend, const Tensor& mask_logits,
+                         const std::vector<int64_t>& rows, int width, int height,
+                         Sam3MaskOutput output, Sam3Detections& det);
 
 }  // namespace flick

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -251,7 +252,8 @@ Expected<const Sam3ImageModel::Impl::TextEntry*> Sam3ImageModel::Impl::encode_te
 }
 
 Expected<Sam3Detections> Sam3ImageModel::detect(std::string_view prompt, float threshold,
-                                                const Tap& tap, Sam3MaskOutput output) {
+                                                const Tap& tap, Sam3MaskOutput output,
+                                                Sam3Masks masks) {
   Impl& m = *impl_;
   if (prompt.empty()) return invalid_input("EfficientSAM3: empty prompt");
   if (!m.have_frame) return usage_error("EfficientSAM3: detect() before encode_image()");
@@ -303,12 +305,28 @@ Expected<Sam3Detections> Sam3ImageModel::detect(std::string_view prompt, float t
     tap("boxes", dec.last_ref);  // [Q, 4] cxcywh in [0, 1]
   }
 
-  FLICK_ASSIGN_OR_RETURN(
-      Tensor masks, m.seg->forward(m.levels[0], m.levels[1], memory, m.prompt.t, m.prompt_valid.t,
-                                   dec.hs.select(0, layers - 1)));
-  if (tap) tap("mask_logits", masks);  // [1, Q, 4g, 4g]
-  return sam3_postprocess(*m.backend, logits, presence, dec.last_ref, masks, threshold, m.frame_w,
-                          m.frame_h, output);
+  FLICK_ASSIGN_OR_RETURN(Sam3Detections det, sam3_select(logits, presence, dec.last_ref, threshold,
+                                                         m.frame_w, m.frame_h));
+  // The mask head (a fifth of a prompt's time) runs for the kept queries
+  // only, and not at all where none is kept; for every query with a tap (the
+  // dump holds every mask) or when asked (benchmarks doing the reference's
+  // work). Each kept query's mask is the same either way (SegHead::forward).
+  const Tensor hs_last = dec.hs.select(0, layers - 1);  // [Q, d]
+  if (tap || masks == Sam3Masks::kEveryQuery) {
+    FLICK_ASSIGN_OR_RETURN(Tensor all, m.seg->forward(m.levels[0], m.levels[1], memory, m.prompt.t,
+                                                      m.prompt_valid.t, hs_last));
+    if (tap) tap("mask_logits", all);  // [1, Q, 4g, 4g]
+    FLICK_TRY(sam3_attach_masks(*m.backend, all, det.query, m.frame_w, m.frame_h, output, det));
+  } else if (!det.query.empty()) {
+    FLICK_ASSIGN_OR_RETURN(Tensor kept, m.seg->forward(m.levels[0], m.levels[1], memory, m.prompt.t,
+                                                       m.prompt_valid.t, hs_last, det.query));
+    std::vector<int64_t> rows(det.query.size());
+    std::iota(rows.begin(), rows.end(), int64_t{0});
+    FLICK_TRY(sam3_attach_masks(*m.backend, kept, rows, m.frame_w, m.frame_h, output, det));
+  } else if (output == Sam3MaskOutput::kProbabilities) {
+    det.mask_prob = OwnedTensor(DType::F32, {0, m.frame_h, m.frame_w});
+  }
+  return det;
 }
 
 }  // namespace flick

@@ -75,8 +75,12 @@ class Sam3ImageModel {
   // frame's pixels and masks at the frame's size (binary; the probabilities
   // too with Sam3MaskOutput::kProbabilities). Errors on an empty prompt or
   // before any encode_image().
+  // Mask logits are computed for the kept queries only (none kept: the mask
+  // head is skipped), unless `masks` asks for every query's, as the reference
+  // computes them; a tap sees every query's ("mask_logits").
   Expected<Sam3Detections> detect(std::string_view prompt, float threshold, const Tap& tap = {},
-                                  Sam3MaskOutput output = Sam3MaskOutput::kBinary);
+                                  Sam3MaskOutput output = Sam3MaskOutput::kBinary,
+                                  Sam3Masks masks = Sam3Masks::kKept);
 
  private:
   struct Impl;

@@ -1,7 +1,9 @@
 #include "models/sam3/seg_head.h"
 
+#include <numeric>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/dtype.h"
 
@@ -179,6 +181,9 @@ void SegHead::plan() {
   p1_ = arena_.request("seg.p1", act_, map_shape(2 * g));
   up0_ = arena_.request("seg.up0", act_, map_shape(4 * g));
   p0_ = arena_.request("seg.p0", act_, map_shape(4 * g));
+  // The rows of a query subset, F32 whatever hs_last's float type: the copy
+  // is exact, and the mask-embed MLP rounds its input as it would hs_last's.
+  hs_ = arena_.request("seg.hs_rows", DType::F32, {q, d});
   qa_ = arena_.request("seg.mask_embed_a", act_, {q, d});
   qb_ = arena_.request("seg.mask_embed_b", act_, {q, d});
   emb_ = arena_.request("seg.mask_embed", act_, {q, d});
@@ -205,8 +210,16 @@ Tensor SegHead::columns(Arena::BufferId id) {
 Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, const Tensor& memory,
                                   const Tensor& prompt, const Tensor& prompt_valid,
                                   const Tensor& hs_last) {
+  std::vector<int64_t> all(static_cast<size_t>(cfg_.queries));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  return forward(level0, level1, memory, prompt, prompt_valid, hs_last, all);
+}
+
+Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, const Tensor& memory,
+                                  const Tensor& prompt, const Tensor& prompt_valid,
+                                  const Tensor& hs_last, std::span<const int64_t> queries) {
   const SegHeadConfig& c = cfg_;
-  const int64_t d = c.d_model, g = c.grid, t = g * g, nh = c.heads, hd = d / nh, nq = c.queries;
+  const int64_t d = c.d_model, g = c.grid, t = g * g, nq = c.queries;
   auto is_float = [](const Tensor& x) { return x.dtype == DType::F32 || x.dtype == DType::BF16; };
   if (level0.shape != Shape{1, d, 4 * g, 4 * g} || level1.shape != Shape{1, d, 2 * g, 2 * g} ||
       memory.shape != Shape{1, t, d} || hs_last.shape != Shape{nq, d} || !is_float(level0) ||
@@ -222,6 +235,31 @@ Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, co
     return invalid_input("SAM3 mask head: expected a prompt [P <= " + std::to_string(c.max_prompt) +
                          ", " + std::to_string(d) + "] and U8 validity [P], got " + prompt.str() +
                          " and " + prompt_valid.str());
+  const int64_t n = static_cast<int64_t>(queries.size());
+  bool in_range = n >= 1 && n <= nq, identity = n == nq;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t q = queries[static_cast<size_t>(i)];
+    in_range = in_range && q >= 0 && q < nq;
+    identity = identity && q == i;
+  }
+  if (!in_range)
+    return invalid_input("SAM3 mask head: " + std::to_string(n) +
+                         " queries asked for; expected 1 to " + std::to_string(nq) +
+                         " indices below " + std::to_string(nq));
+  if (identity) return run(level0, level1, memory, prompt, prompt_valid, hs_last);
+  Tensor rows = arena_.get(hs_).slice(0, 0, n);  // [n, d]
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor row = rows.slice(0, i, 1);
+    backend_->copy(hs_last.slice(0, queries[static_cast<size_t>(i)], 1), row);
+  }
+  return run(level0, level1, memory, prompt, prompt_valid, rows);
+}
+
+Tensor SegHead::run(const Tensor& level0, const Tensor& level1, const Tensor& memory,
+                    const Tensor& prompt, const Tensor& prompt_valid, const Tensor& hs) {
+  const SegHeadConfig& c = cfg_;
+  const int64_t d = c.d_model, g = c.grid, t = g * g, nh = c.heads, hd = d / nh, nq = hs.dim(0);
+  const int64_t np = prompt.dim(0);
   Backend& be = *backend_;
 
   // ---- prompt-conditioned memory: mem + CA(LN mem, prompt) ----
@@ -268,18 +306,19 @@ Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, co
   }
 
   // ---- per-query masks (F32: the folded instance embedding, load_weights) ----
-  Tensor a = arena_.get(qa_), b = arena_.get(qb_), emb = arena_.get(emb_);
-  be.linear(hs_last, *mask_embed_[0], a, Activation::Relu);
+  Tensor a = arena_.get(qa_).slice(0, 0, nq), b = arena_.get(qb_).slice(0, 0, nq),
+         emb = arena_.get(emb_).slice(0, 0, nq);  // [n, d]
+  be.linear(hs, *mask_embed_[0], a, Activation::Relu);
   be.linear(a, *mask_embed_[1], b, Activation::Relu);
   be.linear(b, *mask_embed_[2], emb, Activation::None);  // F32: W_i^T (W_2 b + b_2)
-  Tensor masks = arena_.get(masks_);                     // [1, Q, 4g, 4g]
+  Tensor masks = arena_.get(masks_).slice(1, 0, nq);     // [1, n, 4g, 4g]
   Tensor masks3 = masks.reshape({1, nq, 16 * t});
   if (instance_) {
     Tensor inst = map(inst_);  // [1, d, 4g, 4g]
     be.conv(prev, *instance_, inst, Activation::None);
     be.matmul(emb.reshape({1, nq, d}), columns(inst_), masks3);
   } else {
-    Tensor bias = arena_.get(mask_bias_out_);
+    Tensor bias = arena_.get(mask_bias_out_).slice(0, 0, nq);
     be.linear(b, *mask_bias_, bias, Activation::None);  // [Q, 1]: emb . b_i
     be.matmul(emb.reshape({1, nq, d}), columns(ups[1]), masks3);
     be.add(masks3, bias.reshape({1, nq, 1}), masks3);

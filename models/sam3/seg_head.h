@@ -21,6 +21,7 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/arena.h"
@@ -62,11 +63,21 @@ class SegHead {
   // arena valid until the next forward().
   Expected<Tensor> forward(const Tensor& level0, const Tensor& level1, const Tensor& memory,
                            const Tensor& prompt, const Tensor& prompt_valid, const Tensor& hs_last);
+  // The same for the queries listed only (1 .. Q row indices of hs_last, any
+  // order): mask logits [1, n, 4g, 4g], row i being query queries[i]'s, equal
+  // to that row of the full forward (the mask-embed MLP and the mask product
+  // treat rows independently).
+  Expected<Tensor> forward(const Tensor& level0, const Tensor& level1, const Tensor& memory,
+                           const Tensor& prompt, const Tensor& prompt_valid, const Tensor& hs_last,
+                           std::span<const int64_t> queries);
 
  private:
   SegHead() = default;
   Status load_weights(const WeightView& head);
   void plan();
+  // forward() after the shape checks: hs [n, d], the rows whose masks are made.
+  Tensor run(const Tensor& level0, const Tensor& level1, const Tensor& memory, const Tensor& prompt,
+             const Tensor& prompt_valid, const Tensor& hs);
   // A map buffer as [1, d, n, n] (channels-last: a permuted [1, n, n, d]).
   Tensor map(Arena::BufferId id);
   // A [1, d, 4g, 4g] map buffer as the [1, d, 16T] matrix (channels-last:
@@ -93,7 +104,7 @@ class SegHead {
   Arena arena_;
   Arena::BufferId mem_ = -1, h_ = -1, q_ = -1, kv_ = -1, attn_ = -1, o_ = -1, prompt_ = -1,
                   valid_ = -1, img_ = -1, up1_ = -1, p1_ = -1, up0_ = -1, p0_ = -1, inst_ = -1,
-                  qa_ = -1, qb_ = -1, emb_ = -1, mask_bias_out_ = -1, masks_ = -1;
+                  hs_ = -1, qa_ = -1, qb_ = -1, emb_ = -1, mask_bias_out_ = -1, masks_ = -1;
 };
 
 }  // namespace flick

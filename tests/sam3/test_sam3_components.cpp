@@ -382,6 +382,24 @@ TEST_P(Sam3Golden, SegHead) {
   expect_close("masks", *masks, *want, tol.max_rel, tol.mean_rel);
   EXPECT_TRUE(store->view("detector").check_all_used().ok())
       << store->view("detector").check_all_used().message();
+
+  // Masks of a subset of the queries, in any order: the same rows, bit for
+  // bit (detect() asks for the kept queries' only).
+  const std::vector<float> full = floats(*masks);
+  const int64_t nq = hs->dim(0), plane = masks->numel() / nq;
+  const std::vector<int64_t> some = {nq - 1, 0, 2};
+  auto sub = m->forward(*level0, *level1, *memory, *prompt, *valid, *hs, some);
+  ASSERT_TRUE(sub.ok()) << sub.status().message();
+  ASSERT_EQ(sub->shape, (Shape{1, 3, masks->dim(2), masks->dim(3)}));
+  const std::vector<float> got = floats(*sub);
+  for (size_t i = 0; i < some.size(); ++i)
+    for (int64_t k = 0; k < plane; ++k)
+      ASSERT_EQ(got[i * size_t(plane) + size_t(k)], full[size_t(some[i] * plane + k)])
+          << "query " << some[i] << ", pixel " << k;
+  // Indices outside [0, Q) or none at all are errors, not reads past hs.
+  const std::vector<int64_t> past = {nq}, none;
+  EXPECT_FALSE(m->forward(*level0, *level1, *memory, *prompt, *valid, *hs, past).ok());
+  EXPECT_FALSE(m->forward(*level0, *level1, *memory, *prompt, *valid, *hs, none).ok());
 }
 
 // ---- post-processing (Sam3Processor._forward_grounding on stub outputs) ----

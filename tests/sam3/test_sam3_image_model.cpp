@@ -477,7 +477,7 @@ TEST_F(Sam3ImageModelGolden, FullSize1008F32) {
 // ---- loading and usage errors, on the tiny synthetic checkpoint ----
 
 std::unique_ptr<Sam3ImageModel> load_tiny(const TempDir& dir, Backend& be, Status* error = nullptr,
-                                          int64_t size = 224) {
+                                          int64_t size = 224, Precision p = Precision::F32) {
   const std::string path = dir.file("tiny.pth");
   if (!fs::exists(path)) {
     Sam3SynthOptions o;
@@ -489,6 +489,7 @@ std::unique_ptr<Sam3ImageModel> load_tiny(const TempDir& dir, Backend& be, Statu
   o.weights = path;
   o.vocab = vocab_path();
   o.image_size = size;
+  o.precision = p;
   auto m = Sam3ImageModel::load(o, be);
   if (!m.ok()) {
     if (error) *error = m.status();
@@ -575,6 +576,55 @@ TEST(Sam3ImageModel, TinyCheckpointRunsEveryPrompt) {
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->score.empty());
 }
+
+// detect() runs the mask head for the kept queries only (and not at all
+// where none is kept): the detections equal those of the run that computes
+// every query's masks, bit for bit, in each precision.
+class Sam3KeptMasks : public testing::TestWithParam<Precision> {};
+
+TEST_P(Sam3KeptMasks, EqualEveryQuerysMasks) {
+  const Precision p = GetParam();
+  if (!cpu::cpu_supports(p)) GTEST_SKIP() << precision_name(p) << " is not supported on this CPU";
+  TempDir dir;
+  auto be = make_cpu_backend();
+  Status err;
+  auto m = load_tiny(dir, *be, &err, 224, p);
+  ASSERT_TRUE(m) << err.message();
+  const Frame f = test_frame(41, 29);
+  ASSERT_TRUE(m->encode_image(f.view()).ok());
+  auto every =
+      m->detect("a red car", 0.f, {}, Sam3MaskOutput::kProbabilities, Sam3Masks::kEveryQuery);
+  ASSERT_TRUE(every.ok()) << every.status().message();
+  std::vector<float> sorted = every->score;
+  std::sort(sorted.begin(), sorted.end());
+  ASSERT_EQ(sorted.size(), 20u);
+  // Thresholds keeping 7 of 20 queries (between two scores), none, and all.
+  for (const float threshold : {0.5f * (sorted[12] + sorted[13]), sorted.back(), 0.f}) {
+    SCOPED_TRACE(threshold);
+    auto kept = m->detect("a red car", threshold, {}, Sam3MaskOutput::kProbabilities);
+    auto full = m->detect("a red car", threshold, {}, Sam3MaskOutput::kProbabilities,
+                          Sam3Masks::kEveryQuery);
+    ASSERT_TRUE(kept.ok() && full.ok());
+    ASSERT_EQ(kept->query, full->query);
+    EXPECT_EQ(kept->score, full->score);
+    EXPECT_EQ(kept->box_xyxy, full->box_xyxy);
+    ASSERT_EQ(kept->mask_prob.t.shape, full->mask_prob.t.shape);
+    ASSERT_EQ(kept->mask_prob.t.shape, (Shape{int64_t(full->query.size()), 29, 41}));
+    EXPECT_EQ(floats(kept->mask_prob.t), floats(full->mask_prob.t));
+    ASSERT_EQ(kept->masks.size(), full->query.size());
+    for (size_t i = 0; i < kept->masks.size(); ++i)
+      EXPECT_EQ(boxed_mask_full(kept->masks[i]), boxed_mask_full(full->masks[i])) << i;
+  }
+  auto seven = m->detect("a red car", 0.5f * (sorted[12] + sorted[13]));
+  ASSERT_TRUE(seven.ok());
+  EXPECT_EQ(seven->query.size(), 7u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, Sam3KeptMasks,
+                         testing::Values(Precision::F32, Precision::BF16, Precision::INT8),
+                         [](const testing::TestParamInfo<Precision>& i) {
+                           return std::string(precision_name(i.param));
+                         });
 
 TEST(Sam3ImageModel, LoadErrorsNameTheProblem) {
   TempDir dir;
