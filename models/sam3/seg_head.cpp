@@ -258,7 +258,7 @@ Expected<Tensor> SegHead::forward(const Tensor& level0, const Tensor& level1, co
 Tensor SegHead::run(const Tensor& level0, const Tensor& level1, const Tensor& memory,
                     const Tensor& prompt, const Tensor& prompt_valid, const Tensor& hs) {
   const SegHeadConfig& c = cfg_;
-  const int64_t d = c.d_model, g = c.grid, t = g * g, nh = c.heads, hd = d / nh, nq = hs.dim(0);
+  const int64_t d = c.d_model, g = c.grid, t = g * g, nh = c.heads, hd = d / nh, n = hs.dim(0);
   const int64_t np = prompt.dim(0);
   Backend& be = *backend_;
 
@@ -306,22 +306,22 @@ Tensor SegHead::run(const Tensor& level0, const Tensor& level1, const Tensor& me
   }
 
   // ---- per-query masks (F32: the folded instance embedding, load_weights) ----
-  Tensor a = arena_.get(qa_).slice(0, 0, nq), b = arena_.get(qb_).slice(0, 0, nq),
-         emb = arena_.get(emb_).slice(0, 0, nq);  // [n, d]
+  Tensor a = arena_.get(qa_).slice(0, 0, n), b = arena_.get(qb_).slice(0, 0, n),
+         emb = arena_.get(emb_).slice(0, 0, n);  // [n, d]
   be.linear(hs, *mask_embed_[0], a, Activation::Relu);
   be.linear(a, *mask_embed_[1], b, Activation::Relu);
   be.linear(b, *mask_embed_[2], emb, Activation::None);  // F32: W_i^T (W_2 b + b_2)
-  Tensor masks = arena_.get(masks_).slice(1, 0, nq);     // [1, n, 4g, 4g]
-  Tensor masks3 = masks.reshape({1, nq, 16 * t});
+  Tensor masks = arena_.get(masks_).slice(1, 0, n);      // [1, n, 4g, 4g]
+  Tensor masks3 = masks.reshape({1, n, 16 * t});
   if (instance_) {
     Tensor inst = map(inst_);  // [1, d, 4g, 4g]
     be.conv(prev, *instance_, inst, Activation::None);
-    be.matmul(emb.reshape({1, nq, d}), columns(inst_), masks3);
+    be.matmul(emb.reshape({1, n, d}), columns(inst_), masks3);
   } else {
-    Tensor bias = arena_.get(mask_bias_out_).slice(0, 0, nq);
-    be.linear(b, *mask_bias_, bias, Activation::None);  // [Q, 1]: emb . b_i
-    be.matmul(emb.reshape({1, nq, d}), columns(ups[1]), masks3);
-    be.add(masks3, bias.reshape({1, nq, 1}), masks3);
+    Tensor bias = arena_.get(mask_bias_out_).slice(0, 0, n);
+    be.linear(b, *mask_bias_, bias, Activation::None);  // [n, 1]: emb . b_i
+    be.matmul(emb.reshape({1, n, d}), columns(ups[1]), masks3);
+    be.add(masks3, bias.reshape({1, n, 1}), masks3);
   }
   return masks;
 }
