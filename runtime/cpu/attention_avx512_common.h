@@ -249,6 +249,23 @@ inline __m512 separable_bias16(const float* y, const float* x, int64_t grid_w, i
   return _mm512_maskz_add_ps(m, rows, cols);
 }
 
+// The bias of the 16 keys from j of one query row (row_bias), lanes outside
+// m zero: the separable parts' sums (walking `at`, the grid place of j, on
+// by 16 keys), a contiguous row's load, or a strided row a key at a time.
+inline __m512 bias16(const attention_detail::Problem& p, const attention_detail::RowBias& row,
+                     int64_t j, GridPos& at, __mmask16 m) {
+  if (row.y) {
+    const __m512 v = separable_bias16(row.y, row.x, p.grid_w, p.grid_h, at, m);
+    advance16(at, p.grid_w);
+    return v;
+  }
+  if (p.bias_stride[3] == 1) return _mm512_maskz_loadu_ps(m, row.full + j);
+  alignas(64) float tmp[16] = {};
+  for (int64_t l = 0; l < 16; ++l)
+    if (m >> l & 1) tmp[l] = row.full[(j + l) * p.bias_stride[3]];
+  return _mm512_load_ps(tmp);
+}
+
 // Max / sum of the 16 lanes, broadcast to all lanes.
 inline __m512 broadcast_max(__m512 v) {
   v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // swap 256-bit halves

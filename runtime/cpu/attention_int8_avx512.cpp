@@ -364,18 +364,7 @@ void softmax_row(const Problem& p, const Workspace& w, int64_t r, const RowBias&
     if (bias_row) {
       const int64_t j = key0 + 16 * c;
       const __mmask16 m = kMasked ? valid[c] : __mmask16(0xFFFF);
-      __m512 bias;
-      if (bias_row.y) {
-        bias = separable_bias16(bias_row.y, bias_row.x, p.grid_w, p.grid_h, at, m);
-        advance16(at, p.grid_w);
-      } else if (p.bias_stride[3] == 1) {
-        bias = _mm512_maskz_loadu_ps(m, bias_row.full + j);
-      } else {
-        alignas(64) float tmp[16] = {};
-        for (int64_t l = 0; l < 16; ++l)
-          if (m >> l & 1) tmp[l] = bias_row.full[(j + l) * p.bias_stride[3]];
-        bias = _mm512_load_ps(tmp);
-      }
+      const __m512 bias = bias16(p, bias_row, j, at, m);
       x = _mm512_fmadd_ps(bias, _mm512_set1_ps(kLog2e), x);
     }
     t[c] = kMasked ? _mm512_mask_blend_ps(valid[c], neg_inf, x) : x;
