@@ -28,6 +28,7 @@
 #include "runtime/backend.h"
 #include "runtime/cuda/functor_ops.h"
 #include "runtime/cuda/launch_host.h"
+#include "tests/ops/attention_test_util.h"
 
 namespace flick {
 namespace {
@@ -567,14 +568,7 @@ TEST_P(Functors, AttentionFallbackSeparableBias) {
   auto q = randn(dt(), {B, Lq, H, D}, 50, 0.08f), k = randn(dt(), {B, Lk, H, D}, 51, 0.08f),
        v = randn(dt(), {B, Lk, H, D}, 52);
   auto by = randn(DType::F32, {B, 1, Lq, Lk / W}, 53), bx = randn(DType::F32, {1, H, Lq, W}, 54);
-  OwnedTensor full(DType::F32, {B, H, Lq, Lk});
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < Lq; ++i)
-        for (int64_t j = 0; j < Lk; ++j)
-          full.t.ptr<float>()[((b * H + h) * Lq + i) * Lk + j] =
-              by.t.ptr<float>()[(b * Lq + i) * (Lk / W) + j / W] +
-              bx.t.ptr<float>()[(h * Lq + i) * W + j % W];
+  const OwnedTensor full = test::materialised_bias(by.t, bx.t, B, H);
   std::vector<float> s(static_cast<size_t>(H * Lq * Lk)), pbuf(static_cast<size_t>(H * Lq * Lk));
   auto mm = [&](const Tensor& a, const Tensor& b, Tensor& c) { ref->matmul(a, b, c); };
   AttentionParams sep, sum;

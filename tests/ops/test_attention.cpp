@@ -24,6 +24,7 @@
 #include "runtime/dtype.h"
 #include "runtime/ref/ops.h"
 #include "runtime/threads.h"
+#include "tests/ops/attention_test_util.h"
 
 namespace flick {
 namespace {
@@ -412,12 +413,7 @@ TEST_P(AttentionMasks, SeparableBiasIsItsSum) {
     OwnedTensor v = random4(in, {B, Lk, H, D}, rng, 1.f);
     OwnedTensor by = random4(DType::F32, {1, H, Lq, g.rows}, rng, 3.f);
     OwnedTensor bx = random4(DType::F32, {B, 1, Lq, g.w}, rng, 3.f);
-    OwnedTensor full(DType::F32, {B, H, Lq, Lk});
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < Lq; ++i)
-          for (int64_t j = 0; j < Lk; ++j)
-            set(full, {b, h, i, j}, get(by, {0, h, i, j / g.w}) + get(bx, {b, 0, i, j % g.w}));
+    const OwnedTensor full = test::materialised_bias(by.t, bx.t, B, H);
     OwnedTensor padding(DType::U8, {B, Lk});
     for (int64_t b = 0; b < B; ++b)
       for (int64_t j = 0; j < Lk; ++j)

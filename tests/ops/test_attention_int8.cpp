@@ -16,6 +16,7 @@
 #include "runtime/cpu/ops.h"
 #include "runtime/dtype.h"
 #include "runtime/ref/ops.h"
+#include "tests/ops/attention_test_util.h"
 
 namespace flick {
 namespace {
@@ -287,15 +288,7 @@ TEST_P(AttentionInt8Kernels, SeparableBiasIsItsSum) {
                 v = random4(in, {B, Lk, H, D}, rng, 1.f);
     OwnedTensor by = random4(DType::F32, {B, H, Lq, rows}, rng, 3.f);
     OwnedTensor bx = random4(DType::F32, {1, H, Lq, W}, rng, 3.f);
-    OwnedTensor full(DType::F32, {B, H, Lq, Lk});
-    float* f = full.t.ptr<float>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < Lq; ++i)
-          for (int64_t j = 0; j < Lk; ++j)
-            f[((b * H + h) * Lq + i) * Lk + j] =
-                by.t.ptr<float>()[((b * H + h) * Lq + i) * rows + j / W] +
-                bx.t.ptr<float>()[(h * Lq + i) * W + j % W];
+    const OwnedTensor full = test::materialised_bias(by.t, bx.t, B, H);
     OwnedTensor pad(DType::U8, {B, Lk});
     for (int64_t i = 0; i < pad.t.numel(); ++i) pad.t.ptr<uint8_t>()[i] = (i * 7 + 3) % 5 != 0;
     AttentionParams sep, sum;
