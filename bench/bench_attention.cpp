@@ -23,6 +23,7 @@ struct AttentionCase {
   int64_t batch, q_len, kv_len, heads, head_dim;
   const Kernel* kernel;
   bool int8 = false;       // cpu::attention_int8's kernels (BF16 inputs)
+  bool entry = false;      // cpu::attention itself (kernel: a label), which drops padded keys
   int64_t valid_keys = 0;  // > 0: a key padding mask keeps only the first valid_keys
   // An additive f32 bias: [B, H, Lq, Lk] (kFull), or separable over a
   // square grid of keys (kGrid: bias_y / bias_x [B, H, Lq, sqrt(Lk)]).
@@ -45,7 +46,8 @@ std::string case_name(const AttentionCase& c) {
                       std::to_string(c.heads) + "x" + std::to_string(c.head_dim);
   if (c.batch > 1) shape = std::to_string(c.batch) + "x" + shape;
   const char* kind = c.int8 ? "int8 " : c.dtype == DType::BF16 ? "bf16 " : "f32 ";
-  return std::string("attention ") + kind + c.what + " " + shape + " " + c.kernel->name;
+  return std::string("attention ") + kind + c.what + " " + shape + " " +
+         (c.entry ? "cpu::attention" : c.kernel->name);
 }
 
 // Empty where the case's kernel does not take the problem (the narrow-head
@@ -85,15 +87,17 @@ std::optional<BenchResult> run_case(const AttentionCase& c, const Peaks& peaks,
   namespace ad = cpu::attention_detail;
   Tensor o = out;
   const ad::Problem problem = ad::resolve_problem(q, k, v, o, params);
-  if (!ad::kernel_accepts(*c.kernel, problem)) return std::nullopt;
+  if (!c.entry && !ad::kernel_accepts(*c.kernel, problem)) return std::nullopt;
   auto call = [&] {
-    if (c.int8)
+    if (c.entry)
+      cpu::attention(q, k, v, out, params);
+    else if (c.int8)
       cpu::attention_int8_detail::attention_int8_with(*c.kernel, q, k, v, out, params);
     else
       cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, params);
   };
   call();  // warm-up: pages, per-thread scratch
-  const std::string kernel = c.kernel->name;
+  const std::string kernel = c.entry ? "" : c.kernel->name;
   const bool tiles = kernel == "amx" || kernel == "int8_amx";
   const PeakUnit unit = tiles                    ? PeakUnit::AmxBf16
                         : c.dtype == DType::BF16 ? PeakUnit::Bf16Dot
@@ -137,8 +141,10 @@ std::optional<BenchResult> run_case(const AttentionCase& c, const Peaks& peaks,
                   window_peak, start_peak > 0 ? 100.0 * result.rate / start_peak : 0.0);
     result.detail += detail;
   }
-  if (c.int8 ? &cpu::attention_int8_detail::select_kernel(problem) == c.kernel
-             : &ad::select_kernel(problem) == c.kernel)
+  if (c.entry)
+    result.detail += ", the visible keys only (padded ones dropped first)";
+  else if (c.int8 ? &cpu::attention_int8_detail::select_kernel(problem) == c.kernel
+                  : &ad::select_kernel(problem) == c.kernel)
     result.detail += c.int8 ? ", cpu::attention_int8's choice" : ", cpu::attention's choice";
   return result;
 }
@@ -185,6 +191,8 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
       // EOT and the geometry CLS) leaves 74 of the 78 keys padding.
       {"sam3 text 4 valid", 1, 5184, 78, 8, 32, true, 4},
       {"sam3 queries", 1, 201, 5184, 8, 32, true},
+      // The geometry encoder's CLS token over the image (3 layers a frame).
+      {"sam3 geometry", 1, 1, 5184, 8, 32, true},
       // ... as the pipeline runs it: with the boxRPB bias (separable over the
       // 72^2 grid), and with that bias materialised.
       {"sam3 queries rpb", 1, 201, 5184, 8, 32, true, 0, AttentionCase::Bias::kGrid},
@@ -214,6 +222,16 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
     if (s.f32 && narrow)
       cases.push_back({s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        &ad::kAvx512NarrowKernel});
+    // Key padding: also the public entry point, which drops padded keys
+    // before a kernel sees them (its row rated against the FMA or vdpbf16ps
+    // peak, whichever kernel runs the rest).
+    if (s.valid_keys > 0) {
+      cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
+                       bf16_kernels.front(), false, true});
+      if (s.f32)
+        cases.push_back({s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
+                         f32_kernel, false, true});
+    }
     for (size_t i = first; i < cases.size(); ++i) {
       cases[i].valid_keys = s.valid_keys;
       cases[i].bias = s.bias;

@@ -192,10 +192,12 @@ bool selected(const std::string& name, const BenchOptions& o) {
 std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptions& options) {
   // Matrix-Game's DiT (2640 tokens, 1536 wide) and EfficientSAM3's fusion
   // encoder / pixel decoder (5184 = 72^2 tokens, 256 wide, FFN 2048), and
-  // the GEMM of its neck's first 2x2 stride-2 transposed conv (1024 -> 4 x 512).
+  // the GEMM of its neck's first 2x2 stride-2 transposed conv (1024 -> 4 x 512);
+  // the f32 fusion FFN's 256-row chunks and a decoder linear over 201 queries.
   const LinearShape shapes[] = {{2640, 1536, 1536}, {2640, 1536, 8960}, {2640, 8960, 1536},
                                 {5184, 256, 256},   {5184, 256, 2048},  {5184, 2048, 256},
-                                {5184, 1024, 2048}};
+                                {5184, 1024, 2048}, {256, 256, 2048},   {256, 2048, 256},
+                                {201, 256, 256}};
   std::vector<BenchResult> results;
   for (Precision prec : {Precision::INT8, Precision::BF16, Precision::FP8, Precision::F32}) {
     for (const LinearShape& s : shapes) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "runtime/cpu/attention_kernels.h"
 #include "runtime/cpu/gemm.h"
@@ -474,13 +475,96 @@ void attention_with(const Kernel& kernel, const Tensor& q, const Tensor& k, cons
   run_kernel(kernel, resolve_problem(q, k, v, out, a));
 }
 
+namespace {
+
+// Rows `keys` of batch b of a K or V operand, copied to dst as [n, H, D].
+Operand gather_keys(const Operand& src, int64_t b, const std::vector<int64_t>& keys, int64_t heads,
+                    int64_t dim, char* dst) {
+  const int64_t es = static_cast<int64_t>(dtype_size(src.dtype));
+  const auto* base = static_cast<const char*>(src.data);
+  for (size_t r = 0; r < keys.size(); ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      const char* row =
+          base + (b * src.stride[0] + keys[r] * src.stride[1] + h * src.stride[2]) * es;
+      char* to = dst + (static_cast<int64_t>(r) * heads + h) * dim * es;
+      if (src.stride[3] == 1)
+        std::memcpy(to, row, static_cast<size_t>(dim * es));
+      else
+        for (int64_t e = 0; e < dim; ++e)
+          std::memcpy(to + e * es, row + e * src.stride[3] * es, static_cast<size_t>(es));
+    }
+  Operand o;
+  o.data = dst;
+  o.dtype = src.dtype;
+  const int64_t n = static_cast<int64_t>(keys.size());
+  o.stride[0] = n * heads * dim;
+  o.stride[1] = heads * dim;
+  o.stride[2] = dim;
+  o.stride[3] = 1;
+  return o;
+}
+
+// Keys that the key padding hides from every query of a batch take no part
+// in its softmax, yet a kernel scores them all and weighs them by 2^-inf.
+// Run without them: each batch on a copy of its visible K and V rows (no
+// padding left, so any kernel may take it), or with the padding dropped
+// where every key is visible. EfficientSAM3's text cross-attentions see 4 of
+// 78 prompt tokens for a one-word prompt. Only the summation order moves
+// (the same visible keys, the same products). Problems with a bias or a
+// causal mask (both indexed by key position) and batches with no visible
+// key (zeros, as the kernels write them) keep the kernels' own masking.
+bool run_visible_keys(const Problem& p) {
+  if (p.key_padding == nullptr || p.bias != nullptr || p.bias_y != nullptr || p.causal_block > 0)
+    return false;
+  std::vector<std::vector<int64_t>> visible(static_cast<size_t>(p.batch));
+  bool every_key = true;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    auto& keys = visible[static_cast<size_t>(b)];
+    for (int64_t j = 0; j < p.kv_len; ++j)
+      if (p.key_padding[b * p.key_padding_stride[0] + j * p.key_padding_stride[1]] != 0)
+        keys.push_back(j);
+    if (keys.empty()) return false;
+    every_key = every_key && static_cast<int64_t>(keys.size()) == p.kv_len;
+  }
+  if (every_key) {
+    Problem all = p;
+    all.key_padding = nullptr;
+    run_kernel(select_kernel(all), all);
+    return true;
+  }
+  thread_local HostBuffer copies;  // grown once, like thread_scratch
+  const size_t ke = dtype_size(p.k.dtype), ve = dtype_size(p.v.dtype);
+  const size_t row = static_cast<size_t>(p.heads * p.head_dim);
+  const size_t k_bytes = (static_cast<size_t>(p.kv_len) * row * ke + 63) / 64 * 64;
+  const size_t bytes = k_bytes + static_cast<size_t>(p.kv_len) * row * ve;
+  if (copies.size() < bytes) copies = HostBuffer(bytes);
+  auto* buf = static_cast<char*>(copies.data());
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const auto& keys = visible[static_cast<size_t>(b)];
+    Problem one = p;
+    one.batch = 1;
+    one.kv_len = static_cast<int64_t>(keys.size());
+    one.key_padding = nullptr;
+    one.q.data = static_cast<const char*>(p.q.data) +
+                 b * p.q.stride[0] * static_cast<int64_t>(dtype_size(p.q.dtype));
+    one.out = static_cast<char*>(p.out) +
+              b * p.out_stride[0] * static_cast<int64_t>(dtype_size(p.out_dtype));
+    one.k = gather_keys(p.k, b, keys, p.heads, p.head_dim, buf);
+    one.v = gather_keys(p.v, b, keys, p.heads, p.head_dim, buf + k_bytes);
+    run_kernel(select_kernel(one), one);
+  }
+  return true;
+}
+
+}  // namespace
+
 }  // namespace attention_detail
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                const AttentionParams& p) {
   using namespace attention_detail;
   const Problem problem = resolve_problem(q, k, v, out, p);
-  run_kernel(select_kernel(problem), problem);
+  if (!run_visible_keys(problem)) run_kernel(select_kernel(problem), problem);
 }
 
 }  // namespace flick::cpu

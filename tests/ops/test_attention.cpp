@@ -531,6 +531,66 @@ TEST(Attention, PublicEntryPointMatchesReference) {
   expect_close(got, want, tolerance(used, true, DType::BF16, max_abs(v)), "cpu::attention");
 }
 
+// The public entry point runs a key-padded problem (no bias, no causal mask)
+// on each batch's visible keys only: the padded K and V rows are never read
+// (NaN there changes nothing), the output matches the reference on clean
+// inputs, and so it does where every key is visible (the padding dropped).
+// A batch with no visible key keeps the kernels' masking: zeros.
+// EfficientSAM3's text cross-attention: 5184 queries, 4 of 78 keys visible.
+TEST(Attention, PublicEntryPointReadsOnlyVisibleKeys) {
+  std::mt19937 rng(8);
+  const int64_t B = 3, Lk = 78, H = 8, D = 32;
+  for (DType in : {DType::F32, DType::BF16})
+    for (int64_t Lq : {5, 300}) {
+      // k and v as slices of one fused [B, Lk, 2, H, D] projection.
+      OwnedTensor kv = random4(in, {B * Lk, 2, H, D}, rng, 2.f);
+      const Tensor fused = kv.t.reshape({B, Lk, 2, H, D});
+      const Tensor k = fused.select(2, 0), v = fused.select(2, 1);
+      OwnedTensor q = random4(in, {B, Lq, H, D}, rng, 2.f);
+      OwnedTensor padding(DType::U8, {B, Lk});
+      uint8_t* pad = padding.t.ptr<uint8_t>();
+      for (int64_t j = 0; j < Lk; ++j) {
+        pad[j] = j < 4;                // batch 0: a one-word prompt's 4 tokens
+        pad[Lk + j] = 1;               // batch 1: every key
+        pad[2 * Lk + j] = j % 3 != 1;  // batch 2: holes
+      }
+      AttentionParams params;
+      params.key_padding = padding;
+      OwnedTensor want(DType::F32, {B, Lq, H, D});
+      ref::attention(q, k, v, want, params);
+      // NaN in every padded key and value row.
+      OwnedTensor dirty(in, {B * Lk, 2, H, D});
+      std::memcpy(dirty.t.data, kv.t.data, kv.t.nbytes());
+      const Tensor dfused = dirty.t.reshape({B, Lk, 2, H, D});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < Lk; ++j)
+          if (pad[b * Lk + j] == 0)
+            for (int64_t t = 0; t < 2; ++t)
+              for (int64_t h = 0; h < H; ++h)
+                for (int64_t e = 0; e < D; ++e)
+                  set(dfused, {b, j, t, h, e}, std::numeric_limits<float>::quiet_NaN());
+      OwnedTensor got(DType::F32, {B, Lq, H, D});
+      cpu::attention(q, dfused.select(2, 0), dfused.select(2, 1), got, params);
+      const std::string what = dt(in) + " Lq " + std::to_string(Lq);
+      // The loosest bound of the kernels that may run.
+      const Tolerance tol = tolerance(cpu::attention_detail::kAvx512Kernel, in == DType::BF16,
+                                      DType::F32, max_abs(v));
+      expect_close(got, want, tol, what + ", padded rows NaN");
+
+      for (int64_t j = 0; j < Lk; ++j) pad[j] = pad[2 * Lk + j] = 1;
+      ref::attention(q, k, v, want, params);
+      cpu::attention(q, k, v, got, params);
+      expect_close(got, want, tol, what + ", every key visible");
+
+      for (int64_t j = 0; j < Lk; ++j) pad[Lk + j] = 0;  // batch 1: none visible
+      ref::attention(q, k, v, want, params);
+      cpu::attention(q, k, v, got, params);
+      expect_close(got, want, tol, what + ", a batch with no visible key");
+      for (int64_t i = 0; i < Lq * H * D; ++i)
+        ASSERT_EQ(got.t.ptr<float>()[Lq * H * D + i], 0.f) << what;
+    }
+}
+
 // Every kernel runs with MXCSR's flush-to-zero and denormals-are-zero set
 // (the softmax's 2^x of masked keys underflows, an Intel core's slow path
 // otherwise), and must hand each thread back its floating-point mode: after
