@@ -117,8 +117,11 @@ Workspace carve(const Problem& p, void* scratch) {
 // K of (b, h) -> [ceil(Lk/16)][U][16] units (keys past Lk are zero).
 template <class M>
 void pack_k(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint32_t* dst) {
+  const int64_t row_bytes = p.head_dim * (p.k.dtype == DType::F32 ? 4 : 2);
   for (int64_t j = 0; j < d.kvecs * 16; ++j) {
     uint32_t* col = dst + (j / 16) * d.units * 16 + j % 16;
+    if (j + kPrefetchKeys < p.kv_len)
+      prefetch_row(element(p.k, b, j + kPrefetchKeys, h), row_bytes);
     if (j < p.kv_len) {
       pack_row<M>(p.k, element(p.k, b, j, h), p.head_dim, d.units, col, 16);
     } else {

@@ -163,10 +163,12 @@ __m512 exp2_p(__m512 x) {
 // The online-softmax step of the tile over the nk keys of S^T: running max,
 // alpha and sum per query lane, P^T as units. bf16: unit (u, q) holds P of
 // keys 2u and 2u + 1 for query q, rounded to bf16 (an odd tail pairs with 0).
+// Returns whether any lane's max moved (else every alpha is 1).
 template <class M>
-void softmax_block(const Problem& p, const Workspace& w, int64_t nk, const __m512* m) {
+bool softmax_block(const Problem& p, const Workspace& w, int64_t nk, const __m512* m) {
   const __m512 scale = _mm512_set1_ps(std::fabs(p.scale) * kLog2e);  // Q negated if < 0
   __m512 shift[kQv], sum[kQv];
+  bool any_moved = false;
   // m: the block max of the raw scores (scores()): scaling by a positive
   // constant keeps the order, so max(s) * scale is the max of the scaled
   // scores, bit for bit.
@@ -178,8 +180,10 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t nk, const __m51
     // block's old max is -inf (2^-inf = 0, O^T and the sum are zero anyway).
     const __mmask16 moved = _mm512_cmp_ps_mask(new_max, old_max, _CMP_NEQ_UQ);
     __m512 alpha = _mm512_set1_ps(1.f);
-    if (moved != 0)
+    if (moved != 0) {
       alpha = _mm512_mask_mov_ps(alpha, moved, exp2_neg(_mm512_sub_ps(old_max, new_max)));
+      any_moved = true;
+    }
     _mm512_store_ps(w.alpha + 16 * c, alpha);
     _mm512_store_ps(w.max + 16 * c, new_max);
     shift[c] = new_max;
@@ -219,16 +223,19 @@ void softmax_block(const Problem& p, const Workspace& w, int64_t nk, const __m51
   }
 #pragma GCC unroll 4
   for (int c = 0; c < kQv; ++c) _mm512_store_ps(w.sum + 16 * c, sum[c]);
+  return any_moved;
 }
 
-// O^T = O^T * alpha + V^T[:, key0 .. key0 + nk) P^T.
+// O^T = O^T * alpha + V^T[:, key0 .. key0 + nk) P^T; `rescale` false when
+// every alpha is 1 (once the running maxes settle, most blocks): O^T is then
+// loaded as it is, without the multiply by 1.
 template <class M>
-void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t nk) {
+void accumulate_pv(const Workspace& w, const Dims<M>& d, int64_t key0, int64_t nk, bool rescale) {
   const int64_t units = ceil_div(nk, M::kPerUnit);
   const uint32_t* vb = w.vt + key0 / M::kPerUnit;
   for (int64_t e = 0; e < d.dp; e += kORows)
     tile_gemm<M, kORows, kQv>(vb + e * d.vunits, d.vunits, w.pt, kTq, 16, units, w.ot + e * kTq,
-                              kTq, nullptr, w.alpha);
+                              kTq, nullptr, rescale ? w.alpha : nullptr, nullptr, !rescale);
 }
 
 // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] for the tile's rows. BF16
@@ -288,8 +295,8 @@ void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b,
     const int64_t nk = min64(kKb, p.kv_len - key0);
     __m512 bmax[kQv];
     scores<M>(w, d, key0, nk, bmax);
-    softmax_block<M>(p, w, nk, bmax);
-    accumulate_pv<M>(w, d, key0, nk);
+    const bool rescale = softmax_block<M>(p, w, nk, bmax);
+    accumulate_pv<M>(w, d, key0, nk, rescale);
   }
   store_rows(p, w, b, h, row0, rows);
 }
