@@ -130,6 +130,7 @@ struct Workspace {
   int32_t* key_end;  // visible keys [0, key_end) of each query
   uint8_t* rescale;  // whether alpha differs from 1 in some lane
   Step* steps;
+  float* bias_t;  // a separable bias's parts per group: [kRows / 16][grid_h + grid_w][16]
 };
 
 // The workspace in `scratch`; with scratch null, only its size in *bytes.
@@ -140,7 +141,7 @@ Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   w.k = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dchunks * 32) * 2));
   w.vt = reinterpret_cast<uint16_t*>(sl.take(size_t(d.kv_pad * d.dtiles * 16) * 2));
   w.qt = reinterpret_cast<uint16_t*>(sl.take(size_t(kRows * d.dchunks * 32) * 2));
-  take_step_buffers(sl, w, d.dtiles, d.blocks);
+  take_step_buffers(sl, w, d.dtiles, d.blocks, p);
   if (bytes != nullptr) *bytes = sl.used;
   return w;
 }

@@ -219,26 +219,39 @@ inline __m512 bias_lanes(const attention_detail::Problem& p, int64_t b, int64_t 
   return _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896340736f));
 }
 
-// bias[b, h, q0 + lane, j0 + e] * log2(e) as out[e] for the 16 keys from j0:
-// 16 query rows of 16 contiguous keys (or their separable parts' sums),
-// transposed, instead of two gathers per key (bias_lanes). Lanes outside
-// `real` and keys past Lk are 0. A full bias needs bias_stride[3] == 1.
+// bias[b, h, q0 + lane, j0 + e] * log2(e) as out[e] for the 16 keys from j0.
+// A separable bias: the sum of the group's transposed parts (parts:
+// transpose_bias_parts) rows y and grid_h + x of each key, rounded once as a
+// materialised bias is. A full one: 16 query rows of 16 contiguous keys,
+// transposed, instead of two gathers per key (bias_lanes); it needs
+// bias_stride[3] == 1. Lanes outside `real` and keys past Lk are 0.
 inline void bias_tile(const attention_detail::Problem& p, int64_t b, int64_t h, int64_t q0,
-                      int64_t j0, __mmask16 real, __m512 out[16]) {
+                      int64_t j0, __mmask16 real, const float* parts, __m512 out[16]) {
   const __mmask16 keys = first_lanes(p.kv_len - j0);
-  const avx512_attention::GridPos at =
-      p.bias_y ? avx512_attention::grid_pos(j0, p.grid_w) : avx512_attention::GridPos{0, 0};
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896340736f);
+  if (p.bias_y) {
+    avx512_attention::GridPos at = avx512_attention::grid_pos(j0, p.grid_w);
+    for (int e = 0; e < 16; ++e) {
+      out[e] = _mm512_setzero_ps();
+      if (!(keys >> e & 1)) continue;
+      const __m512 sum = _mm512_add_ps(_mm512_load_ps(parts + at.y * 16),
+                                       _mm512_load_ps(parts + (p.grid_h + at.x) * 16));
+      out[e] = _mm512_mul_ps(sum, log2e);
+      if (++at.x == p.grid_w) {
+        at.x = 0;
+        ++at.y;
+      }
+    }
+    return;
+  }
   __m512i rows[16];
   for (int n = 0; n < 16; ++n) {
     rows[n] = _mm512_setzero_si512();
     if (!(real >> n & 1)) continue;
     const attention_detail::RowBias r = attention_detail::row_bias(p, b, h, q0 + n);
-    rows[n] = _mm512_castps_si512(
-        r.y ? avx512_attention::separable_bias16(r.y, r.x, p.grid_w, p.grid_h, at, keys)
-            : _mm512_maskz_loadu_ps(keys, r.full + j0));
+    rows[n] = _mm512_castps_si512(_mm512_maskz_loadu_ps(keys, r.full + j0));
   }
   transpose16(rows);
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896340736f);
   for (int e = 0; e < 16; ++e) out[e] = _mm512_mul_ps(_mm512_castsi512_ps(rows[e]), log2e);
 }
 
@@ -339,12 +352,42 @@ struct GroupState {
   int64_t dtiles;
 };
 
+// Rows of a separable bias's parts a group keeps transposed: grid_h + grid_w
+// (0 without one).
+inline int64_t bias_parts(const attention_detail::Problem& p) {
+  return p.bias_y != nullptr ? p.grid_h + p.grid_w : 0;
+}
+
+// A separable bias's parts of the item's queries [row0, row0 + rows),
+// transposed per group of 16: bias_t[g][y][lane] = bias_y[b, h, row0 + 16 g +
+// lane, y], then [g][grid_h + x][lane] = bias_x[...]; lanes past Lq zero.
+// A 16 x 16 score tile's bias is then two rows of it a key (bias_tile)
+// instead of every query row's parts gathered and transposed per tile.
+inline void transpose_bias_parts(const attention_detail::Problem& p, int64_t b, int64_t h,
+                                 int64_t row0, int64_t rows, float* bias_t) {
+  const int64_t parts = bias_parts(p);
+  if (parts == 0) return;
+  for (int64_t g = 0; g * kGroup < rows; ++g) {
+    float* t = bias_t + g * parts * 16;
+    for (int64_t n = 0; n < 16; ++n) {
+      const int64_t row = row0 + g * kGroup + n;
+      if (row >= p.q_len) {
+        for (int64_t e = 0; e < parts; ++e) t[e * 16 + n] = 0.f;
+        continue;
+      }
+      const attention_detail::RowBias r = attention_detail::row_bias(p, b, h, row);
+      for (int64_t y = 0; y < p.grid_h; ++y) t[y * 16 + n] = r.y[y];
+      for (int64_t x = 0; x < p.grid_w; ++x) t[(p.grid_h + x) * 16 + n] = r.x[x];
+    }
+  }
+}
+
 // The workspace's per-item buffers, taken in this order after the kernel's
 // own: S^T and P^T of two steps, O^T, the group state and the schedule of
 // `blocks` key blocks.
 template <class Workspace>
 void take_step_buffers(attention_detail::ScratchLayout& sl, Workspace& w, int64_t dtiles,
-                       int64_t blocks) {
+                       int64_t blocks, const attention_detail::Problem& p) {
   const size_t groups = kRows / kGroup;
   for (auto& s : w.s) s = reinterpret_cast<float*>(sl.take(kBlock * kPair * 4));
   for (auto& p_buf : w.p) p_buf = reinterpret_cast<uint16_t*>(sl.take(kBlock * kPair * 2));
@@ -355,6 +398,7 @@ void take_step_buffers(attention_detail::ScratchLayout& sl, Workspace& w, int64_
   w.key_end = reinterpret_cast<int32_t*>(sl.take(groups * 64));
   w.rescale = reinterpret_cast<uint8_t*>(sl.take(groups));
   w.steps = reinterpret_cast<Step*>(sl.take(size_t(blocks * (kRows / kPair)) * sizeof(Step)));
+  w.bias_t = reinterpret_cast<float*>(sl.take(size_t(groups * bias_parts(p) * 16) * 4));
 }
 
 // Resets the state of queries [row0, row0 + rows) of (b, .) and writes their
@@ -536,7 +580,9 @@ __m512 masked_scores(Run& r, const Step& s, int64_t g, float* scores, int64_t kt
   __m512 bmax = neg_inf;
   for (int64_t kt = 0; kt < ktiles; ++kt) {
     const int64_t j0 = s.key0 + kt * 16;
-    if (tiled_bias && j0 < p.kv_len) bias_tile(p, r.b_, r.h_, r.row0_ + g * 16, j0, real, bias);
+    if (tiled_bias && j0 < p.kv_len)
+      bias_tile(p, r.b_, r.h_, r.row0_ + g * 16, j0, real, r.w_.bias_t + g * bias_parts(p) * 16,
+                bias);
     for (int e = 0; e < 16; ++e) {
       const int64_t j = j0 + e;
       const __mmask16 m =
@@ -727,6 +773,7 @@ class WorkItem {
     Run& self = static_cast<Run&>(*this);
     const int64_t rows = p_.q_len - row0_ < kRows ? p_.q_len - row0_ : kRows;
     self.pack_queries(rows, 2 * ((rows + kPair - 1) / kPair));
+    transpose_bias_parts(p_, b_, h_, row0_, rows, w_.bias_t);
     const int64_t nsteps = plan_steps(p_, b_, row0_, rows, kBlock, reverse_, state_, w_.steps);
     run_pipeline(self, w_.steps, nsteps, {kLazyLog2, kLazySum});
     // out[b, row0 + q, h, :] = O^T[:, q] / sum[q] (zero where nothing was visible).

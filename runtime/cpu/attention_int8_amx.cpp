@@ -115,6 +115,7 @@ struct Workspace {
   int32_t* key_end;
   uint8_t* rescale;
   Step* steps;
+  float* bias_t;  // a separable bias's parts per group: [kRows / 16][grid_h + grid_w][16]
 };
 
 Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
@@ -133,7 +134,7 @@ Workspace carve(const Problem& p, void* scratch, size_t* bytes) {
   w.qscale = reinterpret_cast<float*>(sl.take(kRows * 4));
   w.qt = reinterpret_cast<int8_t*>(sl.take(kRows * ld));
   w.qs = reinterpret_cast<float*>(sl.take(kRows * 4));
-  take_step_buffers(sl, w, d.dtiles, d.blocks);
+  take_step_buffers(sl, w, d.dtiles, d.blocks, p);
   if (bytes != nullptr) *bytes = sl.used;
   return w;
 }
