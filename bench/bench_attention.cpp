@@ -22,8 +22,10 @@ struct AttentionCase {
   DType dtype;
   int64_t batch, q_len, kv_len, heads, head_dim;
   const Kernel* kernel;
-  bool int8 = false;       // cpu::attention_int8's kernels (BF16 inputs)
-  bool entry = false;      // cpu::attention itself (kernel: a label), which drops padded keys
+  bool int8 = false;  // cpu::attention_int8's kernels (BF16 inputs)
+  // cpu::attention itself, which drops padded keys first; kernel: the one it
+  // picks for the dtype on this host, whose peak rates the row.
+  bool entry = false;
   int64_t valid_keys = 0;  // > 0: a key padding mask keeps only the first valid_keys
   // An additive f32 bias: [B, H, Lq, Lk] (kFull), or separable over a
   // square grid of keys (kGrid: bias_y / bias_x [B, H, Lq, sqrt(Lk)]).
@@ -97,7 +99,7 @@ std::optional<BenchResult> run_case(const AttentionCase& c, const Peaks& peaks,
       cpu::attention_detail::attention_with(*c.kernel, q, k, v, out, params);
   };
   call();  // warm-up: pages, per-thread scratch
-  const std::string kernel = c.entry ? "" : c.kernel->name;
+  const std::string kernel = c.kernel->name;
   const bool tiles = kernel == "amx" || kernel == "int8_amx";
   const PeakUnit unit = tiles                    ? PeakUnit::AmxBf16
                         : c.dtype == DType::BF16 ? PeakUnit::Bf16Dot
@@ -142,9 +144,9 @@ std::optional<BenchResult> run_case(const AttentionCase& c, const Peaks& peaks,
     result.detail += detail;
   }
   if (c.entry)
-    result.detail += ", the visible keys only (padded ones dropped first)";
+    result.detail += ", the visible keys only (padded ones dropped first; rate dense-equivalent)";
   else if (c.int8 ? &cpu::attention_int8_detail::select_kernel(problem) == c.kernel
-                  : &ad::select_kernel(problem) == c.kernel)
+                  : ad::visible_keys(problem).empty() && &ad::select_kernel(problem) == c.kernel)
     result.detail += c.int8 ? ", cpu::attention_int8's choice" : ", cpu::attention's choice";
   return result;
 }
@@ -223,8 +225,7 @@ std::vector<BenchResult> run_attention_benches(const Peaks& peaks, const BenchOp
       cases.push_back({s.what, DType::F32, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        &ad::kAvx512NarrowKernel});
     // Key padding: also the public entry point, which drops padded keys
-    // before a kernel sees them (its row rated against the FMA or vdpbf16ps
-    // peak, whichever kernel runs the rest).
+    // before the dtype's kernel sees them.
     if (s.valid_keys > 0) {
       cases.push_back({s.what, DType::BF16, s.batch, s.q_len, s.kv_len, s.heads, s.head_dim,
                        bf16_kernels.front(), false, true});

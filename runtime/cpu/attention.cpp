@@ -504,28 +504,39 @@ Operand gather_keys(const Operand& src, int64_t b, const std::vector<int64_t>& k
   return o;
 }
 
-// Keys that the key padding hides from every query of a batch take no part
-// in its softmax, yet a kernel scores them all and weighs them by 2^-inf.
-// Run without them: each batch on a copy of its visible K and V rows (no
-// padding left, so any kernel may take it), or with the padding dropped
-// where every key is visible. EfficientSAM3's text cross-attentions see 4 of
-// 78 prompt tokens for a one-word prompt. Only the summation order moves
-// (the same visible keys, the same products). Problems with a bias or a
-// causal mask (both indexed by key position) and batches with no visible
-// key (zeros, as the kernels write them) keep the kernels' own masking.
-bool run_visible_keys(const Problem& p) {
+}  // namespace
+
+std::vector<std::vector<int64_t>> visible_keys(const Problem& p) {
   if (p.key_padding == nullptr || p.bias != nullptr || p.bias_y != nullptr || p.causal_block > 0)
-    return false;
+    return {};
   std::vector<std::vector<int64_t>> visible(static_cast<size_t>(p.batch));
-  bool every_key = true;
   for (int64_t b = 0; b < p.batch; ++b) {
     auto& keys = visible[static_cast<size_t>(b)];
     for (int64_t j = 0; j < p.kv_len; ++j)
       if (p.key_padding[b * p.key_padding_stride[0] + j * p.key_padding_stride[1]] != 0)
         keys.push_back(j);
-    if (keys.empty()) return false;
-    every_key = every_key && static_cast<int64_t>(keys.size()) == p.kv_len;
+    if (keys.empty()) return {};
   }
+  return visible;
+}
+
+namespace {
+
+// Keys that the key padding hides from every query of a batch take no part
+// in its softmax, yet a kernel scores them all and weighs them by 2^-inf.
+// Run without them (visible_keys): each batch on a copy of its visible K and
+// V rows (no padding left, so any kernel may take it), or with the padding
+// dropped where every key is visible. EfficientSAM3's text cross-attentions
+// see 4 of 78 prompt tokens for a one-word prompt. Only the summation order
+// moves (the same visible keys, the same products). Problems with a bias or
+// a causal mask (both indexed by key position) and batches with no visible
+// key (zeros, as the kernels write them) keep the kernels' own masking.
+bool run_visible_keys(const Problem& p) {
+  const std::vector<std::vector<int64_t>> visible = visible_keys(p);
+  if (visible.empty()) return false;
+  bool every_key = true;
+  for (const auto& keys : visible)
+    every_key = every_key && static_cast<int64_t>(keys.size()) == p.kv_len;
   if (every_key) {
     Problem all = p;
     all.key_padding = nullptr;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -176,6 +177,10 @@ void run_kernel_items(const char* op, const Kernel& kernel, const Problem& p, bo
 // narrow-head one where it accepts p and both lengths are >= 256, else the
 // general AVX-512 one; without AVX-512 BF16 the portable one.
 const Kernel& select_kernel(const Problem& p);
+// Each batch's visible keys where cpu::attention runs p on those alone
+// rather than on select_kernel(p) with its key padding: a key padding, no
+// bias or causal mask, and every batch seeing some key. Empty otherwise.
+std::vector<std::vector<int64_t>> visible_keys(const Problem& p);
 
 // cpu::attention with a chosen kernel, which must accept the problem (tests
 // and benchmarks run every path).
