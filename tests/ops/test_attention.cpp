@@ -660,7 +660,7 @@ void check_sampled_rows(ModelShape m, DType in) {
     const bool amx = in == DType::BF16 && cpu::attention_detail::amx_bf16_supported() &&
                      cpu::amx_not_capped() && !tiny;
     const bool short_keys = m.Lk <= cpu::attention_detail::kShortKeys;
-    const bool narrow = m.D <= 32 && m.Lq >= 256 && m.Lk >= 256;
+    const bool narrow = m.D <= 32 && m.Lq >= 192 && m.Lk >= 256;
     EXPECT_STREQ(used.name, amx          ? "amx"
                             : short_keys ? "avx512_short"
                             : narrow     ? "avx512_narrow"
@@ -985,11 +985,13 @@ TEST(AttentionAmx, RisingAndFallingScores) {
 
 // ---------------------------------------------------------------------------
 // The narrow-head kernel (head_dim <= 32, lanes over queries): taken for
-// plain problems only, and exact to the bound at shapes that cross its query
-// tiles (64), key blocks (64, odd tails that pair a key with nothing) and
-// odd head dims, with the running max rising and falling across blocks.
+// problems without key padding or causal masking (with or without a bias),
+// and exact to the bound at shapes that cross its query tiles (64, and last
+// tiles of 1-4 vectors), key blocks (64, odd tails that pair a key with
+// nothing) and odd head dims, with the running max rising and falling across
+// blocks.
 
-TEST(AttentionNarrow, TakesPlainNarrowProblemsOnly) {
+TEST(AttentionNarrow, TakesUnmaskedNarrowProblemsOnly) {
   const Kernel& narrow = cpu::attention_detail::kAvx512NarrowKernel;
   std::mt19937 rng(21);
   OwnedTensor q = random4(DType::BF16, {1, 70, 2, 32}, rng, 1.f);
@@ -999,6 +1001,14 @@ TEST(AttentionNarrow, TakesPlainNarrowProblemsOnly) {
   AttentionParams causal;
   causal.causal_block = 8;
   EXPECT_FALSE(accepts(narrow, q, k, k, out, causal));
+  OwnedTensor padding(DType::U8, {1, 90});
+  AttentionParams padded;
+  padded.key_padding = padding;
+  EXPECT_FALSE(accepts(narrow, q, k, k, out, padded));
+  OwnedTensor bias = random4(DType::F32, {1, 2, 70, 90}, rng, 1.f);
+  AttentionParams biased;
+  biased.bias = bias;
+  EXPECT_TRUE(accepts(narrow, q, k, k, out, biased));
   OwnedTensor q64 = random4(DType::BF16, {1, 70, 2, 64}, rng, 1.f);
   OwnedTensor k64 = random4(DType::BF16, {1, 90, 2, 64}, rng, 1.f);
   OwnedTensor out64(DType::BF16, {1, 70, 2, 64});
@@ -1006,8 +1016,10 @@ TEST(AttentionNarrow, TakesPlainNarrowProblemsOnly) {
 }
 
 TEST(AttentionNarrow, OddShapesMatchReference) {
+  // Last query tiles of 2, 1, 1, 4, 1, 1, 3 and 2 vectors.
   const SweepCase cases[] = {{2, 130, 200, 3, 32}, {1, 65, 63, 2, 31}, {1, 64, 129, 1, 17},
-                             {1, 127, 65, 2, 8},   {3, 1, 1, 1, 32},   {1, 200, 1000, 2, 32}};
+                             {1, 127, 65, 2, 8},   {3, 1, 1, 1, 32},   {1, 200, 1000, 2, 32},
+                             {1, 100, 70, 2, 32},  {2, 90, 33, 1, 20}};
   std::mt19937 rng(22);
   for (DType in : {DType::F32, DType::BF16})
     for (const SweepCase& c : cases) {
@@ -1035,6 +1047,62 @@ TEST(AttentionNarrow, NegativeScaleMatchesReference) {
     AttentionParams params;
     params.scale = -0.9f;
     check_against_ref(q, k, v, DType::F32, params, dt(in) + " scale -0.9");
+  }
+}
+
+// Biases on the narrow kernel, against the reference: a full one broadcast
+// over the batch (with -inf keys, and one query row that sees only -inf:
+// zeros), a full one with keys strided (transposed layout), and
+// EfficientSAM3's separable boxRPB on its 201 decoder queries (a last tile of
+// one vector) over a 72-wide grid; V contiguous (packed by transposes) and
+// with head_dim strided (packed element by element).
+TEST(AttentionNarrow, BiasesMatchReference) {
+  const Kernel& narrow = cpu::attention_detail::kAvx512NarrowKernel;
+  if (!cpu::attention_detail::avx512_bf16_supported()) GTEST_SKIP() << "no AVX-512 BF16";
+  std::mt19937 rng(25);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType in : {DType::F32, DType::BF16}) {
+    const int64_t B = 2, Lq = 201, H = 2, D = 32, gh = 3, gw = 72, Lk = gh * gw;
+    OwnedTensor q = random4(in, {B, Lq, H, D}, rng, 2.f);
+    OwnedTensor k = random4(in, {B, Lk, H, D}, rng, 2.f);
+    OwnedTensor v = random4(in, {B, Lk, H, D}, rng, 1.f);
+    OwnedTensor vt = random4(in, {B, Lk, D, H}, rng, 1.f);
+    const Tensor v_strided = vt.t.permute({0, 1, 3, 2});
+    const float vmax = std::max(max_abs(v), max_abs(vt));
+
+    OwnedTensor full = random4(DType::F32, {1, H, Lq, Lk}, rng, 3.f);
+    for (int64_t j = 0; j < Lk; ++j) {
+      if (j % 7 == 3) set(full, {0, 0, 5, j}, -inf);
+      set(full, {0, 1, 130, j}, -inf);  // row 130 of head 1 sees nothing
+    }
+    OwnedTensor full_t = random4(DType::F32, {B, H, Lk, Lq}, rng, 3.f);
+    OwnedTensor by = random4(DType::F32, {1, H, Lq, gh}, rng, 3.f);
+    OwnedTensor bx = random4(DType::F32, {B, 1, Lq, gw}, rng, 3.f);
+    AttentionParams a, b, c;
+    a.bias = full;
+    b.bias = full_t.t.permute({0, 1, 3, 2});
+    c.bias_y = by;
+    c.bias_x = bx;
+    struct Case {
+      const AttentionParams& params;
+      const char* name;
+    };
+    for (const Case& cs :
+         {Case{a, "bias with -inf"}, Case{b, "bias transposed"}, Case{c, "separable bias"}})
+      for (const Tensor& vv : {v.t, v_strided}) {
+        const std::string what = dt(in) + " " + cs.name + (vv.stride(3) == 1 ? "" : ", V strided");
+        OwnedTensor want(DType::F32, {B, Lq, H, D}), got(DType::F32, {B, Lq, H, D});
+        ref::attention(q, k, vv, want, cs.params);
+        ASSERT_TRUE(accepts(narrow, q, k, vv, got, cs.params)) << what;
+        cpu::attention_detail::attention_with(narrow, q, k, vv, got, cs.params);
+        expect_close(got, want, tolerance(narrow, in == DType::BF16, DType::F32, vmax), what);
+        if (&cs.params != &a) continue;
+        for (int64_t bb = 0; bb < B; ++bb) {
+          for (int64_t e = 0; e < D; ++e) {
+            ASSERT_EQ(got.t.ptr<float>()[((bb * Lq + 130) * H + 1) * D + e], 0.f) << what;
+          }
+        }
+      }
   }
 }
 
