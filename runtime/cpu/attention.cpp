@@ -456,13 +456,16 @@ bool amx_pays_off(const Problem& p) { return p.q_len >= 8 || p.kv_len >= 64; }
 // 5184 x 5184 self-attention bf16 199 -> 168 ms, f32 329 -> 300 ms; its 201
 // queries x 5184 keys bf16 8.4 -> 10.5 ms; 5184 queries x 78 text tokens
 // f32 7.4 -> 8.9 ms (bf16 4.3 -> 3.9). Since its last query tile runs on
-// the vectors it fills and V^T is packed by transposes, it also wins at the
-// decoder's 201 queries x 5184 keys (Emerald Rapids, 2 threads, f32: plain
-// 8.5 -> 7.7 ms, with the boxRPB bias 9.9 -> 8.7 ms). A full bias it
-// transposes per key block element by element (no model gives it one), so
-// those stay on the general kernel (13.2 vs 15.4 ms there).
+// the vectors it fills and V^T is packed by transposes, it also wins in f32
+// at the decoder's 201 queries x 5184 keys (Emerald Rapids, 2 threads, five
+// alternated runs: plain 6.1-11.1 -> 4.7-10.2 ms, with the boxRPB bias
+// 6.9-12.2 -> 5.9-9.1 ms); in bf16 (vdpbf16ps, the Zen path) it was level
+// with the general kernel there, which Zen 4 measured faster before, so bf16
+// keeps the 256-query bound. A full bias it transposes per key block element
+// by element (no model gives it one): those stay on the general kernel.
 bool narrow_pays_off(const Problem& p) {
-  return p.q_len >= 192 && p.kv_len >= 256 && p.bias == nullptr;
+  const int64_t min_queries = p.bf16_inputs ? 256 : 192;
+  return p.q_len >= min_queries && p.kv_len >= 256 && p.bias == nullptr;
 }
 
 }  // namespace

@@ -660,7 +660,7 @@ void check_sampled_rows(ModelShape m, DType in) {
     const bool amx = in == DType::BF16 && cpu::attention_detail::amx_bf16_supported() &&
                      cpu::amx_not_capped() && !tiny;
     const bool short_keys = m.Lk <= cpu::attention_detail::kShortKeys;
-    const bool narrow = m.D <= 32 && m.Lq >= 192 && m.Lk >= 256;
+    const bool narrow = m.D <= 32 && m.Lq >= (in == DType::BF16 ? 256 : 192) && m.Lk >= 256;
     EXPECT_STREQ(used.name, amx          ? "amx"
                             : short_keys ? "avx512_short"
                             : narrow     ? "avx512_narrow"
