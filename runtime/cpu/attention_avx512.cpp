@@ -130,27 +130,6 @@ void pack_k(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint32_t* 
   }
 }
 
-// Interleaves two contiguous bf16 rows: dst[e] = a[e] | b[e] << 16 for e < n
-// (zero past n), for e < round_up(n, 16).
-void interleave_bf16(const uint16_t* a, const uint16_t* b, int64_t n, uint32_t* dst) {
-  // Word k of the result: a[k/2] for even k, b[k/2] for odd k (vpermt2w picks b at 32+).
-  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
-  for (int64_t e = 0; e < n; e += 32) {
-    const int64_t left = n - e;
-    const __mmask32 m = left >= 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1;
-    const __m512i va = _mm512_maskz_loadu_epi16(m, a + e);
-    const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + e) : _mm512_setzero_si512();
-    _mm512_store_si512(dst + e, _mm512_permutex2var_epi16(va, lo_idx, vb));
-    if (left > 16) _mm512_store_si512(dst + e + 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
-  }
-}
-
 // V of (b, h) -> [ceil(Lk/kPerUnit)][Dv] units; unit (ju, d) holds V[ju*kPerUnit + e, d]
 // for e < kPerUnit (zero past Lk and past head_dim).
 template <class M>

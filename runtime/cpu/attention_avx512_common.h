@@ -199,6 +199,36 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
+// Two rows of 32 bf16 words as 32-bit units of pairs: unit k = a[k] | b[k]
+// << 16 (the even key's element in the low half: the layout vdpbf16ps reads
+// for a reduction over keys), units 0-15 in *lo, 16-31 in *hi.
+inline void interleave_pairs(__m512i a, __m512i b, __m512i* lo, __m512i* hi) {
+  // Word w of a result: a[w/2] for even w, b[w/2] for odd w (vpermt2w picks b from 32 on).
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  *lo = _mm512_permutex2var_epi16(a, _mm512_load_si512(kLo), b);
+  *hi = _mm512_permutex2var_epi16(a, _mm512_load_si512(kHi), b);
+}
+
+// Interleaves two contiguous bf16 rows: dst[e] = a[e] | b[e] << 16 for e < n
+// (b null: zero high halves), zero past n up to round_up(n, 16).
+inline void interleave_bf16(const uint16_t* a, const uint16_t* b, int64_t n, uint32_t* dst) {
+  for (int64_t e = 0; e < n; e += 32) {
+    const int64_t left = n - e;
+    const __mmask32 m = left >= 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1;
+    const __m512i va = _mm512_maskz_loadu_epi16(m, a + e);
+    const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + e) : _mm512_setzero_si512();
+    __m512i lo, hi;
+    interleave_pairs(va, vb, &lo, &hi);
+    _mm512_store_si512(dst + e, lo);
+    if (left > 16) _mm512_store_si512(dst + e + 16, hi);
+  }
+}
+
 // ---- the online softmax's exponentials ----
 
 // 2^x for x <= 0 (x = -inf allowed): 2^f of f = x - floor(x) in [0, 1)

@@ -135,15 +135,6 @@ template <class M>
 void pack_vt_rows(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint32_t* vt) {
   const int64_t D = p.head_dim, n = p.kv_len;
   const int64_t row_bytes = D * (M::kPerUnit == 2 ? 2 : 4);
-  // Word k of a unit vector: row a's element k/2 (even k), row b's (odd k);
-  // vpermt2w picks b from index 32 on. kHi: elements 16-31.
-  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                                   53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                                   27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
   const auto row = [&](int64_t j) -> const void* { return element(p.v, b, j, h); };
   for (int64_t u0 = 0; u0 * M::kPerUnit < n; u0 += 16) {
     __m512i lo[16], hi[16];  // per unit of keys: its units over head_dim [0, 16), [16, 32)
@@ -156,13 +147,13 @@ void pack_vt_rows(const Problem& p, int64_t b, int64_t h, const Dims<M>& d, uint
         const __m512i a = j < n ? _mm512_maskz_loadu_epi16(words, row(j)) : _mm512_setzero_si512();
         const __m512i c =
             j + 1 < n ? _mm512_maskz_loadu_epi16(words, row(j + 1)) : _mm512_setzero_si512();
-        lo[i] = _mm512_permutex2var_epi16(a, lo_idx, c);
-        hi[i] = _mm512_permutex2var_epi16(a, hi_idx, c);
-      } else {
+        interleave_pairs(a, c, &lo[i], &hi[i]);
+      } else if (j < n) {
         const auto* r = static_cast<const uint32_t*>(row(j));
-        lo[i] = j < n ? _mm512_maskz_loadu_epi32(first_lanes(D), r) : _mm512_setzero_si512();
-        hi[i] =
-            j < n ? _mm512_maskz_loadu_epi32(first_lanes(D - 16), r + 16) : _mm512_setzero_si512();
+        lo[i] = _mm512_maskz_loadu_epi32(first_lanes(D), r);
+        hi[i] = _mm512_maskz_loadu_epi32(first_lanes(D - 16), r + 16);
+      } else {
+        lo[i] = hi[i] = _mm512_setzero_si512();
       }
     }
     transpose16(lo);
