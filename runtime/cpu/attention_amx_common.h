@@ -153,7 +153,9 @@ class TileQueue {
 
 // ---- vector helpers ----
 
+using avx512_attention::bias_parts;
 using avx512_attention::transpose16;
+using avx512_attention::transpose_bias_parts;
 
 // 2^x for finite x: attention_avx512_common.h's degree-4 polynomial
 // (relative error 2.7e-6) without its clamp.
@@ -215,10 +217,7 @@ inline void bias_tile(const attention_detail::Problem& p, int64_t b, int64_t h, 
       const __m512 sum = _mm512_add_ps(_mm512_load_ps(parts + at.y * 16),
                                        _mm512_load_ps(parts + (p.grid_h + at.x) * 16));
       out[e] = _mm512_mul_ps(sum, log2e);
-      if (++at.x == p.grid_w) {
-        at.x = 0;
-        ++at.y;
-      }
+      avx512_attention::advance1(at, p.grid_w);
     }
     return;
   }
@@ -329,36 +328,6 @@ struct GroupState {
   float* o;          // O^T: [group][dtiles] tiles of 16 head_dim x 16 queries
   int64_t dtiles;
 };
-
-// Rows of a separable bias's parts a group keeps transposed: grid_h + grid_w
-// (0 without one).
-inline int64_t bias_parts(const attention_detail::Problem& p) {
-  return p.bias_y != nullptr ? p.grid_h + p.grid_w : 0;
-}
-
-// A separable bias's parts of the item's queries [row0, row0 + rows),
-// transposed per group of 16: bias_t[g][y][lane] = bias_y[b, h, row0 + 16 g +
-// lane, y], then [g][grid_h + x][lane] = bias_x[...]; lanes past Lq zero.
-// A 16 x 16 score tile's bias is then two rows of it a key (bias_tile)
-// instead of every query row's parts gathered and transposed per tile.
-inline void transpose_bias_parts(const attention_detail::Problem& p, int64_t b, int64_t h,
-                                 int64_t row0, int64_t rows, float* bias_t) {
-  const int64_t parts = bias_parts(p);
-  if (parts == 0) return;
-  for (int64_t g = 0; g * kGroup < rows; ++g) {
-    float* t = bias_t + g * parts * 16;
-    for (int64_t n = 0; n < 16; ++n) {
-      const int64_t row = row0 + g * kGroup + n;
-      if (row >= p.q_len) {
-        for (int64_t e = 0; e < parts; ++e) t[e * 16 + n] = 0.f;
-        continue;
-      }
-      const attention_detail::RowBias r = attention_detail::row_bias(p, b, h, row);
-      for (int64_t y = 0; y < p.grid_h; ++y) t[y * 16 + n] = r.y[y];
-      for (int64_t x = 0; x < p.grid_w; ++x) t[(p.grid_h + x) * 16 + n] = r.x[x];
-    }
-  }
-}
 
 // The workspace's per-item buffers, taken in this order after the kernel's
 // own: S^T and P^T of two steps, O^T, the group state and the schedule of

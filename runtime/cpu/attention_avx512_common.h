@@ -298,6 +298,43 @@ inline GridPos grid_pos(int64_t j, int64_t grid_w) { return {j / grid_w, j % gri
 inline void advance16(GridPos& at, int64_t grid_w) {
   for (at.x += 16; at.x >= grid_w; at.x -= grid_w) ++at.y;
 }
+inline void advance1(GridPos& at, int64_t grid_w) {
+  if (++at.x == grid_w) {
+    at.x = 0;
+    ++at.y;
+  }
+}
+
+// Rows of a separable bias's parts kept transposed per group of 16 queries:
+// grid_h + grid_w (0 without one).
+inline int64_t bias_parts(const attention_detail::Problem& p) {
+  return p.bias_y != nullptr ? p.grid_h + p.grid_w : 0;
+}
+
+// A separable bias's parts of queries [row0, row0 + rows) of (b, h),
+// transposed per group of 16: bias_t[g][y][lane] = bias_y[b, h, row0 + 16 g +
+// lane, y], then [g][grid_h + x][lane] = bias_x[...]; lanes past Lq zero.
+// The kernels that keep lanes over queries (AMX, narrow) then read a key's
+// bias for 16 queries as two rows of it instead of gathering every query
+// row's parts.
+inline void transpose_bias_parts(const attention_detail::Problem& p, int64_t b, int64_t h,
+                                 int64_t row0, int64_t rows, float* bias_t) {
+  const int64_t parts = bias_parts(p);
+  if (parts == 0) return;
+  for (int64_t g = 0; g * 16 < rows; ++g) {
+    float* t = bias_t + g * parts * 16;
+    for (int64_t n = 0; n < 16; ++n) {
+      const int64_t row = row0 + g * 16 + n;
+      if (row >= p.q_len) {
+        for (int64_t e = 0; e < parts; ++e) t[e * 16 + n] = 0.f;
+        continue;
+      }
+      const attention_detail::RowBias r = attention_detail::row_bias(p, b, h, row);
+      for (int64_t y = 0; y < p.grid_h; ++y) t[y * 16 + n] = r.y[y];
+      for (int64_t x = 0; x < p.grid_w; ++x) t[(p.grid_h + x) * 16 + n] = r.x[x];
+    }
+  }
+}
 
 // The separable bias (Problem::bias_y / bias_x) of the 16 keys from `at` of
 // one query row (y: its grid_h row parts, x: its grid_w column parts), lanes

@@ -69,8 +69,6 @@ bool narrow_accepts(const Problem& p) {
   return p.head_dim <= kMaxDim && p.key_padding == nullptr && p.causal_block <= 0 && p.kv_len > 0;
 }
 
-bool has_bias(const Problem& p) { return p.bias != nullptr || p.bias_y != nullptr; }
-
 template <class M>
 struct Dims {
   int64_t units;   // U: head_dim in units (Q.K^T reduction)
@@ -95,8 +93,9 @@ struct Workspace {
   float* sum;    // [kTq] running sum of 2^(s - max)
   float* alpha;  // [kTq] rescale of O^T for the current block
   // With a bias, its values for the tile's queries, transposed (lanes over
-  // queries, zero past the tile's rows): a separable one's parts per item,
-  // [grid_h + grid_w][kTq]; a full one's per key block, [kKb][kTq].
+  // queries, zero past the tile's rows): a separable one's parts per tile
+  // (transpose_bias_parts: [kTq / 16][grid_h + grid_w][16]); a full one's
+  // per key block, [kKb][kTq].
   float* bias;
 };
 
@@ -119,7 +118,7 @@ Workspace layout(const Problem& p, void* scratch, size_t* bytes) {
   w.max = reinterpret_cast<float*>(sl.take(kTq * 4));
   w.sum = reinterpret_cast<float*>(sl.take(kTq * 4));
   w.alpha = reinterpret_cast<float*>(sl.take(kTq * 4));
-  const int64_t bias_rows = p.bias_y ? p.grid_h + p.grid_w : p.bias ? kKb : 0;
+  const int64_t bias_rows = p.bias_y ? bias_parts(p) : p.bias ? kKb : 0;
   w.bias = reinterpret_cast<float*>(sl.take(size_t(bias_rows * kTq) * 4));
   if (bytes != nullptr) *bytes = sl.used;
   return w;
@@ -236,25 +235,14 @@ __m512 exp2_p(__m512 x) {
     return exp2_neg<kFinite>(x);
 }
 
-// A tile's view of the bias: the item's rows and, for a full bias, the
-// current key block (fill_block) or, for a separable one, the transposed
-// parts (filled once per tile).
+// A tile's view of the bias: its rows and, for a full bias, the current
+// key block transposed (fill_block); a separable one's parts are transposed
+// once per tile (transpose_bias_parts).
 struct TileBias {
   const Problem& p;
   const Workspace& w;
   int64_t b, h, row0, rows;
 
-  // A separable bias's parts of the tile's rows, transposed: w.bias[y][lane]
-  // = bias_y[b, h, row0 + lane, y], then [grid_h + x][lane] = bias_x[...].
-  void fill_parts() const {
-    const int64_t parts = p.grid_h + p.grid_w;
-    std::memset(w.bias, 0, size_t(parts * kTq) * 4);
-    for (int64_t r = 0; r < rows; ++r) {
-      const RowBias rb = row_bias(p, b, h, row0 + r);
-      for (int64_t y = 0; y < p.grid_h; ++y) w.bias[y * kTq + r] = rb.y[y];
-      for (int64_t x = 0; x < p.grid_w; ++x) w.bias[(p.grid_h + x) * kTq + r] = rb.x[x];
-    }
-  }
   // A full bias's block of keys [key0, key0 + nk), transposed: w.bias[j][lane].
   void fill_block(int64_t key0, int64_t nk) const {
     std::memset(w.bias, 0, size_t(kKb * kTq) * 4);
@@ -278,23 +266,25 @@ void add_bias(const TileBias& tb, int64_t key0, int64_t nk, __m512* m) {
   for (int c = 0; c < QV; ++c) m[c] = _mm512_set1_ps(-__builtin_inff());
   if (p.bias_y == nullptr) tb.fill_block(key0, nk);
   GridPos at = p.bias_y ? grid_pos(key0, p.grid_w) : GridPos{0, 0};
+  const int64_t parts = bias_parts(p);
   for (int64_t j = 0; j < nk; ++j) {
     float* row = tb.w.s + j * kTq;
-    const float* by = p.bias_y ? tb.w.bias + at.y * kTq : tb.w.bias + j * kTq;
-    const float* bx = p.bias_y ? tb.w.bias + (p.grid_h + at.x) * kTq : nullptr;
 #pragma GCC unroll 4
     for (int c = 0; c < QV; ++c) {
-      __m512 bias = _mm512_load_ps(by + 16 * c);
-      if (bx != nullptr) bias = _mm512_add_ps(bias, _mm512_load_ps(bx + 16 * c));
+      __m512 bias;
+      if (p.bias_y) {
+        const float* group = tb.w.bias + c * parts * 16;
+        bias = _mm512_add_ps(_mm512_load_ps(group + at.y * 16),
+                             _mm512_load_ps(group + (p.grid_h + at.x) * 16));
+      } else {
+        bias = _mm512_load_ps(tb.w.bias + j * kTq + 16 * c);
+      }
       const __m512 x =
           _mm512_fmadd_ps(bias, log2e, _mm512_mul_ps(_mm512_load_ps(row + 16 * c), scale));
       _mm512_store_ps(row + 16 * c, x);
       m[c] = _mm512_max_ps(m[c], x);
     }
-    if (p.bias_y && ++at.x == p.grid_w) {
-      at.x = 0;
-      ++at.y;
-    }
+    if (p.bias_y) advance1(at, p.grid_w);
   }
 }
 
@@ -310,12 +300,12 @@ bool softmax_block(const Problem& p, const Workspace& w, int64_t nk, const __m51
   const __m512 scale = _mm512_set1_ps(kBiased ? 1.f : std::fabs(p.scale) * kLog2e);
   __m512 shift[QV], sum[QV];
   bool any_moved = false;
-// Unbiased, m is the block max of the raw scores (scores()): scaling by a
-// positive constant keeps the order, so max(s) * scale is the max of the
-// scaled scores, bit for bit.
 #pragma GCC unroll 4
   for (int c = 0; c < QV; ++c) {
     const __m512 old_max = _mm512_load_ps(w.max + 16 * c);
+    // Unbiased, m is the block max of the raw scores (scores()): scaling by
+    // a positive constant keeps the order, so max(s) * scale is the max of
+    // the scaled scores, bit for bit.
     const __m512 new_max = _mm512_max_ps(old_max, kBiased ? m[c] : _mm512_mul_ps(m[c], scale));
     // While a lane has seen only -inf (a bias), its max is -inf: shifting by
     // 0 keeps its weights 2^-inf = 0.
@@ -441,8 +431,8 @@ void run_tile(const Problem& p, const Workspace& w, const Dims<M>& d, int64_t b,
   }
   std::memset(w.ot, 0, size_t(d.dp * kTq) * 4);
   const TileBias tb{p, w, b, h, row0, rows};
-  const bool biased = has_bias(p);
-  if (p.bias_y) tb.fill_parts();
+  const bool biased = p.bias != nullptr || p.bias_y != nullptr;
+  transpose_bias_parts(p, b, h, row0, rows, w.bias);  // separable only
   for (int64_t key0 = 0; key0 < p.kv_len; key0 += kKb) {
     const int64_t nk = min64(kKb, p.kv_len - key0);
     __m512 m[QV];

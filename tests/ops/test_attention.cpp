@@ -1016,7 +1016,7 @@ TEST(AttentionNarrow, TakesUnmaskedNarrowProblemsOnly) {
 }
 
 TEST(AttentionNarrow, OddShapesMatchReference) {
-  // Last query tiles of 2, 1, 1, 4, 1, 1, 3 and 2 vectors.
+  // Last query tiles of 1, 1, 4, 4, 1, 1, 3 and 2 vectors.
   const SweepCase cases[] = {{2, 130, 200, 3, 32}, {1, 65, 63, 2, 31}, {1, 64, 129, 1, 17},
                              {1, 127, 65, 2, 8},   {3, 1, 1, 1, 32},   {1, 200, 1000, 2, 32},
                              {1, 100, 70, 2, 32},  {2, 90, 33, 1, 20}};
