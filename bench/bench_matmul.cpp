@@ -193,11 +193,13 @@ std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptio
   // Matrix-Game's DiT (2640 tokens, 1536 wide) and EfficientSAM3's fusion
   // encoder / pixel decoder (5184 = 72^2 tokens, 256 wide, FFN 2048), and
   // the GEMM of its neck's first 2x2 stride-2 transposed conv (1024 -> 4 x 512);
-  // the f32 fusion FFN's 256-row chunks and a decoder linear over 201 queries.
+  // the f32 fusion FFN's 256-row chunks and a decoder linear over 201 queries;
+  // the decoder's boxRPB MLP (2 -> 256 -> 8) on one chunk of 1024 of its
+  // 200 x 72 rows.
   const LinearShape shapes[] = {{2640, 1536, 1536}, {2640, 1536, 8960}, {2640, 8960, 1536},
                                 {5184, 256, 256},   {5184, 256, 2048},  {5184, 2048, 256},
                                 {5184, 1024, 2048}, {256, 256, 2048},   {256, 2048, 256},
-                                {201, 256, 256}};
+                                {201, 256, 256},    {1024, 2, 256},     {1024, 256, 8}};
   std::vector<BenchResult> results;
   for (Precision prec : {Precision::INT8, Precision::BF16, Precision::FP8, Precision::F32}) {
     for (const LinearShape& s : shapes) {

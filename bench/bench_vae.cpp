@@ -62,6 +62,10 @@ class CountingBackend final : public Backend {
   FLICK_BENCH_TIMED(void, linear,
                     (const Tensor& x, const PackedLinear& w, Tensor& y, Activation act),
                     (x, w, y, act))
+  FLICK_BENCH_TIMED(void, mlp_relu,
+                    (const Tensor& x, const PackedLinear& l1, const PackedLinear& l2,
+                     Tensor& hidden, Tensor& y),
+                    (x, l1, l2, hidden, y))
   FLICK_BENCH_TIMED(void, layer_norm,
                     (const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y),
                     (x, w, b, eps, y))

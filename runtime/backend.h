@@ -152,6 +152,14 @@ class Backend {
   // Plain batched matmul c[b] = a[b] @ b[b] (+ c if accumulate), F32/BF16,
   // a: [Bt, M, K], b: [Bt, K, N], c: [Bt, M, N], any strides.
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& c) = 0;
+  // y[M, N] = l2(relu(l1(x))): linear(x, l1, hidden, Relu) then
+  // linear(hidden, l2, y), hidden [M, H] the caller's scratch, its dtype
+  // where the hidden values round. A backend may keep the hidden values
+  // out of memory (CPU: for K <= 4 inputs and N <= 16 outputs, the DETR
+  // decoder's boxRPB MLP, 2 -> 256 -> 8); hidden's contents are then
+  // unspecified.
+  virtual void mlp_relu(const Tensor& x, const PackedLinear& l1, const PackedLinear& l2,
+                        Tensor& hidden, Tensor& y) = 0;
 
   virtual std::unique_ptr<PackedConv> pack_conv(const ConvDesc& d) = 0;
   // x: [N, C, H, W] or [N, C, D, H, W]; y has the output shape.

@@ -10,6 +10,10 @@
   X(void, linear, (const Tensor& x, const PackedLinear& w, Tensor& y, Activation act),          \
     (x, w, y, act))                                                                             \
   X(void, matmul, (const Tensor& a, const Tensor& b, Tensor& c), (a, b, c))                     \
+  X(void, mlp_relu,                                                                             \
+    (const Tensor& x, const PackedLinear& l1, const PackedLinear& l2, Tensor& hidden,           \
+     Tensor& y),                                                                                \
+    (x, l1, l2, hidden, y))                                                                     \
   X(std::unique_ptr<PackedConv>, pack_conv, (const ConvDesc& d), (d))                           \
   X(void, conv, (const Tensor& x, const PackedConv& w, Tensor& y, Activation act),              \
     (x, w, y, act))                                                                             \

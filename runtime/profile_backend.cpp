@@ -53,6 +53,21 @@ struct Cost<linear_op> {
 };
 
 template <>
+struct Cost<mlp_relu_op> {
+  // "mlp_relu.bf16 2->256->8": l1's precision, in -> hidden -> out features.
+  static OpCost of(const Tensor&, const PackedLinear& l1, const PackedLinear& l2, const Tensor&,
+                   const Tensor& y) {
+    const double rows = static_cast<double>(y.numel() / l2.out_features());
+    return {std::string("mlp_relu.") + precision_name(l1.precision()) + " " +
+                std::to_string(l1.in_features()) + "->" + std::to_string(l1.out_features()) + "->" +
+                std::to_string(l2.out_features()),
+            2.0 * rows *
+                static_cast<double>(l1.in_features() * l1.out_features() +
+                                    l2.in_features() * l2.out_features())};
+  }
+};
+
+template <>
 struct Cost<matmul_op> {
   // a: [Bt, M, K], c: [Bt, M, N].
   static OpCost of(const Tensor& a, const Tensor&, const Tensor& c) {

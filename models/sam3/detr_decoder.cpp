@@ -201,6 +201,11 @@ void DetrDecoder::run_mlp(const Mlp& m, const Tensor& x, Tensor& y, Arena::Buffe
   for (int64_t r = 0; r < rows; r += step) {
     const int64_t nr = std::min(step, rows - r);
     Tensor in = x.slice(0, r, nr), out = y.slice(0, r, nr);
+    if (m.layers.size() == 2) {  // the backend may fuse it (boxRPB's 2 -> 256 -> 8)
+      Tensor h = view(arena_, tmp_a, {nr, m.layers[0]->out_features()});
+      backend_->mlp_relu(in, *m.layers[0], *m.layers[1], h, out);
+      continue;
+    }
     for (size_t i = 0; i < m.layers.size(); ++i) {
       const bool last = i + 1 == m.layers.size();
       if (last) {

@@ -154,6 +154,32 @@ AmxWeights amx_pack_weights(const Tensor& w, AmxType type) {
   return out;
 }
 
+std::vector<float> amx_unpack_f32(const AmxWeights& w) {
+  FLICK_CHECK(w.type == AmxType::F32 || w.type == AmxType::BF16,
+              "amx_unpack_f32: F32 or BF16 weights only");
+  const int64_t esz = amx_elem_bytes(w.type), group = 4 / esz, step = amx_k_step(w.type);
+  const int64_t steps = w.k_pad / step;
+  const auto* src = static_cast<const char*>(w.data);
+  std::vector<float> out(static_cast<size_t>(w.n * w.k));
+  for (int64_t n = 0; n < w.n; ++n)
+    for (int64_t k = 0; k < w.k; ++k) {
+      // amx_pack_weights' placement of (n, k).
+      const int64_t s = k / step, r = (k % step) / group;
+      const char* e = src + ((n / 32 * steps + s) * 2 + (n % 32) / 16) * 1024 + r * 64 +
+                      (n % 16) * 4 + (k % group) * esz;
+      float v;
+      if (w.type == AmxType::F32) {
+        std::memcpy(&v, e, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, e, 2);
+        v = bf16_to_f32(h);
+      }
+      out[static_cast<size_t>(n * w.k + k)] = v;
+    }
+  return out;
+}
+
 AmxWeights amx_adopt_weights(AmxType type, int64_t n, int64_t k, const void* data,
                              std::shared_ptr<const void> storage) {
   FLICK_CHECK(n > 0 && k > 0 && data != nullptr, "amx_adopt_weights: empty weights");

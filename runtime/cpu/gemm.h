@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/ref/matmul_common.h"
@@ -69,6 +70,9 @@ struct AmxWeights {
 
 // w: [N, K] row-major, BF16 for AmxType::BF16, I8 for S8, F32 for F32.
 AmxWeights amx_pack_weights(const Tensor& w, AmxType type);
+
+// The F32 or BF16 weights of w back as fp32 [N, K] row-major (exact).
+std::vector<float> amx_unpack_f32(const AmxWeights& w);
 
 // Weights packed earlier (amx_pack_weights' bytes for an [n, k] weight of
 // `type`, from the plan cache) used in place: `data` must hold bytes() bytes

@@ -16,7 +16,9 @@
 // (gemm_epilogue_avx512.h) makes the outputs bit-identical to both.
 //
 // Register tile: 6 rows x 64 columns (24 accumulators, 4 weight vectors, one
-// broadcast A quad / pair): 10 loads per 24 products. Cache blocking (the
+// broadcast A quad / pair): 10 loads per 24 products; 32 or 16 columns at
+// the end of N. A short K runs only the operand units it fills of its one
+// step (K = 2: one f32 FMA pair, not the 16 of a padded step). Cache blocking (the
 // loop order is at run()): K in blocks of up to 32 steps (2048 k of S8, 1024
 // of BF16); a block of rows whose A panel (~384 KB) stays in L2 passes over
 // the thread's column groups, each group's weights for the K block (<= 128
@@ -79,40 +81,47 @@ inline void dot(__m512i& acc, __m512i a, __m512i b) {
 
 // c[R][16 * C] (+)= a[R rows] . (b0 | b1) over `steps` K steps: from zero,
 // or from c's partial sums (`accumulate`). C = 4: two 32-column blocks (b0,
-// b1); C = 2: one (b0). A step is 64 bytes of each operand row (64 k of S8,
-// 32 of BF16, 16 of F32), lda in bytes; c holds s32 (S8) or fp32 sums.
+// b1); C = 2: one (b0); C = 1: its first 16 columns (N <= 16: the DETR
+// decoder's boxRPB MLP, 256 -> 8). A step is 64 bytes of each operand row
+// (64 k of S8, 32 of BF16, 16 of F32), lda in bytes; c holds s32 (S8) or
+// fp32 sums. The last step runs only its first `last_quads` operand units
+// (quads / pairs / floats): the rest is K padding, zero on both sides, which
+// for K = 2 (boxRPB's first layer) was 7 or 15 products in 8 or 16.
 template <AmxType T, int R, int C>
-void tile(const char* a, int64_t lda, const char* b0, const char* b1, int64_t steps, int32_t* c,
-          int64_t ldc, bool accumulate) {
+void tile(const char* a, int64_t lda, const char* b0, const char* b1, int64_t steps, int last_quads,
+          int32_t* c, int64_t ldc, bool accumulate) {
   __m512i acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int j = 0; j < C; ++j)
       acc[r][j] = accumulate ? _mm512_load_si512(c + r * ldc + 16 * j) : _mm512_setzero_si512();
-  for (int64_t s = 0; s < steps; ++s) {
-    const char* p0 = b0 + s * kStepBytes;
-    const char* p1 = b1 + s * kStepBytes;
-    const char* as = a + s * 64;
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; ++q) {
-      __m512i bv[C];
-      bv[0] = _mm512_load_si512(p0 + q * 64);
-      bv[1] = _mm512_load_si512(p0 + kTileBytes + q * 64);
-      if constexpr (C == 4) {
-        bv[2] = _mm512_load_si512(p1 + q * 64);
-        bv[3] = _mm512_load_si512(p1 + kTileBytes + q * 64);
-      }
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        int32_t quad;
-        std::memcpy(&quad, as + r * lda + 4 * q, 4);
-        const __m512i av = _mm512_set1_epi32(quad);
-#pragma GCC unroll 4
-        for (int j = 0; j < C; ++j) dot<T>(acc[r][j], av, bv[j]);
-      }
+  // Operand unit q of step s: C weight vectors times each row's broadcast unit.
+  auto unit = [&](int64_t s, int q) __attribute__((always_inline)) {
+    const char* p0 = b0 + s * kStepBytes + q * 64;
+    const char* p1 = b1 + s * kStepBytes + q * 64;
+    __m512i bv[C];
+    bv[0] = _mm512_load_si512(p0);
+    if constexpr (C >= 2) bv[1] = _mm512_load_si512(p0 + kTileBytes);
+    if constexpr (C == 4) {
+      bv[2] = _mm512_load_si512(p1);
+      bv[3] = _mm512_load_si512(p1 + kTileBytes);
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, a + r * lda + s * 64 + 4 * q, 4);
+      const __m512i av = _mm512_set1_epi32(quad);
+#pragma GCC unroll 4
+      for (int j = 0; j < C; ++j) dot<T>(acc[r][j], av, bv[j]);
+    }
+  };
+  const int64_t full = last_quads == 16 ? steps : steps - 1;
+  for (int64_t s = 0; s < full; ++s) {
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; ++q) unit(s, q);
   }
+  for (int q = 0; full < steps && q < last_quads; ++q) unit(full, q);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -121,15 +130,15 @@ void tile(const char* a, int64_t lda, const char* b0, const char* b1, int64_t st
 
 template <AmxType T, int C>
 void tile_rows(int rows, const char* a, int64_t lda, const char* b0, const char* b1, int64_t steps,
-               int32_t* c, int64_t ldc, bool accumulate) {
+               int last_quads, int32_t* c, int64_t ldc, bool accumulate) {
   static_assert(kMr == 6, "the dispatch below covers 1 to 6 rows");
   switch (rows) {
-    case 1: return tile<T, 1, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 2: return tile<T, 2, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 3: return tile<T, 3, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 4: return tile<T, 4, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    case 5: return tile<T, 5, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
-    default: return tile<T, 6, C>(a, lda, b0, b1, steps, c, ldc, accumulate);
+    case 1: return tile<T, 1, C>(a, lda, b0, b1, steps, last_quads, c, ldc, accumulate);
+    case 2: return tile<T, 2, C>(a, lda, b0, b1, steps, last_quads, c, ldc, accumulate);
+    case 3: return tile<T, 3, C>(a, lda, b0, b1, steps, last_quads, c, ldc, accumulate);
+    case 4: return tile<T, 4, C>(a, lda, b0, b1, steps, last_quads, c, ldc, accumulate);
+    case 5: return tile<T, 5, C>(a, lda, b0, b1, steps, last_quads, c, ldc, accumulate);
+    default: return tile<T, 6, C>(a, lda, b0, b1, steps, last_quads, c, ldc, accumulate);
   }
 }
 
@@ -145,12 +154,16 @@ void run(const WorkerArgs& w) {
   const auto* b = static_cast<const char*>(wt.data);
   const bool split_k = w.steps_per_block < steps;
   const int64_t ldc = split_k ? (w.g1 - w.g0) * 64 : 64;
+  // Operand units (quads, pairs, floats) of the last step that K fills.
+  const int64_t per_unit = 4 / amx_elem_bytes(T);
+  const int tail_quads = static_cast<int>((wt.k + per_unit - 1) / per_unit - (steps - 1) * 16);
   alignas(64) int32_t tile_sums[kMr * 64];
   for (int64_t m0 = w.m0; m0 < w.m1; m0 += w.rows_per_block) {
     const int64_t m1 = min64(w.m1, m0 + w.rows_per_block);
     for (int64_t k0 = 0; k0 < steps; k0 += w.steps_per_block) {
       const int64_t ks = min64(w.steps_per_block, steps - k0);
       const bool last = k0 + ks == steps;
+      const int quads = last ? tail_quads : 16;
       for (int64_t g = w.g0; g < w.g1; ++g) {
         const int64_t nb = 2 * g;
         const bool pair = nb + 1 < blocks;
@@ -163,9 +176,11 @@ void run(const WorkerArgs& w) {
           const char* a = w.a + m * w.lda + k0 * 64;
           int32_t* c = split_k ? w.partial + (m - m0) * ldc + (g - w.g0) * 64 : tile_sums;
           if (pair)
-            tile_rows<T, 4>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
+            tile_rows<T, 4>(rows, a, w.lda, b0, b1, ks, quads, c, ldc, k0 > 0);
+          else if (cols > 16)
+            tile_rows<T, 2>(rows, a, w.lda, b0, b1, ks, quads, c, ldc, k0 > 0);
           else
-            tile_rows<T, 2>(rows, a, w.lda, b0, b1, ks, c, ldc, k0 > 0);
+            tile_rows<T, 1>(rows, a, w.lda, b0, b1, ks, quads, c, ldc, k0 > 0);
           if (!last) continue;
           for (int r = 0; r < rows; ++r) {
             const int64_t row = m + r;

@@ -10,7 +10,7 @@
 // (AVX-512 BF16; 2-13 % faster than oneDNN's brgemm at the DiT's and SAM3's
 // shapes on a Zen 4, which re-blocks plain weights inside every call, and
 // with GELU fused; layers with K under 32 stay on oneDNN, faster there).
-// F32 layers (from K = 16 on) run on flick's AVX-512 FMA GEMM over the same
+// F32 layers run on flick's AVX-512 FMA GEMM over the same
 // packed layout on every AVX-512 CPU, AMX or not: oneDNN 2.7's f32 brgemm
 // reached 61-71 % of the FMA peak at SAM3's shapes on an Emerald Rapids, the
 // FMA kernel 15-50 % more (bench/RESULTS.md, session 18).
@@ -46,6 +46,7 @@
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/linear_cache.h"
+#include "runtime/cpu/mlp_kernels.h"
 #include "runtime/cpu/onednn_info.h"
 #include "runtime/cpu/onednn_util.h"
 #include "runtime/cpu/ops.h"
@@ -367,6 +368,11 @@ class AmxLinear final : public PackedLinear {
     return weights_.type == AmxType::S8 ? "flick:amx_int8" : "flick:amx_bf16";
   }
   const AmxWeights& weights() const { return weights_; }
+  // F32 / BF16 weights as fp32 [N, K], unpacked on first use (cpu::mlp_relu).
+  const std::vector<float>& plain_f32() const {
+    std::call_once(plain_once_, [&] { plain_ = amx_unpack_f32(weights_); });
+    return plain_;
+  }
   const Tensor& scale() const { return scale_; }
   const Tensor& bias() const { return bias_; }
 
@@ -419,6 +425,8 @@ class AmxLinear final : public PackedLinear {
   bool vnni_;  // no AMX: INT8 / BF16 / FP8 on vnni_gemm, see linear_uses_vnni
   mutable std::once_flag comp_once_;
   mutable std::vector<int32_t> comp_;  // [n_pad] vnni_compensation, made on first use
+  mutable std::once_flag plain_once_;
+  mutable std::vector<float> plain_;  // plain_f32()
   AmxWeights weights_;
   Tensor scale_;  // F32 [N] for INT8 / FP8
   Tensor bias_;   // F32 [N] or empty
@@ -432,22 +440,28 @@ AmxType amx_type_for(Precision p) {
 }
 
 // The AVX-512 BF16 GEMM takes K from one 32-element step on: below it
-// oneDNN's matmul is faster (Zen 4, 14400 rows -> 256, bf16: K = 2 0.54 vs
+// oneDNN's matmul was faster (Zen 4, 14400 rows -> 256, bf16: K = 2 0.54 vs
 // 1.12 ms, K = 16 0.71 vs 1.11 ms, where the rows are also copied to pad K;
-// K = 32 and 128 tie; bench/RESULTS.md, session 14).
+// K = 32 and 128 tie; bench/RESULTS.md, session 14). Since the kernel runs
+// only the k pairs a short K fills, K <= 4 is level with oneDNN (2 threads,
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on an Emerald Rapids, 1024 x 2 ->
+// 256 alternated four times: 11-14 against 11-13 GFLOPS; not re-measured on
+// a Zen) and mlp_relu can fuse it (kThinMlpMaxK): those go to flick too.
 constexpr int64_t kAvx512Bf16MinK = 32;
-// F32 likewise from one 16-element step on.
-constexpr int64_t kAvx512F32MinK = 16;
+// F32 from K = 1 on: the kernel runs only the k a short K fills of its
+// 16-element step.
+constexpr int64_t kAvx512F32MinK = 1;
 
 // Whether pack_linear puts a `p` layer of K inputs on flick's GEMMs
 // (AmxLinear): AMX for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8
-// and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on; F32 on AVX-512
+// and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on (and up to
+// kThinMlpMaxK); F32 on AVX-512
 // FMA from kAvx512F32MinK on, AMX or not.
 bool on_flick_gemm(Precision p, int64_t k) {
   if (p == Precision::F32) return linear_uses_avx512_f32() && k >= kAvx512F32MinK;
   if (linear_uses_amx()) return true;
   if (p == Precision::INT8) return linear_uses_vnni();
-  return linear_uses_avx512_bf16() && k >= kAvx512Bf16MinK;
+  return linear_uses_avx512_bf16() && (k >= kAvx512Bf16MinK || k <= kThinMlpMaxK);
 }
 
 std::unique_ptr<AmxLinear> amx_linear(ref::PreparedWeights w) {
@@ -748,6 +762,71 @@ void linear(const Tensor& x, const PackedLinear& w, Tensor& y, Activation act) {
     return gelu(y, y, /*tanh_approx=*/true);
   }
   as_onednn(w).run(xr, yr, act);
+}
+
+namespace {
+
+// The fused kernel's operands when l1 -> l2 is an MLP it takes: K <= 4
+// inputs, N <= 16 outputs, F32 / BF16 layers on flick's GEMMs (no weight
+// scale), an AVX-512 CPU, rows with unit column stride. The weights come
+// from the packed layers (exact), l2's transposed and padded once per call
+// (H x 16 floats).
+std::optional<ThinMlp> thin_mlp(const PackedLinear& l1, const PackedLinear& l2,
+                                const ref::RowsView& x, const Tensor& hidden,
+                                std::vector<float>& w2t) {
+  const auto* a = dynamic_cast<const AmxLinear*>(&l1);
+  const auto* b = dynamic_cast<const AmxLinear*>(&l2);
+  if (a == nullptr || b == nullptr || eltwise_kernels_for(Isa::Avx512) == nullptr) return {};
+  auto plain = [](const AmxLinear& l) {
+    return (l.weights().type == AmxType::F32 || l.weights().type == AmxType::BF16) &&
+           l.scale().empty();
+  };
+  const int64_t k = l1.in_features(), h = l1.out_features(), n = l2.out_features();
+  if (!plain(*a) || !plain(*b) || k > kThinMlpMaxK || n > kThinMlpMaxN || l2.in_features() != h)
+    return {};
+  ThinMlp m;
+  m.k = k;
+  m.h = h;
+  m.n = n;
+  m.n_pad = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : n <= 8 ? 8 : 16;
+  m.w1 = a->plain_f32().data();
+  m.b1 = a->bias().empty() ? nullptr : a->bias().ptr<float>();
+  const std::vector<float>& w2 = b->plain_f32();
+  w2t.assign(static_cast<size_t>(h * m.n_pad), 0.f);
+  for (int64_t j = 0; j < h; ++j)
+    for (int64_t c = 0; c < n; ++c)
+      w2t[static_cast<size_t>(j * m.n_pad + c)] = w2[static_cast<size_t>(c * h + j)];
+  m.w2t = w2t.data();
+  m.b2 = b->bias().empty() ? nullptr : b->bias().ptr<float>();
+  m.round_x = a->weights().type == AmxType::BF16 && x.dtype != DType::BF16;
+  m.round_h = hidden.dtype == DType::BF16 || b->weights().type == AmxType::BF16;
+  return m;
+}
+
+}  // namespace
+
+void mlp_relu(const Tensor& x, const PackedLinear& l1, const PackedLinear& l2, Tensor& hidden,
+              Tensor& y) {
+  const ref::RowsView xr = ref::as_rows(x), yr = ref::as_rows(y);
+  std::vector<float> w2t;
+  const bool unit_cols = x.stride(x.ndim() - 1) == 1 && y.stride(y.ndim() - 1) == 1;
+  std::optional<ThinMlp> m;
+  if (unit_cols && xr.cols == l1.in_features() && yr.cols == l2.out_features() &&
+      xr.rows == yr.rows && (x.dtype == DType::F32 || x.dtype == DType::BF16) &&
+      (y.dtype == DType::F32 || y.dtype == DType::BF16))
+    m = thin_mlp(l1, l2, xr, hidden, w2t);
+  if (!m) {
+    linear(x, l1, hidden, Activation::Relu);
+    linear(hidden, l2, y, Activation::None);
+    return;
+  }
+  const int64_t blocks = (xr.rows + 15) / 16;
+  parallel_for(
+      blocks,
+      [&](int64_t b0, int64_t b1) {
+        thin_mlp_rows_avx512(*m, xr, yr, b0 * 16, std::min(xr.rows, b1 * 16));
+      },
+      4);
 }
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& c) {

@@ -299,6 +299,11 @@ class CudaBackend final : public Backend {
     launch_.for_each(M * w.n, f);
   }
 
+  void mlp_relu(const Tensor& x, const PackedLinear& l1, const PackedLinear& l2, Tensor& hidden,
+                Tensor& y) override {
+    linear(x, l1, hidden, Activation::Relu);
+    linear(hidden, l2, y, Activation::None);
+  }
   void matmul(const Tensor& a, const Tensor& b, Tensor& c) override {
     check_device(a, "matmul");
     check_device(b, "matmul");

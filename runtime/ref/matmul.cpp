@@ -97,6 +97,12 @@ void linear(const Tensor& x, const PackedLinear& packed, Tensor& y, Activation a
   }
 }
 
+void mlp_relu(const Tensor& x, const PackedLinear& l1, const PackedLinear& l2, Tensor& hidden,
+              Tensor& y) {
+  linear(x, l1, hidden, Activation::Relu);
+  linear(hidden, l2, y, Activation::None);
+}
+
 void matmul(const Tensor& a, const Tensor& b, Tensor& c) {
   // 2-d operands are a batch of one.
   auto batched = [](const Tensor& t) {

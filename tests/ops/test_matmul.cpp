@@ -345,16 +345,21 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
     EXPECT_EQ(impl == "flick:avx512_f32", f32 && p == Precision::F32)
         << precision_name(p) << ": " << impl;
   }
-  // F32 below one 16-wide K step stays on oneDNN.
+  // F32 below one 16-wide K step too (the kernel runs only the k it has).
   OwnedTensor k8 = random_tensor(DType::F32, {40, 8}, 50, 0.1f);
   const std::string k8_impl =
       cpu::linear_impl(*cpu::pack_linear({k8.t, Tensor{}, Tensor{}, Precision::F32}));
-  EXPECT_EQ(k8_impl.rfind("flick:", 0), std::string::npos) << "F32 K = 8: " << k8_impl;
-  // Below one 32-wide K step BF16 / FP8 stay on oneDNN (faster there).
+  EXPECT_EQ(k8_impl == "flick:avx512_f32", f32) << "F32 K = 8: " << k8_impl;
+  // Below one 32-wide K step BF16 / FP8 stay on oneDNN (faster there),
+  // but for K <= 4 (level there, and mlp_relu fuses those).
   OwnedTensor narrow = random_tensor(DType::F32, {40, 16}, 49, 0.1f);
+  OwnedTensor k2 = random_tensor(DType::F32, {40, 2}, 51, 0.1f);
   for (Precision p : {Precision::BF16, Precision::FP8}) {
     const std::string impl = cpu::linear_impl(*cpu::pack_linear({narrow.t, Tensor{}, Tensor{}, p}));
     EXPECT_EQ(impl.rfind("flick:", 0) == 0, amx) << precision_name(p) << " K = 16: " << impl;
+    const std::string k2_impl = cpu::linear_impl(*cpu::pack_linear({k2.t, Tensor{}, Tensor{}, p}));
+    EXPECT_EQ(k2_impl.rfind("flick:", 0) == 0, amx || bf16)
+        << precision_name(p) << " K = 2: " << k2_impl;
   }
   std::string kernels = amx ? "AMX" : "";
   if (vnni) kernels += "AVX-512 VNNI (INT8)";
@@ -370,14 +375,16 @@ TEST(Linear, FlickGemmTakenWhenAvailable) {
 // be, N beyond one chunk of 8 column blocks, K beyond one K block (64
 // steps: 2048 bf16, 4096 int8), and y rows wider than N (a strided output).
 // F32 takes the AVX-512 FMA GEMM over the same tile layout: 16 k a step, so
-// K = 31, 65, 129, 200 go through padded copies, and 2100 and 4200 split K
-// (blocks of 32 steps, 512 k); K = 1 stays on oneDNN.
+// K = 1, 31, 65, 129, 200 go through padded copies (and run only the k of
+// their last step that K fills), and 2100 and 4200 split K (blocks of 32
+// steps, 512 k). N = 8, 17, 47 end on a 16-column tile.
 TEST(Linear, AmxBlockingBoundaries) {
   struct Shape {
     int64_t m, k, n;
   };
   const Shape shapes[] = {{1, 1, 1},      {3, 31, 17},    {16, 64, 32},    {31, 65, 33},
-                          {47, 129, 300}, {130, 200, 47}, {200, 2100, 70}, {70, 4200, 40}};
+                          {47, 129, 300}, {130, 200, 47}, {200, 2100, 70}, {70, 4200, 40},
+                          {50, 256, 8},   {29, 2, 256},   {13, 3, 8},      {7, 70, 16}};
   uint32_t seed = 300;
   for (Precision p : {Precision::BF16, Precision::FP8, Precision::INT8, Precision::F32}) {
     if (!cpu::cpu_supports(p)) continue;
@@ -569,12 +576,113 @@ TEST(Linear, OtherIsaPaths) {
         std::string("FLICK_TEST_ISA_CHILD=1 ONEDNN_MAX_CPU_ISA=") + cap.isa + " '" + self +
         "' --gtest_filter='Linear.EveryPrecision*:Linear.Strided*:Linear.RoundGeluTanh*:"
         "Linear.FlickGemm*:Linear.AmxBlockingBoundaries:"
-        "Linear.Prequantized*:Matmul.*:Conv.LayerKinds*:Conv.ChannelsLast*' > '" +
+        "Linear.Prequantized*:MlpRelu.*:Matmul.*:Conv.LayerKinds*:Conv.ChannelsLast*' > '" +
         log + "' 2>&1";
     const int rc = std::system(cmd.c_str());
     std::ifstream in(log);
     const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_EQ(rc, 0) << "with ONEDNN_MAX_CPU_ISA=" << cap.isa << ":\n" << out;
+  }
+}
+
+// mlp_relu = linear(Relu) then linear. The CPU fuses K <= 4 -> H -> N <= 16
+// F32 / BF16 MLPs (the DETR decoder's boxRPB, 2 -> 256 -> 8) and keeps the
+// hidden values in registers; other shapes and INT8 run the two linears.
+// Oracle: runtime/ref's two linears. Bound per output: each hidden value
+// may differ by its accumulation error (2^-20 of its magnitude sum, K <= 4)
+// and, where it rounds to bf16, by one bf16 step (2^-7 relative: the two
+// sides can round to neighbours); the second layer adds H fp32 roundings of
+// its magnitude sum and the output rounding. F32 on AVX-512 must also equal
+// the CPU's own two linears bit for bit (the kernel keeps the F32 GEMM's
+// summation order).
+TEST(MlpRelu, MatchesTwoLinears) {
+  struct Shape3 {
+    int64_t m, k, h, n;
+  };
+  const Shape3 shapes[] = {{37, 2, 256, 8}, {16, 4, 64, 16}, {5, 1, 33, 1},
+                           {20, 3, 48, 5},  {9, 16, 32, 24}, {18, 2, 40, 17}};
+  uint32_t seed = 900;
+  for (Precision p : precisions()) {
+    if (p == Precision::FP8) continue;
+    for (const Shape3& sh : shapes) {
+      for (DType ht : kFloatTypes) {
+        const DType xt = seed % 2 ? DType::F32 : DType::BF16;
+        const DType yt = seed % 3 ? DType::F32 : DType::BF16;
+        // x rows and y rows wider than K and N: strided rows.
+        OwnedTensor xbig = random_tensor(xt, {sh.m, sh.k + 3}, seed);
+        const Tensor x = xbig.t.slice(1, 0, sh.k);
+        OwnedTensor w1 = random_tensor(DType::F32, {sh.h, sh.k}, seed + 1, 1.f);
+        OwnedTensor b1 = random_tensor(DType::F32, {sh.h}, seed + 2, 0.5f);
+        OwnedTensor w2 = random_tensor(DType::F32, {sh.n, sh.h}, seed + 3,
+                                       1.f / std::sqrt(static_cast<float>(sh.h)));
+        OwnedTensor b2 = random_tensor(DType::F32, {sh.n}, seed + 4, 0.5f);
+        seed += 5;
+        const LinearDesc d1{w1.t, Tensor{}, b1.t, p}, d2{w2.t, Tensor{}, b2.t, p};
+        auto r1 = ref::pack_linear(d1), r2 = ref::pack_linear(d2);
+        auto c1 = cpu::pack_linear(d1), c2 = cpu::pack_linear(d2);
+        OwnedTensor hr(ht, {sh.m, sh.h}), hc(ht, {sh.m, sh.h}), hs(ht, {sh.m, sh.h});
+        OwnedTensor yr(yt, {sh.m, sh.n}), ybig(yt, {sh.m, sh.n + 2}), ys(yt, {sh.m, sh.n});
+        Tensor yc = ybig.t.slice(1, 0, sh.n);
+        ref::mlp_relu(x, *r1, *r2, hr.t, yr.t);
+        cpu::mlp_relu(x, *c1, *c2, hc.t, yc);
+        cpu::linear(x, *c1, hs.t, Activation::Relu);  // the CPU's two linears
+        cpu::linear(hs.t, *c2, ys.t, Activation::None);
+        const std::string label = std::string(precision_name(p)) + " " + std::to_string(sh.m) +
+                                  "x" + std::to_string(sh.k) + "->" + std::to_string(sh.h) + "->" +
+                                  std::to_string(sh.n) + " x " + std::string(dtype_name(xt)) +
+                                  " hidden " + std::string(dtype_name(ht)) + " y " +
+                                  std::string(dtype_name(yt));
+        if (p == Precision::INT8) {  // no fused INT8: the two linears themselves
+          for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t o = 0; o < sh.n; ++o) ASSERT_EQ(get(yc, {i, o}), get(ys, {i, o})) << label;
+          continue;
+        }
+        const double h_round = ht == DType::BF16 || p == Precision::BF16 ? std::ldexp(1.0, -7) : 0;
+        BoundCheck bc;
+        for (int64_t i = 0; i < sh.m; ++i) {
+          std::vector<double> dh(static_cast<size_t>(sh.h)), ah(static_cast<size_t>(sh.h));
+          for (int64_t j = 0; j < sh.h; ++j) {
+            double m1 = std::fabs(get(b1, {j}));
+            for (int64_t q = 0; q < sh.k; ++q) m1 += std::fabs(get(x, {i, q}) * get(w1, {j, q}));
+            ah[static_cast<size_t>(j)] = std::fabs(get(hr, {i, j}));
+            dh[static_cast<size_t>(j)] =
+                h_round * ah[static_cast<size_t>(j)] + std::ldexp(1.0, -20) * m1;
+          }
+          for (int64_t o = 0; o < sh.n; ++o) {
+            double spread = 0, mag = 0;
+            for (int64_t j = 0; j < sh.h; ++j) {
+              const double aw = std::fabs(get(w2, {o, j}));
+              spread += aw * dh[static_cast<size_t>(j)];
+              mag += aw * ah[static_cast<size_t>(j)];
+            }
+            const double ref = get(yr, {i, o});
+            const double bound =
+                spread +
+                static_cast<double>(sh.h) * std::ldexp(1.0, -23) * (mag + std::fabs(get(b2, {o}))) +
+                test::out_rel_error(yt) * std::fabs(ref) + 1e-30;
+            bc.add(get(yc, {i, o}), ref, bound,
+                   "row " + std::to_string(i) + " col " + std::to_string(o));
+          }
+          for (int64_t o = sh.n; o < sh.n + 2; ++o)  // the columns beyond N stay untouched
+            ASSERT_EQ(get(ybig, {i, o}), 0.f) << label;
+        }
+        EXPECT_LE(bc.worst, 1.0) << label << " worst at " << bc.where;
+        // The fused kernel leaves the scratch alone: the hidden values
+        // never reached memory (AVX-512 CPUs, K <= 4, N <= 16).
+        const bool fused_here = p == Precision::F32
+                                    ? cpu::linear_uses_avx512_f32()
+                                    : cpu::linear_uses_amx() || cpu::linear_uses_avx512_bf16();
+        if (fused_here && sh.k <= 4 && sh.n <= 16) {
+          for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t j = 0; j < sh.h; ++j) ASSERT_EQ(get(hc, {i, j}), 0.f) << label;
+        }
+        if (p == Precision::F32 && cpu::linear_uses_avx512_f32()) {
+          for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t o = 0; o < sh.n; ++o)
+              ASSERT_EQ(get(yc, {i, o}), get(ys, {i, o})) << label << " row " << i << " col " << o;
+        }
+      }
+    }
   }
 }
 
