@@ -73,8 +73,8 @@ class CountingBackend final : public Backend {
                     (x, w, eps, y))
   FLICK_BENCH_TIMED(void, group_norm,
                     (const Tensor& x, int64_t g, const Tensor& w, const Tensor& b, float eps,
-                     Tensor& y),
-                    (x, g, w, b, eps, y))
+                     Tensor& y, Activation act),
+                    (x, g, w, b, eps, y, act))
   FLICK_BENCH_TIMED(void, rope, (const Tensor& x, const Tensor& c, const Tensor& s, Tensor& y),
                     (x, c, s, y))
   FLICK_BENCH_TIMED(void, gelu, (const Tensor& x, Tensor& y, bool t), (x, y, t))

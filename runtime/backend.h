@@ -191,9 +191,12 @@ class Backend {
   // y = x / sqrt(mean(x^2) + eps) * weight. For per-head RMS norm, pass a
   // [..., H, D] view: the norm is over D.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) = 0;
-  // x: [N, C, *spatial]; groups divide C; weight/bias [C] or empty.
+  // x: [N, C, *spatial]; groups divide C; weight/bias [C] or empty. Then
+  // y = act(y) as the activation op would apply it to the stored y (the
+  // norm's output rounds to y's dtype first): the VAE's GroupNorm + SiLU and
+  // the SAM3 pixel decoder's GroupNorm + ReLU in one pass over y.
   virtual void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
-                          float eps, Tensor& y) = 0;
+                          float eps, Tensor& y, Activation act = Activation::None) = 0;
 
   // ---- position / activations / elementwise ----
   // x, y: [B, L, H, D]; cos/sin: F32 [L, D/2]. Interleaved pairs:

@@ -31,8 +31,8 @@
     (x, weight, eps, y))                                                                        \
   X(void, group_norm,                                                                           \
     (const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias, float eps,      \
-     Tensor& y),                                                                                \
-    (x, groups, weight, bias, eps, y))                                                          \
+     Tensor& y, Activation act),                                                                \
+    (x, groups, weight, bias, eps, y, act))                                                     \
   X(void, rope, (const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y),             \
     (x, cos, sin, y))                                                                           \
   X(void, gelu, (const Tensor& x, Tensor& y, bool tanh_approx), (x, y, tanh_approx))           \

@@ -23,8 +23,8 @@ OwnedTensor GroupNorm::forward(Backend& be, const Tensor& x, bool silu) const {
   FLICK_CHECK(x.ndim() >= 3 && x.dim(1) == channels(),
               "GroupNorm: x " + x.str() + ", expected " + std::to_string(channels()) + " channels");
   OwnedTensor y(act_, x.shape);
-  be.group_norm(x, groups_, weight_.t, bias_.t, kNormEps, y.t);
-  if (silu) be.silu(y.t, y.t);
+  be.group_norm(x, groups_, weight_.t, bias_.t, kNormEps, y.t,
+                silu ? Activation::Silu : Activation::None);
   return y;
 }
 

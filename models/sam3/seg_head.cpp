@@ -12,6 +12,35 @@ namespace {
 
 const DTypeSet kFloat{DType::F32, DType::BF16, DType::F16};
 
+// up = level + nearest-upsample(prev) (F.interpolate to level's size, then
+// the add: sam3 PixelDecoder.forward). At exactly twice prev's size, one
+// broadcast add over 6-d views: up and level as [1, C, H, 2, W, 2], prev as
+// [1, C, H, 1, W, 1], so the upsampled map is never written (it was a full
+// write and read of a 288^2 x 256 map a prompt). Channels-last maps only:
+// their runs are the C channels, while NCHW ones would broadcast prev along
+// runs of 2.
+void add_upsampled2x(Backend& be, const Tensor& level, const Tensor& prev, Tensor& up) {
+  const int64_t n = prev.dim(0), c = prev.dim(1), h = prev.dim(2), w = prev.dim(3);
+  const bool channels_last = level.stride(1) == 1 && prev.stride(1) == 1 && up.stride(1) == 1;
+  if (!channels_last || level.dim(2) != 2 * h || level.dim(3) != 2 * w) {
+    be.upsample_nearest(prev, up);
+    be.add(level, up, up);
+    return;
+  }
+  auto split = [&](const Tensor& t) {  // [N, C, 2H, 2W] -> [N, C, H, 2, W, 2]
+    Tensor v = t;
+    v.shape = Shape{n, c, h, 2, w, 2};
+    v.strides = {t.stride(0), t.stride(1),     2 * t.stride(2),
+                 t.stride(2), 2 * t.stride(3), t.stride(3)};
+    return v;
+  };
+  Tensor p = prev;  // [N, C, H, W] -> [N, C, H, 1, W, 1]
+  p.shape = Shape{n, c, h, 1, w, 1};
+  p.strides = {prev.stride(0), prev.stride(1), prev.stride(2), 0, prev.stride(3), 0};
+  Tensor u = split(up);
+  be.add(split(level), p, u);
+}
+
 }  // namespace
 
 Expected<SegHead> SegHead::load(const WeightView& head, Backend& backend, Precision precision,
@@ -294,14 +323,12 @@ Tensor SegHead::run(const Tensor& level0, const Tensor& level1, const Tensor& me
   }
   for (int i = 0; i < 2; ++i) {
     Tensor up = map(ups[i]);
-    be.upsample_nearest(prev, up);
-    be.add(*levels[i], up, up);
+    add_upsampled2x(be, *levels[i], prev, up);
     Tensor y = map(outs[i]);
     be.conv(up, *conv_[static_cast<size_t>(i)], y, Activation::None);
     // relu(GroupNorm(8)): the norm writes back into `up` (free again).
     be.group_norm(y, c.groups, gn_w_[static_cast<size_t>(i)], gn_b_[static_cast<size_t>(i)], c.eps,
-                  up);
-    be.activation(up, up, Activation::Relu);
+                  up, Activation::Relu);
     prev = up;
   }
 

@@ -94,13 +94,23 @@ bool channel_norm(const EltwiseKernels& k, const Tensor& x, Tensor& y, const flo
   return true;
 }
 
+// y[off, off + n) = act(y[off, off + n)) in y's dtype, as the activation op
+// on the stored y would (the chunk is still in cache).
+void activate_stored(const EltwiseKernels& k, const Tensor& y, int64_t off, int64_t n,
+                     Activation act) {
+  if (act == Activation::None) return;
+  char* p = static_cast<char*>(y.data) + off * static_cast<int64_t>(dtype_size(y.dtype));
+  k.activation(act, p, y.dtype, p, y.dtype, n);
+}
+
 // group_norm of channels-last x and y (C innermost, each sample's pixels
 // dense): each channel's sums over chunks of pixels in double lanes
 // (col_sums) are added up per group, then every pixel row gets (x - mean) *
 // scale[c] + shift[c] with its group's mean, scale = rstd * w[c] and shift =
 // b[c], as the NCHW path's shift_scale: no transposes around the norm.
 void group_norm_channels_last(const EltwiseKernels& k, const Tensor& x, int64_t groups,
-                              const float* w, const float* b, float eps, Tensor& y, int64_t S) {
+                              const float* w, const float* b, float eps, Tensor& y, int64_t S,
+                              Activation act) {
   const int64_t C = x.dim(1), cpg = C / groups;
   constexpr int64_t kPixels = 64;  // pixels per chunk: a [64, C] fp32 block stays in L1 / L2
   const int64_t chunks = (S + kPixels - 1) / kPixels;
@@ -149,6 +159,7 @@ void group_norm_channels_last(const EltwiseKernels& k, const Tensor& x, int64_t 
         for (int64_t p = 0; p < m; ++p)
           k.fma(yr + p * C, true, &one, false, shift.data(), true, yr + p * C, C);
         detail::write_f32(k, y, by + off, 1, m * C, yr);
+        activate_stored(k, y, by + off, m * C, act);
       }
     });
   }
@@ -195,7 +206,7 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
 }
 
 void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
-                float eps, Tensor& y) {
+                float eps, Tensor& y, Activation act) {
   detail::check_float(x, "group_norm");
   detail::check_float(y, "group_norm");
   FLICK_CHECK(x.ndim() >= 2 && x.shape == y.shape,
@@ -218,11 +229,12 @@ void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Ten
   const EltwiseKernels& k = eltwise_kernels();
   if (S > 1 && C > 1 && channels_last(x) && channels_last(y)) {
     group_norm_channels_last(k, x, groups, detail::param_f32(k, weight, C, detail::kParamSlot),
-                             detail::param_f32(k, bias, C, detail::kParamSlot + 1), eps, y, S);
+                             detail::param_f32(k, bias, C, detail::kParamSlot + 1), eps, y, S, act);
     return;
   }
   if (S > 1 && (c.shape.ndim != 1 || c.strides[0][0] != 1 || c.strides[1][0] != 1)) {
-    ref::group_norm(x, groups, weight, bias, eps, y);  // rare layouts: the strided oracle
+    ref::group_norm(x, groups, weight, bias, eps, y, Activation::None);  // rare layouts
+    if (act != Activation::None) activation(y, y, act);
     return;
   }
   const float* w = detail::param_f32(k, weight, C, detail::kParamSlot);
@@ -261,6 +273,7 @@ void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Ten
               float* yr = detail::out_f32(y, oy + s, 1, m, 1);
               k.shift_scale(xr, m, mean, scale, shift, yr);
               detail::write_f32(k, y, oy + s, 1, m, yr);
+              activate_stored(k, y, oy + s, m, act);
             }
           }
         }

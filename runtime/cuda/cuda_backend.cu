@@ -421,8 +421,9 @@ class CudaBackend final : public Backend {
     ops::rms_norm(launch_, x, w, eps, y);
   }
   void group_norm(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b, float eps,
-                  Tensor& y) override {
+                  Tensor& y, Activation act) override {
     ops::group_norm(launch_, x, groups, w, b, eps, y);
+    if (act != Activation::None) activation(y, y, act);
   }
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& y) override {
     ops::rope(launch_, x, cos, sin, y);

@@ -85,7 +85,7 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
 }
 
 void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
-                float eps, Tensor& y) {
+                float eps, Tensor& y, Activation act) {
   check_io(x, y, "group_norm");
   FLICK_CHECK(x.ndim() >= 2, "group_norm: x must be [N, C, *], got " + x.str());
   const int64_t N = x.dim(0), C = x.dim(1);
@@ -129,6 +129,7 @@ void group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Ten
         }
       }
     }
+  if (act != Activation::None) activation(y, y, act);  // on the stored (rounded) y
 }
 
 }  // namespace flick::ref

@@ -570,7 +570,7 @@ TEST(CpuEltwise, EmptyTensorsAreNoOps) {
   cpu::layer_norm(x, w, w, 1e-5f, y);
   cpu::rms_norm(x, w, 1e-5f, y);
   OwnedTensor g(DType::F32, {2, 4, 0}), gy(DType::F32, {2, 4, 0});
-  cpu::group_norm(g, 2, Tensor{}, Tensor{}, 1e-5f, gy);
+  cpu::group_norm(g, 2, Tensor{}, Tensor{}, 1e-5f, gy, Activation::None);
   cpu::copy(x, y);
 }
 

@@ -92,7 +92,7 @@ TEST(RefNorm, HandComputedValues) {
   // group_norm [1, 4, 2], 2 groups: {1,2,3,4} and {10,10,10,14}.
   OwnedTensor g = vec({1, 2, 3, 4, 10, 10, 10, 14}, {1, 4, 2});
   OwnedTensor gy(DType::F32, {1, 4, 2});
-  ref::group_norm(g, 2, Tensor{}, Tensor{}, 0.f, gy);
+  ref::group_norm(g, 2, Tensor{}, Tensor{}, 0.f, gy, Activation::None);
   const double r2 = 1 / std::sqrt(3.0);  // group 2: mean 11, var 3
   ft::expect_close(gy,
                    {-1.5 / std::sqrt(1.25), -0.5 / std::sqrt(1.25), 0.5 / std::sqrt(1.25),
@@ -117,7 +117,7 @@ TEST(RefNorm, MatchesTorch) {
     std::vector<double> tol;
     if (p.at("op") == "group_norm") {
       const int64_t groups = std::stoll(p.at("groups"));
-      ref::group_norm(x, groups, w, b, eps, y);
+      ref::group_norm(x, groups, w, b, eps, y, Activation::None);
       const int64_t C = x.dim(1), inner = x.numel() / x.dim(0) / C;
       const Stats s = row_stats(xv, C / groups * inner, eps, false);
       tol = norm_tol(xv, s, per_element(w, xv.size(), inner, C, 1),
@@ -287,8 +287,9 @@ TEST(CpuNorm, GroupNormMatchesRef) {
       const auto tol = norm_tol(xv, row_stats(xv, C / c.groups * inner, 1e-6, false),
                                 per_element(wt, xv.size(), inner, C, 1),
                                 per_element(bt, xv.size(), inner, C, 0));
-      check([&](Tensor& y) { ref::group_norm(x, c.groups, wt, bt, 1e-6f, y); },
-            [&](Tensor& y) { cpu::group_norm(x, c.groups, wt, bt, 1e-6f, y); }, c.s, d.out, tol,
+      check([&](Tensor& y) { ref::group_norm(x, c.groups, wt, bt, 1e-6f, y, Activation::None); },
+            [&](Tensor& y) { cpu::group_norm(x, c.groups, wt, bt, 1e-6f, y, Activation::None); },
+            c.s, d.out, tol,
             "group_norm " + std::string(dtype_name(d.in)) + "->" + std::string(dtype_name(d.out)) +
                 " " + c.s.str());
     }
@@ -296,9 +297,9 @@ TEST(CpuNorm, GroupNormMatchesRef) {
   OwnedTensor xs = ft::random_tensor(DType::F32, {1, 6, 5, 16}, 9);
   Tensor xv = xs.t.permute({0, 3, 1, 2});  // [1, 16, 6, 5], channels innermost in memory
   const auto vals = ft::values(xv);
-  check([&](Tensor& y) { ref::group_norm(xv, 4, Tensor{}, Tensor{}, 1e-5f, y); },
-        [&](Tensor& y) { cpu::group_norm(xv, 4, Tensor{}, Tensor{}, 1e-5f, y); }, xv.shape,
-        DType::F32,
+  check([&](Tensor& y) { ref::group_norm(xv, 4, Tensor{}, Tensor{}, 1e-5f, y, Activation::None); },
+        [&](Tensor& y) { cpu::group_norm(xv, 4, Tensor{}, Tensor{}, 1e-5f, y, Activation::None); },
+        xv.shape, DType::F32,
         norm_tol(vals, row_stats(vals, 4 * 30, 1e-5, false), std::vector<double>(vals.size(), 1),
                  std::vector<double>(vals.size(), 0)),
         "group_norm channels-last");
@@ -334,13 +335,60 @@ TEST(CpuNorm, GroupNormChannelsLastMatchesRef) {
                                 per_element(wt, xv.size(), inner, C, 1),
                                 per_element(bt, xv.size(), inner, C, 0));
       ft::StridedTensor y = ft::make_permuted(d.out, c.s, order);
-      check([&](Tensor& out) { ref::group_norm(x.t, c.groups, wt, bt, 1e-6f, out); },
-            [&](Tensor& out) { cpu::group_norm(x.t, c.groups, wt, bt, 1e-6f, out); }, c.s, d.out,
-            tol,
-            "channels-last group_norm " + std::string(dtype_name(d.in)) + "->" +
-                std::string(dtype_name(d.out)) + " " + c.s.str(),
-            &y.t);
+      check(
+          [&](Tensor& out) {
+            ref::group_norm(x.t, c.groups, wt, bt, 1e-6f, out, Activation::None);
+          },
+          [&](Tensor& out) {
+            cpu::group_norm(x.t, c.groups, wt, bt, 1e-6f, out, Activation::None);
+          },
+          c.s, d.out, tol,
+          "channels-last group_norm " + std::string(dtype_name(d.in)) + "->" +
+              std::string(dtype_name(d.out)) + " " + c.s.str(),
+          &y.t);
     }
+}
+
+// group_norm's fused activation (the VAE's GroupNorm + SiLU, SAM3's GroupNorm
+// + ReLU) is the activation op on the stored norm output, bit for bit, on
+// both backends and every CPU path: contiguous NC*, dense channels-last, and
+// a channels-last view with padded rows (the reference path).
+TEST(CpuNorm, GroupNormFusedActivationIsNormThenActivation) {
+  struct Layout {
+    const char* name;
+    std::vector<int> order;  // storage order of the dims, outermost first
+    bool padded;
+  };
+  const Shape s{2, 16, 9, 7};
+  const Layout layouts[] = {{"nchw", {0, 1, 2, 3}, false},
+                            {"channels-last", {0, 2, 3, 1}, false},
+                            {"padded", {0, 1, 2, 3}, true}};
+  uint64_t seed = 900;
+  for (DTypes d : kDTypes)
+    for (Activation act : {Activation::Relu, Activation::Silu})
+      for (const Layout& l : layouts) {
+        OwnedTensor xs = ft::random_tensor(d.in, s, ++seed, 2.0, 0.3);
+        OwnedTensor w = ft::random_tensor(d.param, {s[1]}, ++seed, 0.3, 1.0);
+        OwnedTensor b = ft::random_tensor(d.param, {s[1]}, ++seed, 0.2);
+        auto make = [&](DType t) {
+          return l.padded ? ft::make_padded(t, s, 3) : ft::make_permuted(t, s, l.order);
+        };
+        ft::StridedTensor x = make(d.in);
+        ft::fill(x.t, ft::values(xs));
+        const std::string what = std::string(l.name) + " " + std::string(dtype_name(d.in)) + "->" +
+                                 std::string(dtype_name(d.out)) +
+                                 (act == Activation::Relu ? " relu" : " silu");
+        for (int backend = 0; backend < 2; ++backend) {
+          ft::StridedTensor fused = make(d.out), split = make(d.out);
+          auto norm = backend == 0 ? &ref::group_norm : &cpu::group_norm;
+          auto activation = backend == 0 ? &ref::activation : &cpu::activation;
+          norm(x.t, 4, w.t, b.t, 1e-6f, fused.t, act);
+          norm(x.t, 4, w.t, b.t, 1e-6f, split.t, Activation::None);
+          activation(split.t, split.t, act);
+          EXPECT_EQ(ft::expect_equal(fused.t, split.t, what), 0)
+              << (backend == 0 ? "ref " : "cpu ") << what;
+        }
+      }
 }
 
 }  // namespace
