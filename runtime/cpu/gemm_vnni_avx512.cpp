@@ -17,13 +17,13 @@
 //
 // Register tile: 6 rows x 64 columns (24 accumulators, 4 weight vectors, one
 // broadcast A quad / pair): 10 loads per 24 products; 32 or 16 columns at
-// the end of N. A short K runs only the operand units it fills of its one
-// step (K = 2: one f32 FMA pair, not the 16 of a padded step). Cache blocking (the
-// loop order is at run()): K in blocks of up to 32 steps (2048 k of S8, 1024
-// of BF16); a block of rows whose A panel (~384 KB) stays in L2 passes over
-// the thread's column groups, each group's weights for the K block (<= 128
-// KB) stay in L2 over the block's 6-row tiles, and a tile's 6 A rows sit in
-// L1. Measured on a Zen 4 (bench/RESULTS.md, sessions 13 and 14): S8 87-92 %
+// the end of N. A K that ends inside a step runs only the operand units it
+// fills (F32 K = 2: 2 products a row, not the 16 of a padded step). Cache
+// blocking (the loop order is at run()): K in blocks of up to 32 steps (2048
+// k of S8, 1024 of BF16); a block of rows whose A panel (~384 KB) stays in
+// L2 passes over the thread's column groups, each group's weights for the K
+// block (<= 128 KB) stay in L2 over the block's 6-row tiles, and a tile's 6
+// A rows sit in L1. Measured on a Zen 4 (bench/RESULTS.md, sessions 13 and 14): S8 87-92 %
 // of the vpdpbusd peak at the DiT's shapes in a prototype of the loop, 3-16 %
 // faster than oneDNN 2.6's brgemm as a whole linear; BF16 82-92 % of the
 // vdpbf16ps peak, 2-13 % faster than oneDNN's (both of which re-block plain

@@ -9,7 +9,7 @@
 // bit-identical to the AMX kernel and runtime/ref), BF16 / FP8 on vdpbf16ps
 // (AVX-512 BF16; 2-13 % faster than oneDNN's brgemm at the DiT's and SAM3's
 // shapes on a Zen 4, which re-blocks plain weights inside every call, and
-// with GELU fused; layers with K under 32 stay on oneDNN, faster there).
+// with GELU fused; layers with K from 5 to 31 stay on oneDNN, faster there).
 // F32 layers run on flick's AVX-512 FMA GEMM over the same
 // packed layout on every AVX-512 CPU, AMX or not: oneDNN 2.7's f32 brgemm
 // reached 61-71 % of the FMA peak at SAM3's shapes on an Emerald Rapids, the
@@ -454,9 +454,8 @@ constexpr int64_t kAvx512F32MinK = 1;
 
 // Whether pack_linear puts a `p` layer of K inputs on flick's GEMMs
 // (AmxLinear): AMX for BF16 / FP8 / INT8; without AMX, AVX-512 VNNI for INT8
-// and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on (and up to
-// kThinMlpMaxK); F32 on AVX-512
-// FMA from kAvx512F32MinK on, AMX or not.
+// and AVX-512 BF16 for BF16 / FP8 from kAvx512Bf16MinK on and up to
+// kThinMlpMaxK; F32 on AVX-512 FMA from kAvx512F32MinK on, AMX or not.
 bool on_flick_gemm(Precision p, int64_t k) {
   if (p == Precision::F32) return linear_uses_avx512_f32() && k >= kAvx512F32MinK;
   if (linear_uses_amx()) return true;
