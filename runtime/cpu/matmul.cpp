@@ -809,9 +809,10 @@ void mlp_relu(const Tensor& x, const PackedLinear& l1, const PackedLinear& l2, T
   const ref::RowsView xr = ref::as_rows(x), yr = ref::as_rows(y), hr = ref::as_rows(hidden);
   // The scratch is checked even where the fused kernel leaves it unused, so
   // a wrong one fails alike on every backend and shape.
-  FLICK_CHECK(hr.rows == xr.rows && hr.cols == l1.out_features(),
-              "mlp_relu: hidden " + hidden.str() + " is not [" + std::to_string(xr.rows) + ", " +
-                  std::to_string(l1.out_features()) + "]");
+  FLICK_CHECK(hr.rows == xr.rows && hr.cols == l1.out_features() &&
+                  (hidden.dtype == DType::F32 || hidden.dtype == DType::BF16),
+              "mlp_relu: hidden " + hidden.str() + " is not F32 / BF16 [" +
+                  std::to_string(xr.rows) + ", " + std::to_string(l1.out_features()) + "]");
   std::vector<float> w2t;
   const bool unit_cols = x.stride(x.ndim() - 1) == 1 && y.stride(y.ndim() - 1) == 1;
   std::optional<ThinMlp> m;
