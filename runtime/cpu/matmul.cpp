@@ -368,9 +368,23 @@ class AmxLinear final : public PackedLinear {
     return weights_.type == AmxType::S8 ? "flick:amx_int8" : "flick:amx_bf16";
   }
   const AmxWeights& weights() const { return weights_; }
-  // F32 / BF16 weights as fp32 [N, K], unpacked on first use (cpu::mlp_relu).
-  const std::vector<float>& plain_f32() const {
-    std::call_once(plain_once_, [&] { plain_ = amx_unpack_f32(weights_); });
+  // F32 / BF16 weights as fp32, unpacked on first use (cpu::mlp_relu's
+  // fused kernel): rows [N, K]; for N <= kThinMlpMaxN also columns [K,
+  // kThinMlpMaxN], zeros past N.
+  struct PlainF32 {
+    std::vector<float> rows, columns;
+  };
+  const PlainF32& plain_f32() const {
+    std::call_once(plain_once_, [&] {
+      const int64_t n = weights_.n, k = weights_.k;
+      plain_.rows = amx_unpack_f32(weights_);
+      if (n > kThinMlpMaxN) return;
+      plain_.columns.assign(static_cast<size_t>(k * kThinMlpMaxN), 0.f);
+      for (int64_t j = 0; j < k; ++j)
+        for (int64_t c = 0; c < n; ++c)
+          plain_.columns[static_cast<size_t>(j * kThinMlpMaxN + c)] =
+              plain_.rows[static_cast<size_t>(c * k + j)];
+    });
     return plain_;
   }
   const Tensor& scale() const { return scale_; }
@@ -426,7 +440,7 @@ class AmxLinear final : public PackedLinear {
   mutable std::once_flag comp_once_;
   mutable std::vector<int32_t> comp_;  // [n_pad] vnni_compensation, made on first use
   mutable std::once_flag plain_once_;
-  mutable std::vector<float> plain_;  // plain_f32()
+  mutable PlainF32 plain_;
   AmxWeights weights_;
   Tensor scale_;  // F32 [N] for INT8 / FP8
   Tensor bias_;   // F32 [N] or empty
@@ -768,11 +782,9 @@ namespace {
 // The fused kernel's operands when l1 -> l2 is an MLP it takes: K <= 4
 // inputs, N <= 16 outputs, F32 / BF16 layers on flick's GEMMs (no weight
 // scale), an AVX-512 CPU, rows with unit column stride. The weights come
-// from the packed layers (exact), l2's transposed and padded once per call
-// (H x 16 floats).
+// from the packed layers (exact, unpacked once per layer).
 std::optional<ThinMlp> thin_mlp(const PackedLinear& l1, const PackedLinear& l2,
-                                const ref::RowsView& x, const Tensor& hidden,
-                                std::vector<float>& w2t) {
+                                const ref::RowsView& x, const Tensor& hidden) {
   const auto* a = dynamic_cast<const AmxLinear*>(&l1);
   const auto* b = dynamic_cast<const AmxLinear*>(&l2);
   if (a == nullptr || b == nullptr || eltwise_kernels_for(Isa::Avx512) == nullptr) return {};
@@ -788,14 +800,9 @@ std::optional<ThinMlp> thin_mlp(const PackedLinear& l1, const PackedLinear& l2,
   m.h = h;
   m.n = n;
   m.n_pad = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : n <= 8 ? 8 : 16;
-  m.w1 = a->plain_f32().data();
+  m.w1 = a->plain_f32().rows.data();
   m.b1 = a->bias().empty() ? nullptr : a->bias().ptr<float>();
-  const std::vector<float>& w2 = b->plain_f32();
-  w2t.assign(static_cast<size_t>(h * m.n_pad), 0.f);
-  for (int64_t j = 0; j < h; ++j)
-    for (int64_t c = 0; c < n; ++c)
-      w2t[static_cast<size_t>(j * m.n_pad + c)] = w2[static_cast<size_t>(c * h + j)];
-  m.w2t = w2t.data();
+  m.w2t = b->plain_f32().columns.data();
   m.b2 = b->bias().empty() ? nullptr : b->bias().ptr<float>();
   m.round_x = a->weights().type == AmxType::BF16 && x.dtype != DType::BF16;
   m.round_h = hidden.dtype == DType::BF16 || b->weights().type == AmxType::BF16;
@@ -813,13 +820,12 @@ void mlp_relu(const Tensor& x, const PackedLinear& l1, const PackedLinear& l2, T
                   (hidden.dtype == DType::F32 || hidden.dtype == DType::BF16),
               "mlp_relu: hidden " + hidden.str() + " is not F32 / BF16 [" +
                   std::to_string(xr.rows) + ", " + std::to_string(l1.out_features()) + "]");
-  std::vector<float> w2t;
   const bool unit_cols = x.stride(x.ndim() - 1) == 1 && y.stride(y.ndim() - 1) == 1;
   std::optional<ThinMlp> m;
   if (unit_cols && xr.cols == l1.in_features() && yr.cols == l2.out_features() &&
       xr.rows == yr.rows && (x.dtype == DType::F32 || x.dtype == DType::BF16) &&
       (y.dtype == DType::F32 || y.dtype == DType::BF16))
-    m = thin_mlp(l1, l2, xr, hidden, w2t);
+    m = thin_mlp(l1, l2, xr, hidden);
   if (!m) {
     linear(x, l1, hidden, Activation::Relu);
     linear(hidden, l2, y, Activation::None);

@@ -8,52 +8,34 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "runtime/cpu/eltwise_simd_avx512.h"
 #include "runtime/cpu/mlp_kernels.h"
 #include "runtime/dtype.h"
 
 namespace flick::cpu {
 namespace {
 
+namespace v = flick::cpu::avx512;
+
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// fp32 -> nearest bf16 (ties to even) -> fp32, as f32_to_bf16 for every
-// non-NaN value.
-inline __m512 round_bf16_16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(int(0xFFFF0000u))));
-}
-
-inline float load_f32(const ref::RowsView& v, int64_t row, int64_t col) {
-  const char* p = static_cast<const char*>(v.row(row));
-  if (v.dtype == DType::BF16) return bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[col]);
-  return reinterpret_cast<const float*>(p)[col];
-}
-
-inline void store_f32(const ref::RowsView& v, int64_t row, int64_t col, float f) {
-  char* p = static_cast<char*>(v.row(row));
-  if (v.dtype == DType::BF16) {
-    reinterpret_cast<uint16_t*>(p)[col] = f32_to_bf16(f);
-  } else {
-    reinterpret_cast<float*>(p)[col] = f;
-  }
-}
+// fp32 -> bf16 -> fp32, as the bf16 stores of the GEMMs round.
+inline __m512 round_bf16(__m512 x) { return v::bf16_bits_to_f32(v::f32_to_bf16_bits({x})).v; }
 
 template <int K, int N>
-void run(const ThinMlp& m, const ref::RowsView& x, const ref::RowsView& y, int64_t r0,
-         int64_t r1) {
+void run(const ThinMlp& m, const ref::RowsView& x, const ref::RowsView& y, int64_t r0, int64_t r1) {
   alignas(64) float xs[K][16];
   alignas(64) float out[N][16];
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t b = r0; b < r1; b += 16) {
     const int rows = static_cast<int>(min64(16, r1 - b));
     for (int kk = 0; kk < K; ++kk)
-      for (int r = 0; r < 16; ++r) xs[kk][r] = r < rows ? load_f32(x, b + r, kk) : 0.f;
+      for (int r = 0; r < 16; ++r)
+        xs[kk][r] = r < rows ? load_as_f32(x.dtype, x.row(b + r), kk) : 0.f;
     __m512 xv[K];
     for (int kk = 0; kk < K; ++kk) {
       xv[kk] = _mm512_load_ps(xs[kk]);
-      if (m.round_x) xv[kk] = round_bf16_16(xv[kk]);
+      if (m.round_x) xv[kk] = round_bf16(xv[kk]);
     }
     __m512 acc[N];
 #pragma GCC unroll 16
@@ -65,8 +47,8 @@ void run(const ThinMlp& m, const ref::RowsView& x, const ref::RowsView& y, int64
       for (int kk = 1; kk < K; ++kk) hj = _mm512_fmadd_ps(xv[kk], _mm512_set1_ps(w1[kk]), hj);
       if (m.b1 != nullptr) hj = _mm512_add_ps(hj, _mm512_set1_ps(m.b1[j]));
       hj = _mm512_max_ps(hj, zero);
-      if (m.round_h) hj = round_bf16_16(hj);
-      const float* w2 = m.w2t + j * N;
+      if (m.round_h) hj = round_bf16(hj);
+      const float* w2 = m.w2t + j * kThinMlpMaxN;
 #pragma GCC unroll 16
       for (int c = 0; c < N; ++c) acc[c] = _mm512_fmadd_ps(hj, _mm512_set1_ps(w2[c]), acc[c]);
     }
@@ -76,7 +58,7 @@ void run(const ThinMlp& m, const ref::RowsView& x, const ref::RowsView& y, int64
                                   ? _mm512_add_ps(acc[c], _mm512_set1_ps(m.b2[c]))
                                   : acc[c]);
     for (int r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < m.n; ++c) store_f32(y, b + r, c, out[c][r]);
+      for (int64_t c = 0; c < m.n; ++c) store_from_f32(y.dtype, y.row(b + r), c, out[c][r]);
   }
 }
 

@@ -17,7 +17,7 @@ struct ThinMlp {
   int n_pad = 0;                // n rounded up to 1, 2, 4, 8 or 16
   const float* w1 = nullptr;    // [h, k] (bf16 values for a BF16 layer)
   const float* b1 = nullptr;    // [h] or null
-  const float* w2t = nullptr;   // [h, n_pad]: l2's weights transposed, zero past n
+  const float* w2t = nullptr;   // [h, kThinMlpMaxN]: l2's weights transposed, zero past n
   const float* b2 = nullptr;    // [n] or null
   bool round_x = false;         // x to bf16 before the first layer (a BF16 l1)
   bool round_h = false;         // the hidden values to bf16 (a BF16 hidden or l2)
