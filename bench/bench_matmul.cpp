@@ -107,10 +107,13 @@ BenchResult rate_result(std::string name, const TimedBest& t, double ops, const 
 
 struct LinearShape {
   int64_t m, k, n;
+  Activation act = Activation::None;  // the epilogue's
 };
 
 std::string dims(const LinearShape& s) {
-  return std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+  std::string d = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+  if (s.act == Activation::GeluErf) d += " gelu";
+  return d;
 }
 
 BenchResult bench_linear(Precision prec, const LinearShape& s, const Peaks& peaks,
@@ -124,8 +127,7 @@ BenchResult bench_linear(Precision prec, const LinearShape& s, const Peaks& peak
   fill(b, 0.1f, 3);
   auto packed = cpu::pack_linear({w.t, Tensor{}, b.t, prec});
   const std::string impl = cpu::linear_impl(*packed);
-  const TimedBest t =
-      time_case([&] { cpu::linear(x, *packed, y, Activation::None); }, prec, impl, options);
+  const TimedBest t = time_case([&] { cpu::linear(x, *packed, y, s.act); }, prec, impl, options);
   return rate_result(std::string("linear ") + precision_name(prec) + " " + dims(s), t,
                      2.0 * double(s.m) * double(s.k) * double(s.n), peaks, prec, impl, "");
 }
@@ -141,6 +143,37 @@ BenchResult bench_quantize(const LinearShape& s, const BenchOptions& options) {
   r.unit = "GB/s";
   r.detail = "per-token int8 before each INT8 GEMM";
   return r;
+}
+
+// One elementwise activation over 1 Mi fp32 values spread uniformly over
+// [-range, range]: `range` 4 stays clear of the tails where e^{-x^2/2} or
+// e^-|x| underflow to denormals, 32 reaches them. The row's detail gives the
+// ratio to the first range's time in the same run (the activations avoid
+// denormals outside narrow bands, eltwise_kernels.inc).
+std::vector<BenchResult> bench_activation(Activation act, const char* name,
+                                          const BenchOptions& options) {
+  constexpr int64_t kN = int64_t{1} << 20;
+  OwnedTensor x(DType::F32, {kN}), y(DType::F32, {kN});
+  std::vector<BenchResult> rows;
+  double first = 0;
+  for (float range : {4.f, 32.f}) {
+    float* p = x.t.ptr<float>();
+    for (int64_t i = 0; i < kN; ++i)  // a fixed scramble of [-range, range]
+      p[i] = range * (2.f * static_cast<float>((i * 2654435761u) % kN) / float(kN) - 1.f);
+    const double t = best_seconds([&] { cpu::activation(x.t, y.t, act); }, options);
+    if (first == 0) first = t;
+    BenchResult r;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "activation %s f32 1Mi |x|<=%g", name, double(range));
+    r.name = buf;
+    r.seconds = t;
+    r.rate = double(kN) / t * 1e-6;
+    r.unit = "Melem/s";
+    std::snprintf(buf, sizeof buf, "%.2fx the |x|<=4 time", t / first);
+    r.detail = buf;
+    rows.push_back(r);
+  }
+  return rows;
 }
 
 struct ConvShape {
@@ -195,11 +228,15 @@ std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptio
   // the GEMM of its neck's first 2x2 stride-2 transposed conv (1024 -> 4 x 512);
   // the f32 fusion FFN's 256-row chunks and a decoder linear over 201 queries;
   // the decoder's boxRPB MLP (2 -> 256 -> 8) on one chunk of 1024 of its
-  // 200 x 72 rows.
-  const LinearShape shapes[] = {{2640, 1536, 1536}, {2640, 1536, 8960}, {2640, 8960, 1536},
-                                {5184, 256, 256},   {5184, 256, 2048},  {5184, 2048, 256},
-                                {5184, 1024, 2048}, {256, 256, 2048},   {256, 2048, 256},
-                                {201, 256, 256},    {1024, 2, 256},     {1024, 256, 8}};
+  // 200 x 72 rows; the RepViT trunk's 1x1 FFN expansion at 63^2 (stage 3,
+  // 16 blocks) with its GELU and without.
+  const LinearShape shapes[] = {{2640, 1536, 1536}, {2640, 1536, 8960},
+                                {2640, 8960, 1536}, {5184, 256, 256},
+                                {5184, 256, 2048},  {5184, 2048, 256},
+                                {5184, 1024, 2048}, {256, 256, 2048},
+                                {256, 2048, 256},   {201, 256, 256},
+                                {1024, 2, 256},     {1024, 256, 8},
+                                {3969, 192, 384},   {3969, 192, 384, Activation::GeluErf}};
   std::vector<BenchResult> results;
   for (Precision prec : {Precision::INT8, Precision::BF16, Precision::FP8, Precision::F32}) {
     for (const LinearShape& s : shapes) {
@@ -208,6 +245,14 @@ std::vector<BenchResult> run_matmul_benches(const Peaks& peaks, const BenchOptio
       results.push_back(bench_linear(prec, s, peaks, options));
     }
   }
+  const std::pair<Activation, const char*> acts[] = {{Activation::GeluErf, "gelu_erf"},
+                                                     {Activation::GeluTanh, "gelu_tanh"},
+                                                     {Activation::Silu, "silu"}};
+  for (const auto& [act, name] : acts)
+    if (selected(std::string("activation ") + name, options)) {
+      auto rows = bench_activation(act, name, options);
+      results.insert(results.end(), rows.begin(), rows.end());
+    }
   for (const LinearShape& s : {LinearShape{2640, 1536, 0}, LinearShape{2640, 8960, 0}}) {
     if (selected("quantize_rows_int8 bf16 " + std::to_string(s.m) + "x" + std::to_string(s.k),
                  options))

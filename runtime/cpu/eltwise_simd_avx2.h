@@ -46,6 +46,7 @@ inline Mask operator<(Vf a, Vf b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)}
 inline Mask operator>(Vf a, Vf b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)}; }
 inline Mask is_nan(Vf a) { return {_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q)}; }
 inline Mask operator|(Mask a, Mask b) { return {_mm256_or_ps(a.m, b.m)}; }
+inline Mask operator&(Mask a, Mask b) { return {_mm256_and_ps(a.m, b.m)}; }
 inline bool any(Mask a) { return _mm256_movemask_ps(a.m) != 0; }
 inline Vf select(Mask m, Vf a, Vf b) { return {_mm256_blendv_ps(b.v, a.v, m.m)}; }
 inline Vf blend_first(int n, Vf a, Vf b) {
@@ -62,6 +63,21 @@ inline Vf ldexp(Vf p, Vf n) {
   const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
   return {_mm256_mul_ps(_mm256_mul_ps(p.v, s1), s2)};
+}
+
+// s * 2^-64 rounded once to nearest even, for finite s, with no instruction
+// reading or producing a denormal: results under 2^-126 (|s| < 2^-62) are
+// assembled from their integer significand (round(|s| * 2^85) is the bit
+// pattern of |s| * 2^-64 there), larger ones are an exact multiply.
+inline Vf descale64(Vf s) {
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+  const __m256 a = _mm256_andnot_ps(sign_mask, s.v);
+  const __m256 tiny = _mm256_cmp_ps(a, _mm256_set1_ps(0x1p-62f), _CMP_LT_OQ);
+  const __m256i m = _mm256_cvtps_epi32(_mm256_mul_ps(a, _mm256_set1_ps(0x1p85f)));
+  const __m256 small = _mm256_or_ps(_mm256_castsi256_ps(m), _mm256_and_ps(s.v, sign_mask));
+  const __m256 large =
+      _mm256_mul_ps(_mm256_blendv_ps(s.v, _mm256_set1_ps(1.f), tiny), _mm256_set1_ps(0x1p-64f));
+  return {_mm256_blendv_ps(large, small, tiny)};
 }
 
 inline float reduce_add(Vf a) {

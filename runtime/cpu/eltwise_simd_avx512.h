@@ -46,6 +46,7 @@ inline Mask operator<(Vf a, Vf b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT
 inline Mask operator>(Vf a, Vf b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ)}; }
 inline Mask is_nan(Vf a) { return {_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q)}; }
 inline Mask operator|(Mask a, Mask b) { return {static_cast<__mmask16>(a.m | b.m)}; }
+inline Mask operator&(Mask a, Mask b) { return {static_cast<__mmask16>(a.m & b.m)}; }
 inline bool any(Mask a) { return a.m != 0; }
 inline Vf select(Mask m, Vf a, Vf b) { return {_mm512_mask_blend_ps(m.m, b.v, a.v)}; }  // m ? a : b
 // Lanes [0, n) from a, the rest from b.
@@ -53,6 +54,21 @@ inline Vf blend_first(int n, Vf a, Vf b) { return {_mm512_mask_blend_ps(tail_mas
 
 // p * 2^n for integral n in [-151, 130], rounded once (denormals included).
 inline Vf ldexp(Vf p, Vf n) { return {_mm512_scalef_ps(p.v, n.v)}; }
+
+// s * 2^-64 rounded once to nearest even, for finite s, with no instruction
+// reading or producing a denormal: results under 2^-126 (|s| < 2^-62) are
+// assembled from their integer significand (round(|s| * 2^85) is the bit
+// pattern of |s| * 2^-64 there), larger ones are an exact multiply.
+inline Vf descale64(Vf s) {
+  const __m512 a = _mm512_abs_ps(s.v);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-62f), _CMP_LT_OQ);
+  const __m512i m = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(0x1p85f)));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(s.v), _mm512_set1_epi32(INT32_MIN));
+  const __m512 small = _mm512_castsi512_ps(_mm512_or_si512(m, sign));
+  const __m512 large =
+      _mm512_mul_ps(_mm512_mask_blend_ps(tiny, s.v, _mm512_set1_ps(1.f)), _mm512_set1_ps(0x1p-64f));
+  return {_mm512_mask_blend_ps(tiny, large, small)};
+}
 
 inline float reduce_add(Vf a) { return _mm512_reduce_add_ps(a.v); }
 

@@ -213,8 +213,9 @@ TEST(Conv, PrefersChannelsLastUnlessWinograd) {
   EXPECT_TRUE(conv(1, 1, Precision::F32)->prefers_channels_last());
   EXPECT_TRUE(conv(3, 1, Precision::BF16)->prefers_channels_last());
   EXPECT_TRUE(conv(1, 1, Precision::BF16)->prefers_channels_last());
-  if (cpu::cpu_supports(Precision::INT8))
+  if (cpu::cpu_supports(Precision::INT8)) {
     EXPECT_TRUE(conv(3, 1, Precision::INT8)->prefers_channels_last());
+  }
 }
 
 // The same packed conv on several input sizes (one plan each), twice each.

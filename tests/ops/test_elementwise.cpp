@@ -8,9 +8,12 @@
 // the single rounding of a value within that fp32 band.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <random>
 
 #include "runtime/cpu/eltwise_kernels.h"
 #include "runtime/cpu/ops.h"
@@ -166,6 +169,38 @@ TEST(EltwiseKernels, IsasAgreeBitForBit) {
   a.rope(x.data(), w.data(), x.data(), ya.data(), n / 2);
   b.rope(x.data(), w.data(), x.data(), yb.data(), n / 2);
   EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), static_cast<size_t>(n / 2 * 2) * 4)) << "rope";
+}
+
+// The activations answer a vector without denormal arithmetic unless one of
+// its lanes needs it (eltwise_kernels.inc): then that vector is evaluated
+// exactly. Both ways must give the same bits for every input, so a value's
+// result may not depend on its neighbours. Dense inputs (each vector holds
+// neighbouring values: mostly one way) against the same inputs shuffled
+// (tail values spread into most vectors: mostly the other way), un-shuffled.
+TEST(EltwiseKernels, ActivationsDoNotDependOnNeighbouringLanes) {
+  std::vector<float> x = dense_inputs();
+  for (float v = -15.f; v < -9.f; v += 0.01f) x.push_back(v);  // the bands with tiny results
+  const size_t n = x.size();
+  std::vector<size_t> perm(n);
+  for (size_t i = 0; i < n; ++i) perm[i] = i;
+  std::mt19937 rng(7);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<float> xs(n), y(n), ys(n);
+  for (size_t i = 0; i < n; ++i) xs[i] = x[perm[i]];
+  for (const cpu::EltwiseKernels* k : all_isas())
+    for (Activation act :
+         {Activation::GeluErf, Activation::GeluTanh, Activation::Silu, Activation::Sigmoid}) {
+      k->activation(act, x.data(), DType::F32, y.data(), DType::F32, static_cast<int64_t>(n));
+      k->activation(act, xs.data(), DType::F32, ys.data(), DType::F32, static_cast<int64_t>(n));
+      size_t differ = 0, first = n;
+      for (size_t i = 0; i < n; ++i)
+        if (std::memcmp(&ys[i], &y[perm[i]], 4) != 0) {
+          ++differ;
+          first = std::min(first, perm[i]);
+        }
+      EXPECT_EQ(differ, 0u) << k->isa << " act " << static_cast<int>(act)
+                            << ", first at x = " << (first < n ? x[first] : 0.f);
+    }
 }
 
 // The typed activation kernel (conversion in registers) must equal convert ->
