@@ -280,6 +280,19 @@ void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e
   });
 }
 
+void amx_gemm_float_rows(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
+                         AmxCallBuffers& buf) {
+  FLICK_CHECK(w.type == AmxType::BF16 && x.cols == w.k, "amx_gemm_float_rows: operands");
+  AmxActivations a;
+  a.type = AmxType::BF16;
+  a.m = x.rows;
+  a.m_pad = amx_round_up(x.rows, 32);
+  a.k_pad = w.k_pad;
+  a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, w.k));
+  amx_pack_bf16(x, a, buf.scratch);
+  amx_gemm(a, w, e, buf.scratch);
+}
+
 bool vnni_available() {
   // The epilogue is the elementwise ops' AVX-512 code (F, BW, VL, DQ).
   static const bool yes =
