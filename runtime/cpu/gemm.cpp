@@ -280,15 +280,20 @@ void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e
   });
 }
 
+AmxActivations amx_activations_for(const AmxWeights& w, int64_t m, AmxCallBuffers& buf) {
+  AmxActivations a;
+  a.type = w.type;
+  a.m = m;
+  a.m_pad = amx_round_up(m, 32);
+  a.k_pad = w.k_pad;
+  a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, m, w.k));
+  return a;
+}
+
 void amx_gemm_float_rows(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
                          AmxCallBuffers& buf) {
   FLICK_CHECK(w.type == AmxType::BF16 && x.cols == w.k, "amx_gemm_float_rows: operands");
-  AmxActivations a;
-  a.type = AmxType::BF16;
-  a.m = x.rows;
-  a.m_pad = amx_round_up(x.rows, 32);
-  a.k_pad = w.k_pad;
-  a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, w.k));
+  const AmxActivations a = amx_activations_for(w, x.rows, buf);
   amx_pack_bf16(x, a, buf.scratch);
   amx_gemm(a, w, e, buf.scratch);
 }

@@ -402,12 +402,7 @@ class AmxLinear final : public PackedLinear {
       return vnni_gemm_float_rows(x, weights_, e, buf);
     if (vnni_) return run_vnni(x, e, buf);
     if (weights_.type == AmxType::BF16) return amx_gemm_float_rows(x, weights_, e, buf);
-    AmxActivations a;
-    a.type = AmxType::S8;
-    a.m = x.rows;
-    a.m_pad = amx_round_up(x.rows, 32);
-    a.k_pad = weights_.k_pad;
-    a.data = buf.reserve(buf.a, amx_activation_bytes(a.type, a.m, weights_.k));
+    const AmxActivations a = amx_activations_for(weights_, x.rows, buf);  // S8
     auto* scales = static_cast<float*>(buf.reserve(buf.row_scales, sizeof(float) * x.rows));
     amx_pack_s8(x, a, scales, buf.scratch);
     e.row_scale = scales;
