@@ -28,8 +28,8 @@
 // oneDNN, whose post-op (a shorter approximation, applied in registers) ran
 // the RepViT trunk's GELU 1x1s 1.2-2x faster than the AMX GEMM's epilogue
 // (69-71 against 86-142 ms a frame; bench/RESULTS.md, session 24).
-// Without AMX BF16 keeps oneDNN: flick's AVX-512 BF16 GEMM is not measured
-// against brgconv_1x1 on these shapes.
+// Without AMX, and for 3-d maps, BF16 keeps oneDNN: flick's GEMMs are not
+// measured against brgconv_1x1 there.
 // Implementation: oneDNN's first choice, except for large frames (see
 // prefer_direct_amx) and 3x3 stride-1 convolutions, F32 and (without AMX)
 // BF16, which run on its Winograd kernel where the host has one
@@ -115,7 +115,7 @@ bool bf16_on_winograd(const ConvDesc& d) {
 
 // Whether a convolution takes the 1x1 GEMM route (top of file) on
 // channels-last calls: F32 from one 16-wide K step on, as F32 linears; BF16
-// on AMX hosts.
+// 2-d ones on AMX hosts (the VAEs' 1x1x1s were not measured on it).
 bool on_flick_gemm(const ConvDesc& d) {
   bool one_by_one = d.groups == 1 && d.w.dim(1) >= 16;
   for (int i = 0; i < d.spatial_dims; ++i) {
@@ -124,7 +124,7 @@ bool on_flick_gemm(const ConvDesc& d) {
   }
   if (!one_by_one) return false;
   if (d.precision == Precision::F32) return linear_uses_avx512_f32();
-  return d.precision == Precision::BF16 && linear_uses_amx();
+  return d.precision == Precision::BF16 && d.spatial_dims == 2 && linear_uses_amx();
 }
 // The packed weight type of the GEMM route.
 AmxType gemm_type(const ConvDesc& d) {
