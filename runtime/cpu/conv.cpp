@@ -16,20 +16,11 @@
 //     channels-last pays no reorders.
 // Epilogue: F32 / BF16: oneDNN bias, then the activation post-op.
 //           FP8: acc * scale[o] (binary_mul), + bias (binary_add), activation.
-// 1x1 convolutions (stride 1, no padding, one group) on channels-last x and
-// y are the GEMM [pixels, I] x [I, O]: F32 ones run on flick's AVX-512 FMA
-// GEMM (gemm.h, as F32 linears do) where linear_uses_avx512_f32(), BF16 ones
-// on its AMX GEMM where linear_uses_amx(). oneDNN 2.7's brgconv_1x1 ran
-// EfficientSAM3's neck and trunk 1x1s at 50-70 % of the FMA peak (Emerald
-// Rapids, 2 threads), and in BF16 on AMX EfficientSAM3's plain (no or ReLU
-// activation) trunk and neck 1x1s in 138-143 ms a frame against 72-137 ms on
-// flick's GEMM (alternated runs; the host's fast phases give the low end).
-// BF16 ones with a transcendental activation (GELU, SiLU, ...) stay on
-// oneDNN, whose post-op (a shorter approximation, applied in registers) ran
-// the RepViT trunk's GELU 1x1s 1.2-2x faster than the AMX GEMM's epilogue
-// (69-71 against 86-142 ms a frame; bench/RESULTS.md, session 24).
-// Without AMX, and for 3-d maps, BF16 keeps oneDNN: flick's GEMMs are not
-// measured against brgconv_1x1 there.
+// F32 1x1 convolutions (stride 1, no padding, one group) on channels-last x
+// and y are the GEMM [pixels, I] x [I, O]: they run on flick's AVX-512 FMA
+// GEMM (gemm.h, as F32 linears do) where linear_uses_avx512_f32(). oneDNN
+// 2.7's brgconv_1x1 ran EfficientSAM3's neck and trunk 1x1s at 50-70 % of
+// the FMA peak (Emerald Rapids, 2 threads).
 // Implementation: oneDNN's first choice, except for large frames (see
 // prefer_direct_amx) and 3x3 stride-1 convolutions, F32 and (without AMX)
 // BF16, which run on its Winograd kernel where the host has one
@@ -113,22 +104,15 @@ bool bf16_on_winograd(const ConvDesc& d) {
   return host && d.precision == Precision::BF16 && d.w.numel() <= kWinogradBf16MaxWeights;
 }
 
-// Whether a convolution takes the 1x1 GEMM route (top of file) on
-// channels-last calls: F32 from one 16-wide K step on, as F32 linears; BF16
-// 2-d ones on AMX hosts (the VAEs' 1x1x1s were not measured on it).
-bool on_flick_gemm(const ConvDesc& d) {
-  bool one_by_one = d.groups == 1 && d.w.dim(1) >= 16;
+// Whether a convolution takes the F32 1x1 GEMM route (top of file) on
+// channels-last calls: from one 16-wide K step on, as F32 linears.
+bool on_f32_gemm(const ConvDesc& d) {
+  bool one_by_one = d.groups == 1 && d.precision == Precision::F32 && d.w.dim(1) >= 16;
   for (int i = 0; i < d.spatial_dims; ++i) {
     const auto s = static_cast<size_t>(i);
     one_by_one = one_by_one && d.w.dim(2 + i) == 1 && d.stride[s] == 1 && d.padding[s] == 0;
   }
-  if (!one_by_one) return false;
-  if (d.precision == Precision::F32) return linear_uses_avx512_f32();
-  return d.precision == Precision::BF16 && d.spatial_dims == 2 && linear_uses_amx();
-}
-// The packed weight type of the GEMM route.
-AmxType gemm_type(const ConvDesc& d) {
-  return d.precision == Precision::F32 ? AmxType::F32 : AmxType::BF16;
+  return one_by_one && linear_uses_avx512_f32();
 }
 
 struct PlanKey {
@@ -220,9 +204,8 @@ class OnednnConv final : public PackedConv {
                                                                      Activation act,
                                                                      const std::string& impl) const;
   Plan& plan(const PlanKey& key, const Tensor& x, const Tensor& y) const;
-  // The GEMM route of 1x1 convolutions (top of file): packs gemm_w_ from
-  // the plain [O, I] weights (of gemm_type's dtype) when this convolution
-  // qualifies.
+  // The GEMM route of F32 1x1 convolutions (top of file): packs gemm_w_
+  // from the plain [O, I] weights when this convolution qualifies.
   void init_gemm(const Tensor& w_plain);
   void run_gemm(const Tensor& x, const Tensor& y, Activation act) const;
   void build(Plan& p, const Tensor& x, const Tensor& y) const;
@@ -240,7 +223,7 @@ class OnednnConv final : public PackedConv {
   memory bias_, scale_, weights_;        // weights_ owns its bytes unless adopted
   memory::desc weights_md_;              // weights_'s, for packed_tensors()
   std::shared_ptr<const void> storage_;  // adopted weights, scale and bias
-  AmxWeights gemm_w_;                    // a 1x1 on the GEMM, else empty (n = 0)
+  AmxWeights gemm_w_;                    // F32 1x1 on the GEMM, else empty (n = 0)
 
   mutable std::mutex mu_;  // guards plans_ and last_impl_
   mutable std::vector<std::unique_ptr<Plan>> plans_;
@@ -304,11 +287,8 @@ OnednnConv::OnednnConv(const ConvDesc& d, ref::PreparedWeights w) : OnednnConv(d
 }
 
 void OnednnConv::init_gemm(const Tensor& w_plain) {
-  if (!on_flick_gemm(desc_)) return;
-  const AmxType type = gemm_type(desc_);
-  FLICK_CHECK(w_plain.dtype == (type == AmxType::F32 ? DType::F32 : DType::BF16),
-              "conv: the 1x1 GEMM route needs plain weights of its type, got " + w_plain.str());
-  gemm_w_ = amx_pack_weights(w_plain.reshape({out_channels_, desc_.w.dim(1)}), type);
+  if (!on_f32_gemm(desc_)) return;
+  gemm_w_ = amx_pack_weights(w_plain.reshape({out_channels_, desc_.w.dim(1)}), AmxType::F32);
 }
 
 void OnednnConv::run_gemm(const Tensor& x, const Tensor& y, Activation act) const {
@@ -317,14 +297,8 @@ void OnednnConv::run_gemm(const Tensor& x, const Tensor& y, Activation act) cons
   e.bias = bias_buf_.t.empty() ? nullptr : bias_buf_.t.ptr<float>();
   e.act = act;
   e.y = ref::RowsView{y.data, y.dtype, m, n, n};
-  const ref::RowsView rows{x.data, x.dtype, m, k, k};
-  if (gemm_w_.type == AmxType::F32) {
-    vnni_gemm_float_rows(rows, gemm_w_, e, amx_call_buffers());
-    last_impl_ = "flick:avx512_f32 (1x1 as GEMM)";
-  } else {
-    amx_gemm_float_rows(rows, gemm_w_, e, amx_call_buffers());
-    last_impl_ = "flick:amx_bf16 (1x1 as GEMM)";
-  }
+  vnni_gemm_float_rows(ref::RowsView{x.data, x.dtype, m, k, k}, gemm_w_, e, amx_call_buffers());
+  last_impl_ = "flick:avx512_f32 (1x1 as GEMM)";
 }
 
 Expected<std::unique_ptr<OnednnConv>> OnednnConv::adopt(const ConvDesc& d, const Tensor& md,
@@ -341,13 +315,11 @@ Expected<std::unique_ptr<OnednnConv>> OnednnConv::adopt(const ConvDesc& d, const
   // oneDNN only reads weights: the read-only mapping is fine.
   c->weights_ = memory(want, onednn_engine(), const_cast<void*>(weights.data));
   c->weights_md_ = want;
-  if (on_flick_gemm(d)) {
+  if (on_f32_gemm(d)) {
     // The GEMM route packs from plain weights: reordered back from the entry.
-    const bool f32 = gemm_type(d) == AmxType::F32;
-    OwnedTensor plain(f32 ? DType::F32 : DType::BF16, d.w.shape);
-    memory plain_w(
-        {c->weight_dims(), f32 ? odt::f32 : odt::bf16, plain_weight_tag(c->weight_dims())},
-        onednn_engine(), plain.t.data);
+    OwnedTensor plain(DType::F32, d.w.shape);
+    memory plain_w({c->weight_dims(), odt::f32, plain_weight_tag(c->weight_dims())},
+                   onednn_engine(), plain.t.data);
     dnnl::reorder(c->weights_, plain_w).execute(onednn_stream(), c->weights_, plain_w);
     onednn_stream().wait();
     c->init_gemm(plain.t);
@@ -512,9 +484,7 @@ void OnednnConv::run(const Tensor& x, const Tensor& y, Activation act) const {
   // The plan's memory objects carry this call's data handles, so one call
   // at a time per convolution (calls on different convolutions overlap).
   std::lock_guard<std::mutex> lock(mu_);
-  if (gemm_w_.n > 0 && channels_last(x) && channels_last(y) &&
-      (gemm_w_.type == AmxType::F32 || act == Activation::None || act == Activation::Relu))
-    return run_gemm(x, y, act);
+  if (gemm_w_.n > 0 && channels_last(x) && channels_last(y)) return run_gemm(x, y, act);
   Plan& p = plan({x.shape, x.strides, y.strides, x.dtype, y.dtype, act}, x, y);
   last_impl_ = p.impl;
   dnnl::stream& s = onednn_stream();

@@ -142,68 +142,56 @@ TEST(Conv, ChannelsLastViews) {
   }
 }
 
-// 1x1 convolutions on channels-last x and y are a GEMM (runtime/cpu/conv.cpp,
-// on_flick_gemm): F32 on flick's AVX-512 FMA kernel, BF16 on its AMX kernel
-// where the host has AMX (with no activation or ReLU). Against the reference across the kernels'
-// boundaries (K on and off the FMA kernel's 16-wide step and the AMX tile's
-// 32, N off the 64-column groups and 32-column blocks, pixels off the 6-row
-// tiles and 32-row blocks and split across threads), every dtype pair and
-// activation; NCHW calls and 3x3 layers stay on oneDNN.
-TEST(Conv, OneByOneOnTheGemm) {
+// F32 1x1 convolutions on channels-last x and y are a GEMM on flick's
+// AVX-512 FMA kernel (runtime/cpu/conv.cpp, on_f32_gemm): against the
+// reference across the kernel's boundaries (K on and off its 16-wide step,
+// N off its 64-column groups, pixels off its 6-row tiles and split across
+// threads), every dtype pair and activation; NCHW calls and 3x3 layers stay
+// on oneDNN.
+TEST(Conv, F32OneByOneOnTheGemm) {
   struct Shape1 {
     int64_t n, c, o, h, w;
   };
   uint32_t seed = 500;
   const Shape1 shapes[] = {
       {1, 16, 24, 5, 7}, {2, 40, 70, 6, 5}, {1, 256, 96, 13, 11}, {1, 600, 33, 4, 4}};
-  for (Precision p : {Precision::F32, Precision::BF16})
-    for (const Shape1& sh : shapes) {
-      const ConvCase c{2,
-                       sh.n,
-                       sh.c,
-                       sh.o,
-                       {sh.h, sh.w, 1},
-                       {1, 1, 1},
-                       {1, 1, 1},
-                       {0, 0, 0},
-                       {1, 1, 1},
-                       1,
-                       "1x1 " + std::to_string(sh.c) + "->" + std::to_string(sh.o)};
-      for (DType xt : {DType::F32, DType::BF16})
-        for (DType yt : {DType::F32, DType::BF16}) {
-          // BF16 takes the GEMM with no activation or ReLU only (GELU: oneDNN).
-          const Activation act =
-              p == Precision::F32 ? test::kAllActivations[seed % std::size(test::kAllActivations)]
-              : seed % 3 == 0     ? Activation::GeluErf
-              : seed % 3 == 1     ? Activation::Relu
-                                  : Activation::None;
-          check_conv(c, p, xt, yt, (seed % 2) == 0, act, true, seed);
-          ++seed;
-        }
-    }
-  for (Precision p : {Precision::F32, Precision::BF16}) {
-    OwnedTensor w = random_tensor(DType::F32, {24, 32, 1, 1}, 510, 0.1f);
-    auto cc = cpu::pack_conv(
-        make_desc({2, 1, 32, 24, {5, 6, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1, "1x1"},
-                  w.t, Tensor{}, p));
-    ChannelsLast x(DType::F32, {1, 32, 5, 6}), y(DType::F32, {1, 24, 5, 6});
-    test::fill_normal(x.view, 511);
-    cpu::conv(x.view, *cc, y.view, Activation::None);
-    const std::string gemm = cpu::conv_impl(*cc);
-    OwnedTensor xp = random_tensor(DType::F32, {1, 32, 5, 6}, 512), yp(DType::F32, {1, 24, 5, 6});
-    cpu::conv(xp.t, *cc, yp.t, Activation::None);
-    const std::string plain = cpu::conv_impl(*cc);
-    if (p == Precision::F32 && cpu::linear_uses_avx512_f32()) {
-      EXPECT_EQ(gemm, "flick:avx512_f32 (1x1 as GEMM)");
-    } else if (p == Precision::BF16 && cpu::linear_uses_amx()) {
-      EXPECT_EQ(gemm, "flick:amx_bf16 (1x1 as GEMM)");
-    } else {
-      EXPECT_EQ(gemm.rfind("flick:", 0), std::string::npos) << gemm;
-    }
-    EXPECT_EQ(plain.rfind("flick:", 0), std::string::npos) << "NCHW: " << plain;
-    std::printf("[ conv     ] %s 1x1 channels-last: %s, NCHW: %s\n", precision_name(p),
-                gemm.c_str(), plain.c_str());
+  for (const Shape1& sh : shapes) {
+    const ConvCase c{2,
+                     sh.n,
+                     sh.c,
+                     sh.o,
+                     {sh.h, sh.w, 1},
+                     {1, 1, 1},
+                     {1, 1, 1},
+                     {0, 0, 0},
+                     {1, 1, 1},
+                     1,
+                     "1x1 " + std::to_string(sh.c) + "->" + std::to_string(sh.o)};
+    for (DType xt : {DType::F32, DType::BF16})
+      for (DType yt : {DType::F32, DType::BF16}) {
+        const Activation act = test::kAllActivations[seed % std::size(test::kAllActivations)];
+        check_conv(c, Precision::F32, xt, yt, (seed % 2) == 0, act, true, seed);
+        ++seed;
+      }
   }
+  OwnedTensor w = random_tensor(DType::F32, {24, 32, 1, 1}, 510, 0.1f);
+  auto cc = cpu::pack_conv(
+      make_desc({2, 1, 32, 24, {5, 6, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1, "1x1"},
+                w.t, Tensor{}, Precision::F32));
+  ChannelsLast x(DType::F32, {1, 32, 5, 6}), y(DType::F32, {1, 24, 5, 6});
+  test::fill_normal(x.view, 511);
+  cpu::conv(x.view, *cc, y.view, Activation::None);
+  const std::string gemm = cpu::conv_impl(*cc);
+  OwnedTensor xp = random_tensor(DType::F32, {1, 32, 5, 6}, 512), yp(DType::F32, {1, 24, 5, 6});
+  cpu::conv(xp.t, *cc, yp.t, Activation::None);
+  const std::string plain = cpu::conv_impl(*cc);
+  if (cpu::linear_uses_avx512_f32()) {
+    EXPECT_EQ(gemm, "flick:avx512_f32 (1x1 as GEMM)");
+  } else {
+    EXPECT_EQ(gemm.rfind("flick:", 0), std::string::npos) << gemm;
+  }
+  EXPECT_EQ(plain.rfind("flick:", 0), std::string::npos) << "NCHW: " << plain;
+  std::printf("[ conv     ] F32 1x1 channels-last: %s, NCHW: %s\n", gemm.c_str(), plain.c_str());
 }
 
 // prefers_channels_last(): false only for F32 layers on oneDNN's Winograd
