@@ -3,14 +3,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
 
 #include "io/frame.h"
+#include "models/sam3/postprocess.h"
 #include "models/sam3/sam3_image_model.h"
 #include "models/sam3/sam3_synth.h"
 #include "runtime/backend.h"
@@ -134,6 +137,81 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   return out;
 }
 
+// Binary masks of `n` detections in a frame: each a blob of 4-10 cells
+// peaking at +6 on a background of -12 in the 288^2 mask logits (SAM3's
+// mask head gives background logits far below 0; the synthetic weights do
+// not, their logits sit near 0 everywhere). "window": sam3_attach_masks,
+// which resizes each mask over the cells above -1 only; "whole frame": the
+// whole-plane resize, sigmoid and scan each mask took before. Best of 5.
+std::vector<BenchResult> run_mask_benches(const BenchOptions& options) {
+  constexpr int64_t kSide = 288, kDetections = 20;
+  std::vector<BenchResult> out;
+  OwnedTensor logits(DType::F32, {1, kDetections, kSide, kSide});
+  float* m = logits.t.ptr<float>();
+  uint32_t seed = 99;
+  const auto next = [&](int64_t n) {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<int64_t>((seed >> 8) % static_cast<uint32_t>(n));
+  };
+  for (int64_t q = 0; q < kDetections; ++q) {
+    const int64_t r = 4 + next(7), cy = next(kSide), cx = next(kSide);
+    for (int64_t y = 0; y < kSide; ++y)
+      for (int64_t x = 0; x < kSide; ++x) {
+        const float d2 = float((y - cy) * (y - cy) + (x - cx) * (x - cx)) / float(r * r);
+        m[(q * kSide + y) * kSide + x] = std::max(6.f - 8.f * d2, -12.f);
+      }
+  }
+  std::vector<int64_t> rows(kDetections);
+  for (int64_t q = 0; q < kDetections; ++q) rows[size_t(q)] = q;
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  for (const auto& [w, h] : {std::pair{1280, 720}, std::pair{3840, 2160}}) {
+    const std::string base = "sam3 masks " + std::to_string(w) + "x" + std::to_string(h) + ", " +
+                             std::to_string(kDetections) + " detections";
+    const auto best_of = [&](const std::function<void()>& body) {
+      double best = 1e30;
+      for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        body();
+        best = std::min(
+            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return best;
+    };
+    int64_t area_window = 0, area_whole = 0;
+    if (const std::string name = base + " (window)";
+        options.filter.empty() || name.find(options.filter) != std::string::npos) {
+      const double s = best_of([&] {
+        Sam3Detections det;
+        det.query = rows;
+        if (Status st = sam3_attach_masks(*be, logits.t, rows, w, h, Sam3MaskOutput::kBinary, det);
+            !st.ok())
+          return;
+        area_window = 0;
+        for (const BoxedMask& b : det.masks) area_window += b.area;
+      });
+      out.push_back(per_minute_row(name, s,
+                                   "resize_window over each mask's cells above -1; " +
+                                       std::to_string(area_window) + " pixels set"));
+    }
+    if (const std::string name = base + " (whole frame)";
+        options.filter.empty() || name.find(options.filter) != std::string::npos) {
+      OwnedTensor plane(DType::F32, {1, 1, h, w});
+      const double s = best_of([&] {
+        area_whole = 0;
+        for (int64_t q = 0; q < kDetections; ++q) {
+          be->resize(logits.t.slice(1, q, 1), plane.t, ResizeMode::Bilinear, false, false);
+          be->activation(plane.t, plane.t, Activation::Sigmoid);
+          area_whole += boxed_mask_above(plane.t.ptr<float>(), w, h, w, 0.5f).area;
+        }
+      });
+      out.push_back(per_minute_row(name, s,
+                                   "the whole-plane resize, sigmoid and scan; " +
+                                       std::to_string(area_whole) + " pixels set"));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<BenchResult> run_sam3_benches(const Peaks&, const BenchOptions& options) {
@@ -144,7 +222,8 @@ std::vector<BenchResult> run_sam3_benches(const Peaks&, const BenchOptions& opti
         (std::string("sam3.") + p.name).find(options.filter) != std::string::npos)
       todo.push_back(&p);
   }
-  if (todo.empty()) return {};
+  std::vector<BenchResult> results = run_mask_benches(options);
+  if (todo.empty()) return results;
 
   std::string weights = options.sam3_weights;
   std::string scratch;
@@ -166,7 +245,6 @@ std::vector<BenchResult> run_sam3_benches(const Peaks&, const BenchOptions& opti
       return {failed_row("sam3", s.message())};
     }
   }
-  std::vector<BenchResult> results;
   for (const PrecisionCase* p : todo) {
     for (BenchResult& r : run_precision(weights, *p, options)) results.push_back(std::move(r));
   }

@@ -94,6 +94,10 @@ class CountingBackend final : public Backend {
   FLICK_BENCH_TIMED(void, upsample_nearest, (const Tensor& x, Tensor& y), (x, y))
   FLICK_BENCH_TIMED(void, resize, (const Tensor& x, Tensor& y, ResizeMode m, bool ac, bool aa),
                     (x, y, m, ac, aa))
+  FLICK_BENCH_TIMED(void, resize_window,
+                    (const Tensor& x, Tensor& y, const ResizeWindow& w, ResizeMode m, bool ac,
+                     bool aa),
+                    (x, y, w, m, ac, aa))
   void copy(const Tensor& x, Tensor& y) override {
     timed(&Totals::copy_s, [&] { inner_.copy(x, y); });
   }

@@ -45,6 +45,15 @@ BoxedMask boxed_mask_above(const float* plane, int width, int height, int64_t st
   return boxed_mask_of(width, height, [&](int x, int y) { return plane[y * stride + x] > above; });
 }
 
+BoxedMask boxed_mask_above_window(const float* plane, int x0, int y0, int win_w, int win_h,
+                                  int64_t stride, int width, int height, float above) {
+  BoxedMask m = boxed_mask_above(plane, win_w, win_h, stride, above);
+  m.width = std::max(width, 0);
+  m.height = std::max(height, 0);
+  if (!m.empty()) m.x0 += x0, m.x1 += x0, m.y0 += y0, m.y1 += y0;
+  return m;
+}
+
 BoxedMask boxed_mask_from_bytes(const uint8_t* mask, int width, int height, int64_t stride) {
   return boxed_mask_of(width, height, [&](int x, int y) { return mask[y * stride + x] != 0; });
 }

@@ -33,6 +33,11 @@ struct BoxedMask {
 // The mask of a row-major plane (height rows of `stride` values): pixel set
 // where plane > above.
 BoxedMask boxed_mask_above(const float* plane, int width, int height, int64_t stride, float above);
+// The mask of a width x height frame set only inside a window: plane holds
+// the window's win_h rows of win_w values (row stride `stride`) from pixel
+// (x0, y0), set where plane > above.
+BoxedMask boxed_mask_above_window(const float* plane, int x0, int y0, int win_w, int win_h,
+                                  int64_t stride, int width, int height, float above);
 // The mask of row-major bytes (set where nonzero).
 BoxedMask boxed_mask_from_bytes(const uint8_t* mask, int width, int height, int64_t stride);
 // The whole frame, row-major 0 / 1 (width * height bytes).

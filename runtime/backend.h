@@ -115,6 +115,13 @@ struct AttentionParams {
 
 enum class ResizeMode { Nearest, Bilinear, Bicubic };
 
+// Where Backend::resize_window's output sits in the full resize result
+// [N, C, out_h, out_w]: its first row y0 and first column x0.
+struct ResizeWindow {
+  int64_t out_h = 0, out_w = 0;
+  int64_t y0 = 0, x0 = 0;
+};
+
 enum class ReduceOp { Sum, Mean, Max, Min };
 
 // ---- ops that evaluate a PyTorch op chain with the chain's own rounding ----
@@ -226,6 +233,12 @@ class Backend {
   // antialias as in PyTorch (bilinear/bicubic only, for downscaling).
   virtual void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners,
                       bool antialias) = 0;
+  // resize into a window of its result: y [N, C, h, w] receives rows
+  // [y0, y0 + h) and columns [x0, x0 + w) of the [N, C, out_h, out_w] tensor
+  // resize would write, bit for bit, at the cost of the window only (a
+  // detection's mask region of a 4K frame instead of the whole frame).
+  virtual void resize_window(const Tensor& x, Tensor& y, const ResizeWindow& window,
+                             ResizeMode mode, bool align_corners, bool antialias) = 0;
 
   // ---- data movement ----
   // Copy any strided view into y (same shape), converting dtype with the

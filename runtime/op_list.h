@@ -50,6 +50,10 @@
   X(void, resize,                                                                               \
     (const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias),          \
     (x, y, mode, align_corners, antialias))                                                     \
+  X(void, resize_window,                                                                        \
+    (const Tensor& x, Tensor& y, const ResizeWindow& window, ResizeMode mode, bool align_corners, \
+     bool antialias),                                                                           \
+    (x, y, window, mode, align_corners, antialias))                                             \
   X(void, copy, (const Tensor& x, Tensor& y), (x, y))                                           \
   X(void, concat, (std::span<const Tensor> xs, int dim, Tensor& y), (xs, dim, y))               \
   X(void, reduce, (const Tensor& x, int dim, ReduceOp op, Tensor& y), (x, dim, op, y))          \

@@ -1,13 +1,56 @@
 #include "models/sam3/postprocess.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include "runtime/dtype.h"
 
 namespace flick {
 namespace {
 
 float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+// A binary mask's pixel is set where sigmoid(its bilinear logit) > 0.5, and
+// that logit is a mean of at most 2 x 2 mask cells with weights >= 0 summing
+// to 1 (up to rounding). Where every cell it reads is <= kUnsetLogit its
+// logit is <= -1 + 1e-6 (sigmoid 0.27): never set. So only the pixels that
+// read a cell above kUnsetLogit are resized, and those exactly as the whole
+// plane's resize computes them (Backend::resize_window).
+constexpr float kUnsetLogit = -1.f;
+
+// The output pixels [lo, hi) of a bilinear resize (align_corners false) from
+// `in` to `out` that read any input cell of [c0, c1): pixel o reads cells
+// floor(s) and floor(s) + 1 of s = (o + 0.5) * in / out - 0.5 (clamped to the
+// image), so cell c is read for (c - 0.5) * out / in - 0.5 <= o < (c + 1.5) *
+// out / in - 0.5; a pixel more each side covers the rounding of s.
+struct Span {
+  int64_t lo, hi;
+};
+Span bilinear_reach(int64_t c0, int64_t c1, int64_t in, int64_t out) {
+  const double r = static_cast<double>(out) / static_cast<double>(in);
+  const auto lo = static_cast<int64_t>(std::floor((static_cast<double>(c0) - 0.5) * r - 0.5)) - 1;
+  const auto hi = static_cast<int64_t>(std::ceil((static_cast<double>(c1) + 0.5) * r - 0.5)) + 2;
+  return {std::clamp<int64_t>(lo, 0, out), std::clamp<int64_t>(hi, 0, out)};
+}
+
+// The box [x0, x1) x [y0, y1) of the cells of a [1, 1, h, w] mask above
+// kUnsetLogit (x1 == 0 when none is).
+struct CellBox {
+  int64_t x0, y0, x1, y1;
+};
+CellBox cells_above(const Tensor& m) {
+  const int64_t h = m.dim(2), w = m.dim(3);
+  CellBox b{w, h, 0, 0};
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x)
+      if (load_as_f32(m.dtype, m.data, y * m.stride(2) + x * m.stride(3)) > kUnsetLogit) {
+        b.x0 = std::min(b.x0, x), b.x1 = std::max(b.x1, x + 1);
+        b.y0 = std::min(b.y0, y), b.y1 = std::max(b.y1, y + 1);
+      }
+  return b;
+}
 
 }  // namespace
 
@@ -62,17 +105,42 @@ Status sam3_attach_masks(Backend& backend, const Tensor& mask_logits,
                          std::to_string(height) + " is empty");
   const bool keep_prob = output == Sam3MaskOutput::kProbabilities;
   if (keep_prob) det.mask_prob = OwnedTensor(DType::F32, {n, height, width});
-  OwnedTensor plane;  // [1, 1, H, W]: the mask being binarised, reused
-  if (!keep_prob && n > 0) plane = OwnedTensor(DType::F32, {1, 1, height, width});
   det.masks.clear();
   det.masks.reserve(static_cast<size_t>(n));
+  if (keep_prob) {  // every pixel's probability (the golden tests)
+    for (int64_t i = 0; i < n; ++i) {
+      const Tensor src = mask_logits.slice(1, rows[static_cast<size_t>(i)], 1);  // [1, 1, h, w]
+      Tensor dst = det.mask_prob.t.slice(0, i, 1).reshape({1, 1, height, width});
+      backend.resize(src, dst, ResizeMode::Bilinear, /*align_corners=*/false,
+                     /*antialias=*/false);
+      backend.activation(dst, dst, Activation::Sigmoid);
+      det.masks.push_back(boxed_mask_above(dst.ptr<float>(), width, height, width, 0.5f));
+    }
+    return ok_status();
+  }
+  // Binary masks: each resized in the window its cells above kUnsetLogit
+  // reach (a 4K frame's detection costs its box, not 8.3 M pixels).
+  OwnedTensor plane;  // the window being binarised, in a frame-sized buffer reused
+  if (n > 0) plane = OwnedTensor(DType::F32, {int64_t{height} * width});
   for (int64_t i = 0; i < n; ++i) {
     const Tensor src = mask_logits.slice(1, rows[static_cast<size_t>(i)], 1);  // [1, 1, h, w]
-    Tensor dst =
-        keep_prob ? det.mask_prob.t.slice(0, i, 1).reshape({1, 1, height, width}) : plane.t;
-    backend.resize(src, dst, ResizeMode::Bilinear, /*align_corners=*/false, /*antialias=*/false);
-    backend.activation(dst, dst, Activation::Sigmoid);
-    det.masks.push_back(boxed_mask_above(dst.ptr<float>(), width, height, width, 0.5f));
+    const CellBox c = cells_above(src);
+    const Span ys = bilinear_reach(c.y0, c.y1, src.dim(2), height);
+    const Span xs = bilinear_reach(c.x0, c.x1, src.dim(3), width);
+    const int64_t wh = ys.hi - ys.lo, ww = xs.hi - xs.lo;
+    if (c.x1 == 0 || wh <= 0 || ww <= 0) {  // no pixel can be set
+      BoxedMask& m = det.masks.emplace_back();
+      m.width = width;
+      m.height = height;
+      continue;
+    }
+    Tensor win = plane.t.slice(0, 0, wh * ww).reshape({1, 1, wh, ww});
+    backend.resize_window(src, win, ResizeWindow{height, width, ys.lo, xs.lo}, ResizeMode::Bilinear,
+                          /*align_corners=*/false, /*antialias=*/false);
+    backend.activation(win, win, Activation::Sigmoid);
+    det.masks.push_back(boxed_mask_above_window(win.ptr<float>(), static_cast<int>(xs.lo),
+                                                static_cast<int>(ys.lo), static_cast<int>(ww),
+                                                static_cast<int>(wh), ww, width, height, 0.5f));
   }
   return ok_status();
 }

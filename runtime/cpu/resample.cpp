@@ -169,21 +169,27 @@ void resize_channels_last(const Tensor& x, Tensor& y, const resample::Taps& th,
   }
 }
 
-}  // namespace
-
-void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
-  resample::check_resize(x, y, mode, align_corners, antialias);
+// y = x resized over the taps of y's rows (th) and columns (tw): the whole
+// result (resize) or a window of it (resize_window, whose taps are the
+// whole result's, sliced), the same sums either way.
+void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps& th,
+                       const resample::Taps& tw) {
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2);
-  const resample::Taps th = resample::resize_taps(mode, H, y.dim(2), align_corners, antialias);
-  const resample::Taps tw =
-      resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias);
   if (x.dim(1) > 1 && channels_last(x) && channels_last(y)) {
     resize_channels_last(x, y, th, tw);
     return;
   }
   const int64_t OH = th.out, OW = tw.out;
+  // Only the input rows y's rows read (all of them for a whole resize).
+  int64_t h0 = H, h1 = 0;
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int i = 0; i < th.count[static_cast<size_t>(oh)]; ++i) {
+      h0 = std::min(h0, th.tap_index(oh, i));
+      h1 = std::max(h1, th.tap_index(oh, i) + 1);
+    }
   const EltwiseKernels& k = eltwise_kernels();
-  // Resize runs once per job (preprocessing), so its plane buffer is allocated here.
+  // Resize runs once per job (preprocessing) or per detection mask (a
+  // window), so its plane buffer is allocated here.
   std::vector<float> plane(static_cast<size_t>(H * OW));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) {
@@ -191,9 +197,9 @@ void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, boo
       const int64_t by = n * y.stride(0) + c * y.stride(1);
       // Horizontal: plane[h, ow] = sum_j ww_j x[h, w_j].
       parallel_for(
-          H,
+          std::max<int64_t>(h1 - h0, 0),
           [&](int64_t begin, int64_t end) {
-            for (int64_t h = begin; h < end; ++h) {
+            for (int64_t h = h0 + begin; h < h0 + end; ++h) {
               const float* row =
                   detail::read_f32(k, x, bx + h * x.stride(2), x.stride(3), x.dim(3), 0);
               float* out = plane.data() + h * OW;
@@ -226,6 +232,21 @@ void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, boo
           },
           std::max<int64_t>(1, 4096 / OW));
     }
+}
+
+}  // namespace
+
+void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
+  resample::check_resize(x, y, mode, align_corners, antialias);
+  resize_taps_apply(x, y, resample::resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias),
+                    resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias));
+}
+
+void resize_window(const Tensor& x, Tensor& y, const ResizeWindow& window, ResizeMode mode,
+                   bool align_corners, bool antialias) {
+  resample::Taps th, tw;
+  resample::window_resize_taps(x, y, window, mode, align_corners, antialias, &th, &tw);
+  resize_taps_apply(x, y, th, tw);
 }
 
 }  // namespace flick::cpu

@@ -450,12 +450,11 @@ class CudaBackend final : public Backend {
   void upsample_nearest(const Tensor& x, Tensor& y) override {
     ops::upsample_nearest(launch_, x, y);
   }
-  void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners,
-              bool antialias) override {
-    // The taps (PyTorch's index arithmetic, host code) copied into a device
-    // scratch on the stream: a pageable async copy is staged before it
-    // returns, so the host vectors may go.
-    auto stage = [this](const resample::Taps& t, int dim) {
+  // The taps (PyTorch's index arithmetic, host code) copied into a device
+  // scratch on the stream: a pageable async copy is staged before it
+  // returns, so the host vectors may go.
+  auto taps_stage() {
+    return [this](const resample::Taps& t, int dim) {
       const size_t nf = t.first.size() * 8, nc = t.count.size() * 4, nw = t.weight.size() * 4;
       const size_t oc = (nf + 255) / 256 * 256, ow = oc + (nc + 255) / 256 * 256;
       char* p = static_cast<char*>(taps_scratch_[dim].get(ow + nw));
@@ -467,7 +466,14 @@ class CudaBackend final : public Backend {
       return ResizeTaps{reinterpret_cast<const int64_t*>(p), reinterpret_cast<const int*>(p + oc),
                         reinterpret_cast<const float*>(p + ow), t.width, t.in};
     };
-    ops::resize(launch_, x, y, mode, align_corners, antialias, stage);
+  }
+  void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners,
+              bool antialias) override {
+    ops::resize(launch_, x, y, mode, align_corners, antialias, taps_stage());
+  }
+  void resize_window(const Tensor& x, Tensor& y, const ResizeWindow& window, ResizeMode mode,
+                     bool align_corners, bool antialias) override {
+    ops::resize_window(launch_, x, y, window, mode, align_corners, antialias, taps_stage());
   }
   void copy(const Tensor& x, Tensor& y) override { ops::copy(launch_, x, y); }
   void concat(std::span<const Tensor> xs, int dim, Tensor& y) override {

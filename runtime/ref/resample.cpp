@@ -180,6 +180,36 @@ void check_resize(const Tensor& x, const Tensor& y, ResizeMode mode, bool align_
               "resize: align_corners and antialias apply to bilinear and bicubic only");
 }
 
+Taps window_taps(const Taps& t, int64_t first, int64_t n) {
+  FLICK_CHECK(first >= 0 && n >= 0 && first + n <= t.out,
+              "resize: window [" + std::to_string(first) + ", " + std::to_string(first + n) +
+                  ") outside " + std::to_string(t.out) + " outputs");
+  Taps w;
+  w.in = t.in;
+  w.out = n;
+  w.width = t.width;
+  const auto at = [](int64_t i) { return static_cast<size_t>(i); };
+  w.first.assign(t.first.begin() + at(first), t.first.begin() + at(first + n));
+  w.count.assign(t.count.begin() + at(first), t.count.begin() + at(first + n));
+  w.weight.assign(t.weight.begin() + at(first * t.width),
+                  t.weight.begin() + at((first + n) * t.width));
+  return w;
+}
+
+void window_resize_taps(const Tensor& x, const Tensor& y, const ResizeWindow& window,
+                        ResizeMode mode, bool align_corners, bool antialias, Taps* th, Taps* tw) {
+  check_resize(x, y, mode, align_corners, antialias);
+  FLICK_CHECK(window.y0 >= 0 && window.x0 >= 0 && window.y0 + y.dim(2) <= window.out_h &&
+                  window.x0 + y.dim(3) <= window.out_w,
+              "resize_window: " + y.str() + " at row " + std::to_string(window.y0) + ", column " +
+                  std::to_string(window.x0) + " does not fit in " + std::to_string(window.out_h) +
+                  " x " + std::to_string(window.out_w));
+  *th = window_taps(resize_taps(mode, x.dim(2), window.out_h, align_corners, antialias), window.y0,
+                    y.dim(2));
+  *tw = window_taps(resize_taps(mode, x.dim(3), window.out_w, align_corners, antialias), window.x0,
+                    y.dim(3));
+}
+
 }  // namespace flick::resample
 
 namespace flick::ref {
@@ -220,12 +250,11 @@ void upsample_nearest(const Tensor& x, Tensor& y) {
   }
 }
 
-void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
-  resample::check_resize(x, y, mode, align_corners, antialias);
-  const resample::Taps th =
-      resample::resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias);
-  const resample::Taps tw =
-      resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias);
+namespace {
+
+// y = the separable sum of x over the taps of y's rows and columns, in double.
+void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps& th,
+                       const resample::Taps& tw) {
   for (int64_t n = 0; n < x.dim(0); ++n)
     for (int64_t c = 0; c < x.dim(1); ++c) {
       const int64_t bx = n * x.stride(0) + c * x.stride(1);
@@ -245,6 +274,21 @@ void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, boo
                          static_cast<float>(acc));
         }
     }
+}
+
+}  // namespace
+
+void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
+  resample::check_resize(x, y, mode, align_corners, antialias);
+  resize_taps_apply(x, y, resample::resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias),
+                    resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias));
+}
+
+void resize_window(const Tensor& x, Tensor& y, const ResizeWindow& window, ResizeMode mode,
+                   bool align_corners, bool antialias) {
+  resample::Taps th, tw;
+  resample::window_resize_taps(x, y, window, mode, align_corners, antialias, &th, &tw);
+  resize_taps_apply(x, y, th, tw);
 }
 
 }  // namespace flick::ref

@@ -375,6 +375,19 @@ TEST_P(Functors, Resize) {
     ref->resize(x, e, c.mode, c.align, c.aa);
     EXPECT_LE(worst(y, e, kReduce), 1.0)
         << static_cast<int>(c.mode) << " " << c.align << c.aa << " " << c.h << "x" << c.w;
+    // A window of the result (rows [1, h - 1), columns [w / 2, w)) holds
+    // the same bits as the whole one there.
+    const int64_t wh = c.h - 2, ww = c.w - c.w / 2;
+    OwnedTensor win(dt(), {2, 3, wh, ww});
+    cops::resize_window(host, x, win, ResizeWindow{c.h, c.w, 1, c.w / 2}, c.mode, c.align, c.aa,
+                        cuda::ops::host_taps);
+    int64_t bad = 0;
+    for (int64_t p = 0; p < 6; ++p)
+      for (int64_t i = 0; i < wh; ++i)
+        for (int64_t j = 0; j < ww; ++j)
+          bad += load_as_f32(dt(), win.t.data, (p * wh + i) * ww + j) !=
+                 load_as_f32(dt(), y.t.data, (p * c.h + 1 + i) * c.w + c.w / 2 + j);
+    EXPECT_EQ(bad, 0) << "window of " << static_cast<int>(c.mode) << " " << c.h << "x" << c.w;
   }
 }
 

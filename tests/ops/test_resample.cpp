@@ -157,6 +157,60 @@ TEST(Resize, CpuMatchesRefChannelsLast) {
   }
 }
 
+// resize_window is the window of the whole resize, bit for bit, on both
+// backends: every mode, up- and downscaling, windows at the corners, inside,
+// one pixel, and the whole result; NCHW (one and three channels) and
+// channels-last inputs.
+TEST(Resize, WindowEqualsTheWholeResult) {
+  struct Win {
+    int64_t y0, x0, h, w;
+  };
+  for (const bool last : {false, true}) {
+    const int64_t c = last ? 5 : 3;
+    const Shape xs{1, c, 29, 43};
+    ft::StridedTensor x =
+        last ? ft::make_permuted(DType::F32, xs, {0, 2, 3, 1}) : ft::make_padded(DType::F32, xs, 0);
+    ft::fill(x.t, ft::values(ft::random_tensor(DType::F32, xs, 11)));
+    for (const auto& [oh, ow] : {std::pair<int64_t, int64_t>{71, 130}, {13, 20}})
+      for (ResizeMode m : {ResizeMode::Nearest, ResizeMode::Bilinear, ResizeMode::Bicubic})
+        for (int aa = 0; aa < (m == ResizeMode::Nearest ? 1 : 2); ++aa) {
+          const Shape full{1, c, oh, ow};
+          ft::StridedTensor yc = last ? ft::make_permuted(DType::F32, full, {0, 2, 3, 1})
+                                      : ft::make_padded(DType::F32, full, 0);
+          OwnedTensor yr(DType::F32, full);
+          cpu::resize(x.t, yc.t, m, false, aa != 0);
+          ref::resize(x.t, yr.t, m, false, aa != 0);
+          const Win wins[] = {{0, 0, oh, ow},
+                              {0, 0, 4, 5},
+                              {oh - 3, ow - 7, 3, 7},
+                              {oh / 2, 1, 2, ow - 2},
+                              {oh / 3, ow / 3, 1, 1}};
+          for (const Win& w : wins) {
+            const Shape ws{1, c, w.h, w.w};
+            const ResizeWindow at{oh, ow, w.y0, w.x0};
+            ft::StridedTensor wc = last ? ft::make_permuted(DType::F32, ws, {0, 2, 3, 1})
+                                        : ft::make_padded(DType::F32, ws, 3);
+            OwnedTensor wr(DType::F32, ws);
+            cpu::resize_window(x.t, wc.t, at, m, false, aa != 0);
+            ref::resize_window(x.t, wr.t, at, m, false, aa != 0);
+            const std::vector<double> got_c = ft::values(wc.t), got_r = ft::values(wr.t);
+            const std::vector<double> all_c = ft::values(yc.t), all_r = ft::values(yr.t);
+            int64_t bad = 0;
+            for (int64_t ch = 0; ch < c; ++ch)
+              for (int64_t i = 0; i < w.h; ++i)
+                for (int64_t j = 0; j < w.w; ++j) {
+                  const size_t k = size_t((ch * w.h + i) * w.w + j);
+                  const size_t f = size_t((ch * oh + w.y0 + i) * ow + w.x0 + j);
+                  bad += got_c[k] != all_c[f] || got_r[k] != all_r[f];
+                }
+            EXPECT_EQ(bad, 0) << (last ? "channels-last" : "NCHW") << " to " << full.str()
+                              << " mode " << int(m) << " aa " << aa << " window " << w.h << "x"
+                              << w.w << " at " << w.y0 << "," << w.x0;
+          }
+        }
+  }
+}
+
 // Channels-last x and y (EfficientSAM3's pixel decoder) copy whole pixels:
 // bit-equal to the reference, 2-d and 3-d, factors 1-3, 4- and 2-byte types.
 TEST(UpsampleNearest, ChannelsLastEqualsRef) {

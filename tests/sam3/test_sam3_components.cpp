@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -469,6 +470,67 @@ TEST(Sam3Components, PostProcessMatchesTheProcessor) {
   EXPECT_EQ(all->query.size(), static_cast<size_t>(logits->numel()));
   EXPECT_FALSE(sam3_postprocess(*be, *logits, 0.f, *boxes, *masks, 1.5f, 4, 4).ok());
   EXPECT_FALSE(sam3_postprocess(*be, *logits, 0.f, *boxes, *masks, 0.5f, 0, 4).ok());
+}
+
+// Binary masks resize only the window their cells above -1 reach: every
+// mask equals the one thresholded from the whole probability plane, bit for
+// bit, for blobs inside the map, on each edge and corner, one cell, a halo
+// of cells just above -1 around a negative core, a mask with nothing set,
+// and noise around 0 that reaches the whole frame; frames upscaled, the same
+// size and downscaled; both backends.
+TEST(Sam3Components, BinaryMasksResizeOnlyTheirWindow) {
+  constexpr int64_t kSide = 72, kQ = 9;
+  OwnedTensor masks(DType::F32, {1, kQ, kSide, kSide});
+  float* m = masks.t.ptr<float>();
+  std::fill(m, m + kQ * kSide * kSide, -12.f);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> noise(-3.f, 3.f);
+  const auto at = [&](int64_t q, int64_t y, int64_t x) -> float& {
+    return m[(q * kSide + y) * kSide + x];
+  };
+  const auto blob = [&](int64_t q, int64_t cy, int64_t cx, int64_t r, float peak) {
+    for (int64_t y = std::max<int64_t>(cy - r, 0); y <= std::min(cy + r, kSide - 1); ++y)
+      for (int64_t x = std::max<int64_t>(cx - r, 0); x <= std::min(cx + r, kSide - 1); ++x)
+        at(q, y, x) = peak - 4.f * float((y - cy) * (y - cy) + (x - cx) * (x - cx)) / float(r * r);
+  };
+  blob(0, 30, 40, 6, 5.f);                // inside
+  blob(1, 0, 0, 4, 3.f);                  // top-left corner
+  blob(2, kSide - 1, kSide - 1, 5, 2.f);  // bottom-right corner
+  blob(3, 36, kSide - 1, 3, 4.f);         // right edge
+  at(4, 10, 20) = 0.5f;                   // one cell
+  blob(5, 50, 12, 4, -0.5f);              // all in (-1, 0): the halo only
+  at(5, 50, 12) = 1.f;
+  // q = 6: nothing above -12 (an empty mask)
+  for (int64_t k = 0; k < kSide * kSide; ++k) m[7 * kSide * kSide + k] = noise(rng);
+  blob(8, 5, 60, 2, 0.01f);  // barely positive peak
+  OwnedTensor logits(DType::F32, {kQ}), boxes(DType::F32, {kQ, 4});
+  std::fill(logits.t.ptr<float>(), logits.t.ptr<float>() + kQ, 8.f);
+  std::fill(boxes.t.ptr<float>(), boxes.t.ptr<float>() + 4 * kQ, 0.5f);
+  for (const auto& [w, h] : {std::pair{1280, 720}, std::pair{72, 72}, std::pair{53, 31}}) {
+    for (const char* backend : {"ref", "cpu"}) {
+      SCOPED_TRACE(std::string(backend) + " " + std::to_string(w) + "x" + std::to_string(h));
+      auto be = std::string(backend) == "ref" ? make_ref_backend() : make_cpu_backend();
+      auto whole = sam3_postprocess(*be, logits.t, 8.f, boxes.t, masks.t, 0.f, w, h,
+                                    Sam3MaskOutput::kProbabilities);
+      auto binary = sam3_postprocess(*be, logits.t, 8.f, boxes.t, masks.t, 0.f, w, h);
+      ASSERT_TRUE(whole.ok() && binary.ok());
+      ASSERT_EQ(whole->masks.size(), size_t(kQ));
+      ASSERT_EQ(binary->masks.size(), size_t(kQ));
+      int64_t nonempty = 0;
+      for (size_t i = 0; i < size_t(kQ); ++i) {
+        const BoxedMask &a = whole->masks[i], &b = binary->masks[i];
+        EXPECT_EQ(b.width, w);
+        EXPECT_EQ(b.height, h);
+        EXPECT_EQ(std::tie(a.x0, a.y0, a.x1, a.y1, a.area),
+                  std::tie(b.x0, b.y0, b.x1, b.y1, b.area))
+            << "query " << i;
+        EXPECT_EQ(a.bits, b.bits) << "query " << i;
+        nonempty += !b.empty();
+      }
+      EXPECT_TRUE(binary->masks[6].empty());
+      EXPECT_GE(nonempty, 5);  // the test's masks are not all empty (two shrink away at 53x31)
+    }
+  }
 }
 
 TEST(Sam3Components, FullSizeSinePositionEncoding) {
