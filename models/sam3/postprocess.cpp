@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/dtype.h"
@@ -40,16 +41,31 @@ Span bilinear_reach(int64_t c0, int64_t c1, int64_t in, int64_t out) {
 struct CellBox {
   int64_t x0, y0, x1, y1;
 };
-CellBox cells_above(const Tensor& m) {
-  const int64_t h = m.dim(2), w = m.dim(3);
+template <class T>
+CellBox cells_above_of(const T* m, int64_t h, int64_t w, int64_t sy, int64_t sx) {
   CellBox b{w, h, 0, 0};
-  for (int64_t y = 0; y < h; ++y)
-    for (int64_t x = 0; x < w; ++x)
-      if (load_as_f32(m.dtype, m.data, y * m.stride(2) + x * m.stride(3)) > kUnsetLogit) {
-        b.x0 = std::min(b.x0, x), b.x1 = std::max(b.x1, x + 1);
-        b.y0 = std::min(b.y0, y), b.y1 = std::max(b.y1, y + 1);
-      }
+  for (int64_t y = 0; y < h; ++y) {
+    const T* row = m + y * sy;
+    int64_t first = w, last = -1;
+    for (int64_t x = 0; x < w; ++x) {
+      float v;
+      if constexpr (std::is_same_v<T, uint16_t>)
+        v = bf16_to_f32(row[x * sx]);
+      else
+        v = row[x * sx];
+      if (v > kUnsetLogit) first = std::min(first, x), last = x;
+    }
+    if (last < 0) continue;
+    b.x0 = std::min(b.x0, first), b.x1 = std::max(b.x1, last + 1);
+    b.y0 = std::min(b.y0, y), b.y1 = y + 1;
+  }
   return b;
+}
+CellBox cells_above(const Tensor& m) {  // m: F32 or BF16 (checked by the caller)
+  const int64_t h = m.dim(2), w = m.dim(3), sy = m.stride(2), sx = m.stride(3);
+  if (m.dtype == DType::BF16)
+    return cells_above_of(static_cast<const uint16_t*>(m.data), h, w, sy, sx);
+  return cells_above_of(static_cast<const float*>(m.data), h, w, sy, sx);
 }
 
 }  // namespace

@@ -506,13 +506,20 @@ TEST(Sam3Components, BinaryMasksResizeOnlyTheirWindow) {
   OwnedTensor logits(DType::F32, {kQ}), boxes(DType::F32, {kQ, 4});
   std::fill(logits.t.ptr<float>(), logits.t.ptr<float>() + kQ, 8.f);
   std::fill(boxes.t.ptr<float>(), boxes.t.ptr<float>() + 4 * kQ, 0.5f);
-  for (const auto& [w, h] : {std::pair{1280, 720}, std::pair{72, 72}, std::pair{53, 31}}) {
+  // The bf16 and int8 models' mask logits are BF16.
+  OwnedTensor masks16(DType::BF16, masks.t.shape);
+  convert(DType::F32, masks.t.data, DType::BF16, masks16.t.data, masks.t.numel());
+  for (const auto& [w, h, dtype] :
+       {std::tuple{1280, 720, DType::F32}, std::tuple{72, 72, DType::F32},
+        std::tuple{53, 31, DType::F32}, std::tuple{1280, 720, DType::BF16}}) {
+    const Tensor& ml = dtype == DType::BF16 ? masks16.t : masks.t;
     for (const char* backend : {"ref", "cpu"}) {
-      SCOPED_TRACE(std::string(backend) + " " + std::to_string(w) + "x" + std::to_string(h));
+      SCOPED_TRACE(std::string(backend) + " " + std::to_string(w) + "x" + std::to_string(h) + " " +
+                   std::string(dtype_name(dtype)));
       auto be = std::string(backend) == "ref" ? make_ref_backend() : make_cpu_backend();
-      auto whole = sam3_postprocess(*be, logits.t, 8.f, boxes.t, masks.t, 0.f, w, h,
+      auto whole = sam3_postprocess(*be, logits.t, 8.f, boxes.t, ml, 0.f, w, h,
                                     Sam3MaskOutput::kProbabilities);
-      auto binary = sam3_postprocess(*be, logits.t, 8.f, boxes.t, masks.t, 0.f, w, h);
+      auto binary = sam3_postprocess(*be, logits.t, 8.f, boxes.t, ml, 0.f, w, h);
       ASSERT_TRUE(whole.ok() && binary.ok());
       ASSERT_EQ(whole->masks.size(), size_t(kQ));
       ASSERT_EQ(binary->masks.size(), size_t(kQ));
