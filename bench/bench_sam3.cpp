@@ -164,7 +164,8 @@ std::vector<BenchResult> run_mask_benches(const BenchOptions& options) {
   std::vector<int64_t> rows(kDetections);
   for (int64_t q = 0; q < kDetections; ++q) rows[size_t(q)] = q;
   std::unique_ptr<Backend> be = make_cpu_backend();
-  for (const auto& [w, h] : {std::pair{1280, 720}, std::pair{3840, 2160}}) {
+  for (const auto& frame : {std::pair{1280, 720}, std::pair{3840, 2160}}) {
+    const int w = frame.first, h = frame.second;  // lambdas below capture them
     const std::string base = "sam3 masks " + std::to_string(w) + "x" + std::to_string(h) + ", " +
                              std::to_string(kDetections) + " detections";
     const auto best_of = [&](const std::function<void()>& body) {
