@@ -25,7 +25,11 @@ one round compares two different machine states. Without torch it prints
 why and exits 0, so scripts can call it unconditionally.
 
   /work/venv-sam3/bin/python bench/sam3_torch_peer.py [--flick build/flick]
-      [--weights FILE.pth] [--threads N] [--repeat N] [--rounds N]
+      [--weights FILE.pth] [--threads N] [--repeat N] [--rounds N] [--profile]
+
+--profile prints PyTorch's own per-op times (torch.profiler, grouped by
+input shape) of one f32 frame and prompt instead, to set beside
+`FLICK_PROFILE=1 flick bench --filter sam3.f32` (RESULTS.md, session 25).
 """
 import argparse
 import os
@@ -90,6 +94,24 @@ def time_model(processor, frame, prompts, repeat, autocast):
     return min(image_s), min(prompt_s)
 
 
+def profile_f32(processor, frame, prompt):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with torch.inference_mode():
+        state = processor.set_image(frame)  # warm-up
+        processor.set_text_prompt(prompt, state)
+        for part in ("image", "prompt"):
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                if part == "image":
+                    state = processor.set_image(frame)
+                else:
+                    processor.set_text_prompt(prompt, state)
+            print(f"===== torch f32 {part} side, self time per op and input shapes")
+            print(prof.key_averages(group_by_input_shape=True).table(
+                sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=40,
+                max_shapes_column_width=90))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,6 +122,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate torch and flick this many times; also report best-of ratios")
     ap.add_argument("--mirror", help="efficientsam3 git mirror (tools/sam3_refenv.py default)")
+    ap.add_argument("--profile", action="store_true",
+                    help="print torch's per-op times of one f32 frame + prompt, then exit")
     args = ap.parse_args()
 
     try:
@@ -146,6 +170,9 @@ def main():
         from sam3.model.sam3_image_processor import Sam3Processor
         model = build(mb, args.weights)
         processor = Sam3Processor(model, device="cpu", confidence_threshold=0.5)
+        if args.profile:
+            profile_f32(processor, frame, prompts[0])
+            return 0
         for rnd in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {rnd + 1} of {args.rounds}")
