@@ -3,15 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
 
+#include "bench/peak.h"
 #include "io/frame.h"
 #include "models/sam3/postprocess.h"
 #include "models/sam3/sam3_image_model.h"
@@ -137,7 +136,7 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
   return out;
 }
 
-// Binary masks of `n` detections in a frame: each a blob of 4-10 cells
+// Binary masks of 20 detections in a frame: each a blob of 4-10 cells
 // peaking at +6 on a background of -12 in the 288^2 mask logits (SAM3's
 // mask head gives background logits far below 0; the synthetic weights do
 // not, their logits sit near 0 everywhere). "window": sam3_attach_masks,
@@ -145,7 +144,18 @@ std::vector<BenchResult> run_precision(const std::string& weights, const Precisi
 // whole-plane resize, sigmoid and scan each mask took before. Best of 5.
 std::vector<BenchResult> run_mask_benches(const BenchOptions& options) {
   constexpr int64_t kSide = 288, kDetections = 20;
-  std::vector<BenchResult> out;
+  const std::pair<int, int> frames[] = {{1280, 720}, {3840, 2160}};
+  const auto name_of = [&](std::pair<int, int> f, const char* how) {
+    return "sam3 masks " + std::to_string(f.first) + "x" + std::to_string(f.second) + ", " +
+           std::to_string(kDetections) + " detections (" + how + ")";
+  };
+  const auto wanted = [&](const std::string& name) {
+    return options.filter.empty() || name.find(options.filter) != std::string::npos;
+  };
+  if (std::none_of(std::begin(frames), std::end(frames), [&](std::pair<int, int> f) {
+        return wanted(name_of(f, "window")) || wanted(name_of(f, "whole frame"));
+      }))
+    return {};
   OwnedTensor logits(DType::F32, {1, kDetections, kSide, kSide});
   float* m = logits.t.ptr<float>();
   uint32_t seed = 99;
@@ -164,50 +174,46 @@ std::vector<BenchResult> run_mask_benches(const BenchOptions& options) {
   std::vector<int64_t> rows(kDetections);
   for (int64_t q = 0; q < kDetections; ++q) rows[size_t(q)] = q;
   std::unique_ptr<Backend> be = make_cpu_backend();
-  for (const auto& frame : {std::pair{1280, 720}, std::pair{3840, 2160}}) {
-    const int w = frame.first, h = frame.second;  // lambdas below capture them
-    const std::string base = "sam3 masks " + std::to_string(w) + "x" + std::to_string(h) + ", " +
-                             std::to_string(kDetections) + " detections";
-    const auto best_of = [&](const std::function<void()>& body) {
-      double best = 1e30;
-      for (int rep = 0; rep < 5; ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        body();
-        best = std::min(
-            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      return best;
-    };
-    int64_t area_window = 0, area_whole = 0;
-    if (const std::string name = base + " (window)";
-        options.filter.empty() || name.find(options.filter) != std::string::npos) {
-      const double s = best_of([&] {
-        Sam3Detections det;
-        det.query = rows;
-        if (Status st = sam3_attach_masks(*be, logits.t, rows, w, h, Sam3MaskOutput::kBinary, det);
-            !st.ok())
-          return;
-        area_window = 0;
-        for (const BoxedMask& b : det.masks) area_window += b.area;
-      });
-      out.push_back(per_minute_row(name, s,
-                                   "resize_window over each mask's cells above -1; " +
-                                       std::to_string(area_window) + " pixels set"));
+  std::vector<BenchResult> out;
+  for (const std::pair<int, int> f : frames) {
+    const int w = f.first, h = f.second;
+    if (const std::string name = name_of(f, "window"); wanted(name)) {
+      Status st = ok_status();
+      int64_t area = 0;
+      const double s =
+          time_best(
+              [&] {
+                Sam3Detections det;
+                det.query = rows;
+                st = sam3_attach_masks(*be, logits.t, rows, w, h, Sam3MaskOutput::kBinary, det);
+                area = 0;
+                for (const BoxedMask& b : det.masks) area += b.area;
+              },
+              5, PeakUnit::F32Fma, options)
+              .seconds;
+      out.push_back(st.ok() ? per_minute_row(name, s,
+                                             "resize_window over each mask's cells above -1; " +
+                                                 std::to_string(area) + " pixels set")
+                            : failed_row(name, st.message()));
     }
-    if (const std::string name = base + " (whole frame)";
-        options.filter.empty() || name.find(options.filter) != std::string::npos) {
+    if (const std::string name = name_of(f, "whole frame"); wanted(name)) {
       OwnedTensor plane(DType::F32, {1, 1, h, w});
-      const double s = best_of([&] {
-        area_whole = 0;
-        for (int64_t q = 0; q < kDetections; ++q) {
-          be->resize(logits.t.slice(1, q, 1), plane.t, ResizeMode::Bilinear, false, false);
-          be->activation(plane.t, plane.t, Activation::Sigmoid);
-          area_whole += boxed_mask_above(plane.t.ptr<float>(), w, h, w, 0.5f).area;
-        }
-      });
-      out.push_back(per_minute_row(name, s,
-                                   "the whole-plane resize, sigmoid and scan; " +
-                                       std::to_string(area_whole) + " pixels set"));
+      int64_t area = 0;
+      const double s =
+          time_best(
+              [&] {
+                area = 0;
+                for (int64_t q = 0; q < kDetections; ++q) {
+                  be->resize(logits.t.slice(1, q, 1), plane.t, ResizeMode::Bilinear, false, false);
+                  be->activation(plane.t, plane.t, Activation::Sigmoid);
+                  area += boxed_mask_above(plane.t.ptr<float>(), w, h, w, 0.5f).area;
+                }
+              },
+              5, PeakUnit::F32Fma, options)
+              .seconds;
+      out.push_back(per_minute_row(
+          name, s,
+          "the whole-plane resize, sigmoid and scan; " + std::to_string(area) + " pixels set"));
     }
   }
   return out;

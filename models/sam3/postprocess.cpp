@@ -141,15 +141,15 @@ Status sam3_attach_masks(Backend& backend, const Tensor& mask_logits,
   for (int64_t i = 0; i < n; ++i) {
     const Tensor src = mask_logits.slice(1, rows[static_cast<size_t>(i)], 1);  // [1, 1, h, w]
     const CellBox c = cells_above(src);
-    const Span ys = bilinear_reach(c.y0, c.y1, src.dim(2), height);
-    const Span xs = bilinear_reach(c.x0, c.x1, src.dim(3), width);
-    const int64_t wh = ys.hi - ys.lo, ww = xs.hi - xs.lo;
-    if (c.x1 == 0 || wh <= 0 || ww <= 0) {  // no pixel can be set
+    if (c.x1 == 0) {  // no pixel can be set
       BoxedMask& m = det.masks.emplace_back();
       m.width = width;
       m.height = height;
       continue;
     }
+    const Span ys = bilinear_reach(c.y0, c.y1, src.dim(2), height);
+    const Span xs = bilinear_reach(c.x0, c.x1, src.dim(3), width);
+    const int64_t wh = ys.hi - ys.lo, ww = xs.hi - xs.lo;  // >= 1: the box's cells are read
     Tensor win = plane.t.slice(0, 0, wh * ww).reshape({1, 1, wh, ww});
     backend.resize_window(src, win, ResizeWindow{height, width, ys.lo, xs.lo}, ResizeMode::Bilinear,
                           /*align_corners=*/false, /*antialias=*/false);

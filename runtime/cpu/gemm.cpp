@@ -290,14 +290,6 @@ AmxActivations amx_activations_for(const AmxWeights& w, int64_t m, AmxCallBuffer
   return a;
 }
 
-void amx_gemm_float_rows(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
-                         AmxCallBuffers& buf) {
-  FLICK_CHECK(w.type == AmxType::BF16 && x.cols == w.k, "amx_gemm_float_rows: operands");
-  const AmxActivations a = amx_activations_for(w, x.rows, buf);
-  amx_pack_bf16(x, a, buf.scratch);
-  amx_gemm(a, w, e, buf.scratch);
-}
-
 bool vnni_available() {
   // The epilogue is the elementwise ops' AVX-512 code (F, BW, VL, DQ).
   static const bool yes =

@@ -155,11 +155,6 @@ void amx_gemm(const AmxActivations& a, const AmxWeights& w, const AmxEpilogue& e
 // The A-tile buffer (buf.a) for m rows against w: type, sizes and data set.
 AmxActivations amx_activations_for(const AmxWeights& w, int64_t m, AmxCallBuffers& buf);
 
-// amx_gemm of float rows x (F32 or BF16) against BF16 weights: the rows are
-// packed (amx_pack_bf16) into buf.a first.
-void amx_gemm_float_rows(const ref::RowsView& x, const AmxWeights& w, const AmxEpilogue& e,
-                         AmxCallBuffers& buf);
-
 // ---- the GEMMs on AVX-512 ----
 // INT8 on AVX-512 VNNI (vpdpbusd) and BF16 on AVX-512 BF16 (vdpbf16ps),
 // where there is no AMX, and F32 on AVX-512 FMA everywhere: they read the

@@ -401,11 +401,14 @@ class AmxLinear final : public PackedLinear {
     if (weights_.type == AmxType::F32 || (vnni_ && weights_.type == AmxType::BF16))
       return vnni_gemm_float_rows(x, weights_, e, buf);
     if (vnni_) return run_vnni(x, e, buf);
-    if (weights_.type == AmxType::BF16) return amx_gemm_float_rows(x, weights_, e, buf);
-    const AmxActivations a = amx_activations_for(weights_, x.rows, buf);  // S8
-    auto* scales = static_cast<float*>(buf.reserve(buf.row_scales, sizeof(float) * x.rows));
-    amx_pack_s8(x, a, scales, buf.scratch);
-    e.row_scale = scales;
+    const AmxActivations a = amx_activations_for(weights_, x.rows, buf);
+    if (a.type == AmxType::S8) {
+      auto* scales = static_cast<float*>(buf.reserve(buf.row_scales, sizeof(float) * x.rows));
+      amx_pack_s8(x, a, scales, buf.scratch);
+      e.row_scale = scales;
+    } else {
+      amx_pack_bf16(x, a, buf.scratch);
+    }
     amx_gemm(a, weights_, e, buf.scratch);
   }
 

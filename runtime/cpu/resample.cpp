@@ -172,8 +172,8 @@ void resize_channels_last(const Tensor& x, Tensor& y, const resample::Taps& th,
 // y = x resized over the taps of y's rows (th) and columns (tw): the whole
 // result (resize) or a window of it (resize_window, whose taps are the
 // whole result's, sliced), the same sums either way.
-void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps& th,
-                       const resample::Taps& tw) {
+void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps2d& taps) {
+  const resample::Taps &th = taps.h, &tw = taps.w;
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2);
   if (x.dim(1) > 1 && channels_last(x) && channels_last(y)) {
     resize_channels_last(x, y, th, tw);
@@ -237,16 +237,12 @@ void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps& th,
 }  // namespace
 
 void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
-  resample::check_resize(x, y, mode, align_corners, antialias);
-  resize_taps_apply(x, y, resample::resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias),
-                    resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias));
+  resize_taps_apply(x, y, resample::resize_taps_2d(x, y, nullptr, mode, align_corners, antialias));
 }
 
 void resize_window(const Tensor& x, Tensor& y, const ResizeWindow& window, ResizeMode mode,
                    bool align_corners, bool antialias) {
-  resample::Taps th, tw;
-  resample::window_resize_taps(x, y, window, mode, align_corners, antialias, &th, &tw);
-  resize_taps_apply(x, y, th, tw);
+  resize_taps_apply(x, y, resample::resize_taps_2d(x, y, &window, mode, align_corners, antialias));
 }
 
 }  // namespace flick::cpu

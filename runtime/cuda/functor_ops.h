@@ -449,14 +449,14 @@ void reduce(const L& l, const Tensor& x, int dim, ReduceOp op, Tensor& y) {
 // one place that reproduces it), staged by stage(taps, dim) where the
 // launcher runs (the host: pointers into taps; the GPU: a device copy).
 template <class L, class Stage>
-void resize_taps_apply(const L& l, const Tensor& x, Tensor& y, const resample::Taps& th,
-                       const resample::Taps& tw, Stage&& stage) {
+void resize_taps_apply(const L& l, const Tensor& x, Tensor& y, const resample::Taps2d& taps,
+                       Stage&& stage) {
   Resize2d f{};
   f.x = operand(x);
   f.y = operand(y);
   f.N = y.dim(0), f.C = y.dim(1), f.Ho = y.dim(2), f.Wo = y.dim(3);
-  f.th = stage(th, 0);
-  f.tw = stage(tw, 1);
+  f.th = stage(taps.h, 0);
+  f.tw = stage(taps.w, 1);
   l.for_each(y.numel(), f);
 }
 
@@ -465,23 +465,19 @@ void resize(const L& l, const Tensor& x, Tensor& y, ResizeMode mode, bool align_
             bool antialias, Stage&& stage) {
   check_float(x, "resize");
   check_float(y, "resize");
-  resample::check_resize(x, y, mode, align_corners, antialias);
-  resize_taps_apply(
-      l, x, y, resample::resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias),
-      resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias), stage);
+  resize_taps_apply(l, x, y,
+                    resample::resize_taps_2d(x, y, nullptr, mode, align_corners, antialias), stage);
 }
 
-// resize_window: the whole result's taps, sliced to the window's rows and
-// columns, so every output is the sum resize computes for it.
 template <class L, class Stage>
 void resize_window(const L& l, const Tensor& x, Tensor& y, const ResizeWindow& window,
                    ResizeMode mode, bool align_corners, bool antialias, Stage&& stage) {
   check_float(x, "resize_window");
   check_float(y, "resize_window");
-  resample::Taps th, tw;
-  resample::window_resize_taps(x, y, window, mode, align_corners, antialias, &th, &tw);
-  resize_taps_apply(l, x, y, th, tw, stage);
+  resize_taps_apply(l, x, y,
+                    resample::resize_taps_2d(x, y, &window, mode, align_corners, antialias), stage);
 }
+
 // The host's stage: the taps' own vectors.
 inline ResizeTaps host_taps(const resample::Taps& t, int) {
   return {t.first.data(), t.count.data(), t.weight.data(), t.width, t.in};

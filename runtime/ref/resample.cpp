@@ -180,6 +180,10 @@ void check_resize(const Tensor& x, const Tensor& y, ResizeMode mode, bool align_
               "resize: align_corners and antialias apply to bilinear and bicubic only");
 }
 
+namespace {
+
+// Outputs [first, first + n) of t: the taps of a window of the resized dim,
+// each output's taps and weights unchanged.
 Taps window_taps(const Taps& t, int64_t first, int64_t n) {
   FLICK_CHECK(first >= 0 && n >= 0 && first + n <= t.out,
               "resize: window [" + std::to_string(first) + ", " + std::to_string(first + n) +
@@ -196,18 +200,24 @@ Taps window_taps(const Taps& t, int64_t first, int64_t n) {
   return w;
 }
 
-void window_resize_taps(const Tensor& x, const Tensor& y, const ResizeWindow& window,
-                        ResizeMode mode, bool align_corners, bool antialias, Taps* th, Taps* tw) {
+}  // namespace
+
+Taps2d resize_taps_2d(const Tensor& x, const Tensor& y, const ResizeWindow* window, ResizeMode mode,
+                      bool align_corners, bool antialias) {
   check_resize(x, y, mode, align_corners, antialias);
-  FLICK_CHECK(window.y0 >= 0 && window.x0 >= 0 && window.y0 + y.dim(2) <= window.out_h &&
-                  window.x0 + y.dim(3) <= window.out_w,
-              "resize_window: " + y.str() + " at row " + std::to_string(window.y0) + ", column " +
-                  std::to_string(window.x0) + " does not fit in " + std::to_string(window.out_h) +
-                  " x " + std::to_string(window.out_w));
-  *th = window_taps(resize_taps(mode, x.dim(2), window.out_h, align_corners, antialias), window.y0,
-                    y.dim(2));
-  *tw = window_taps(resize_taps(mode, x.dim(3), window.out_w, align_corners, antialias), window.x0,
-                    y.dim(3));
+  if (window == nullptr)
+    return {resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias),
+            resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias)};
+  const ResizeWindow& at = *window;
+  FLICK_CHECK(
+      at.y0 >= 0 && at.x0 >= 0 && at.y0 + y.dim(2) <= at.out_h && at.x0 + y.dim(3) <= at.out_w,
+      "resize_window: " + y.str() + " at row " + std::to_string(at.y0) + ", column " +
+          std::to_string(at.x0) + " does not fit in " + std::to_string(at.out_h) + " x " +
+          std::to_string(at.out_w));
+  return {
+      window_taps(resize_taps(mode, x.dim(2), at.out_h, align_corners, antialias), at.y0, y.dim(2)),
+      window_taps(resize_taps(mode, x.dim(3), at.out_w, align_corners, antialias), at.x0,
+                  y.dim(3))};
 }
 
 }  // namespace flick::resample
@@ -253,8 +263,8 @@ void upsample_nearest(const Tensor& x, Tensor& y) {
 namespace {
 
 // y = the separable sum of x over the taps of y's rows and columns, in double.
-void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps& th,
-                       const resample::Taps& tw) {
+void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps2d& taps) {
+  const resample::Taps &th = taps.h, &tw = taps.w;
   for (int64_t n = 0; n < x.dim(0); ++n)
     for (int64_t c = 0; c < x.dim(1); ++c) {
       const int64_t bx = n * x.stride(0) + c * x.stride(1);
@@ -279,16 +289,12 @@ void resize_taps_apply(const Tensor& x, Tensor& y, const resample::Taps& th,
 }  // namespace
 
 void resize(const Tensor& x, Tensor& y, ResizeMode mode, bool align_corners, bool antialias) {
-  resample::check_resize(x, y, mode, align_corners, antialias);
-  resize_taps_apply(x, y, resample::resize_taps(mode, x.dim(2), y.dim(2), align_corners, antialias),
-                    resample::resize_taps(mode, x.dim(3), y.dim(3), align_corners, antialias));
+  resize_taps_apply(x, y, resample::resize_taps_2d(x, y, nullptr, mode, align_corners, antialias));
 }
 
 void resize_window(const Tensor& x, Tensor& y, const ResizeWindow& window, ResizeMode mode,
                    bool align_corners, bool antialias) {
-  resample::Taps th, tw;
-  resample::window_resize_taps(x, y, window, mode, align_corners, antialias, &th, &tw);
-  resize_taps_apply(x, y, th, tw);
+  resize_taps_apply(x, y, resample::resize_taps_2d(x, y, &window, mode, align_corners, antialias));
 }
 
 }  // namespace flick::ref

@@ -45,14 +45,15 @@ Taps resize_taps(ResizeMode mode, int64_t in, int64_t out, bool align_corners, b
 void check_resize(const Tensor& x, const Tensor& y, ResizeMode mode, bool align_corners,
                   bool antialias);
 
-// Outputs [first, first + n) of t: the taps of a window of the resized dim,
-// each output's taps and weights unchanged.
-Taps window_taps(const Taps& t, int64_t first, int64_t n);
-
-// FLICK_CHECKs the arguments of Backend::resize_window (the window inside
-// its out_h x out_w result) and returns the taps of the window's rows (th)
-// and columns (tw).
-void window_resize_taps(const Tensor& x, const Tensor& y, const ResizeWindow& window,
-                        ResizeMode mode, bool align_corners, bool antialias, Taps* th, Taps* tw);
+// The taps of y's rows (h) and columns (w) for Backend::resize (window null:
+// y is the whole result) or Backend::resize_window (y is the window of the
+// out_h x out_w result: the whole result's taps, sliced), after
+// FLICK_CHECKing the arguments. Every backend's resize and resize_window
+// apply these, so a window holds the sums of the whole result.
+struct Taps2d {
+  Taps h, w;
+};
+Taps2d resize_taps_2d(const Tensor& x, const Tensor& y, const ResizeWindow* window, ResizeMode mode,
+                      bool align_corners, bool antialias);
 
 }  // namespace flick::resample
